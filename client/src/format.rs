@@ -1,0 +1,122 @@
+//! The packed-output format, version 1 (documented for users in FORMAT.md).
+//!
+//! A packed directory holds:
+//! - `tokens-NNNNN.bin`: little-endian token ids (`u16` when every id fits, else `u32`), nothing
+//!   else. Concatenated in name order they are the windows in order, each `seq_len + 1` tokens;
+//!   a shard always holds whole windows.
+//! - `doc_starts.u32`: for every window in order, the offsets inside the window where a document
+//!   begins (little-endian `u32`).
+//! - `doc_starts_offsets.u64`: `num_windows + 1` little-endian `u64`: window `i`'s starts are
+//!   `doc_starts[offsets[i]..offsets[i + 1]]`.
+//! - `tokenizer.json`: a copy of the tokenizer that produced the ids.
+//! - `manifest.json`: [`Manifest`], written last: a directory without it is not a packed output.
+
+use serde::{Deserialize, Serialize};
+
+pub const FORMAT_NAME: &str = "dsprep-packed";
+pub const FORMAT_VERSION: u32 = 1;
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const DOC_STARTS_FILE: &str = "doc_starts.u32";
+pub const DOC_STARTS_OFFSETS_FILE: &str = "doc_starts_offsets.u64";
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+pub fn shard_file_name(index: usize) -> String {
+    format!("tokens-{index:05}.bin")
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    U16,
+    U32,
+}
+
+impl Dtype {
+    /// The smallest dtype that holds every id below `vocab_size`.
+    pub fn for_vocab(vocab_size: u32) -> Dtype {
+        if vocab_size <= 1 << 16 { Dtype::U16 } else { Dtype::U32 }
+    }
+
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Dtype::U16 => 2,
+            Dtype::U32 => 4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    pub format_version: u32,
+    /// The dsprep version that wrote it.
+    pub created_by: String,
+    pub recipe_hash: String,
+    /// The recipe in canonical form (every default filled in).
+    pub recipe: serde_json::Value,
+    pub tokenizer: TokenizerInfo,
+    pub dtype: Dtype,
+    pub seq_len: u32,
+    /// `seq_len + 1`
+    pub window_tokens: u32,
+    pub num_windows: u64,
+    /// Tokens produced but left over at the end, fewer than a window: not written.
+    pub dropped_tail_tokens: u64,
+    pub windows_per_shard: u64,
+    pub shards: Vec<OutputFile>,
+    pub doc_starts: OutputFile,
+    pub doc_starts_offsets: OutputFile,
+    pub num_doc_starts: u64,
+    /// Every file read, with its size and checksum.
+    pub inputs: Vec<InputFile>,
+    /// Per source, in recipe order.
+    pub sources: Vec<SourceStats>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TokenizerInfo {
+    /// The copy inside the packed directory.
+    pub file: String,
+    pub sha256: String,
+    /// One more than the largest id.
+    pub vocab_size: u32,
+    pub eos_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_id: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OutputFile {
+    pub file: String,
+    pub size_bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InputFile {
+    pub source: String,
+    /// As matched by the recipe's glob, relative to the recipe's folder when below it.
+    pub path: String,
+    pub size_bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SourceStats {
+    pub name: String,
+    pub weight: f64,
+    /// `weight / Σ weights`
+    pub target_fraction: f64,
+    /// Share of the stream's documents that came from this source.
+    pub realized_fraction: f64,
+    /// Documents of this source in the stream.
+    pub documents: u64,
+    /// Tokens of those documents, BOS/EOS included.
+    pub tokens: u64,
+    pub rows_read: u64,
+    pub rows_filtered: u64,
+    pub rows_empty: u64,
+    /// Times the source reached its end (more than 1 only under `all_exhausted`).
+    pub passes_completed: u32,
+}

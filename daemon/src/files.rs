@@ -1,0 +1,50 @@
+//! File helpers shared by the drivers: streaming sha256, and a writer that hashes and counts what
+//! it writes.
+
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+/// Size and sha256 (hex) of a file, read in 1 MiB pieces.
+pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+/// A buffered file writer that keeps the sha256 and the byte count of everything written.
+pub struct HashingWriter {
+    inner: BufWriter<File>,
+    hasher: Sha256,
+    written: u64,
+}
+
+impl HashingWriter {
+    pub fn create(path: &Path) -> io::Result<Self> {
+        Ok(Self { inner: BufWriter::with_capacity(1 << 20, File::create(path)?), hasher: Sha256::new(), written: 0 })
+    }
+
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.hasher.update(bytes);
+        self.written += bytes.len() as u64;
+        self.inner.write_all(bytes)
+    }
+
+    /// Flush, fsync and return (size, sha256 hex).
+    pub fn finish(self) -> io::Result<(u64, String)> {
+        let file = self.inner.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok((self.written, hex::encode(self.hasher.finalize())))
+    }
+}

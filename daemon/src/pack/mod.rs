@@ -1,0 +1,229 @@
+//! `dsprep pack`: runs the pipeline over a recipe and writes a packed directory (format v1, see
+//! FORMAT.md). Parse → validate → list shards → run → write manifest → rename.
+
+mod output;
+pub mod pipeline;
+mod summary;
+
+pub use summary::print_summary;
+
+use crate::files::sha256_file;
+use crate::sources::{LocalSource, list_shards};
+use anyhow::{Context, anyhow};
+use dsprep_client::format::{self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo};
+use dsprep_mixers::doc::DocPos;
+use dsprep_mixers::mixer::MixInput;
+use dsprep_mixers::recipe::Recipe;
+use dsprep_mixers::{Mixer, Packer, Shuffler, TokenizeStage};
+use indicatif::{ProgressBar, ProgressStyle};
+use output::PackWriter;
+use pipeline::PipelineConfig;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Default target size of one token shard.
+pub const DEFAULT_SHARD_BYTES: u64 = 256 << 20;
+
+pub struct PackOptions {
+    pub recipe: PathBuf,
+    pub out: PathBuf,
+    /// Tokenizer threads.
+    pub threads: usize,
+    /// Target size of one token shard (rounded down to whole windows, at least one).
+    pub shard_bytes: u64,
+    pub force: bool,
+    pub progress: bool,
+}
+
+pub struct PackReport {
+    pub manifest: Manifest,
+    pub out: PathBuf,
+    pub wall: Duration,
+    pub time_to_first_window: Option<Duration>,
+    pub threads: usize,
+}
+
+/// A recipe loaded and checked, with everything resolved that needs IO.
+pub struct LoadedRecipe {
+    pub recipe: Recipe,
+    /// The recipe file's folder: relative paths in it are resolved from here.
+    pub base: PathBuf,
+    pub tokenizer_json: Vec<u8>,
+    pub stage: TokenizeStage,
+}
+
+pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read recipe {}", path.display()))?;
+    let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tokenizer_path = base.join(&recipe.tokenizer.path);
+    let tokenizer_json = std::fs::read(&tokenizer_path)
+        .with_context(|| format!("recipe {}: tokenizer.path: cannot read {}", path.display(), tokenizer_path.display()))?;
+    let stage = TokenizeStage::from_json_bytes(&tokenizer_json, &recipe.tokenizer, &tokenizer_path.display().to_string())
+        .with_context(|| format!("recipe {}", path.display()))?;
+    Ok(LoadedRecipe { recipe, base, tokenizer_json, stage })
+}
+
+/// The mixer over the recipe's local sources (0-weight sources are not listed or read).
+pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> {
+    let recipe = &loaded.recipe;
+    let mut inputs = Vec::with_capacity(recipe.sources.len());
+    for (i, spec) in recipe.sources.iter().enumerate() {
+        let shards = if spec.weight > 0.0 { list_shards(recipe, spec, &loaded.base)? } else { Vec::new() };
+        let source = LocalSource::new(i as u16, spec.clone(), shards);
+        inputs.push(MixInput { name: spec.name.clone(), weight: spec.weight, source });
+    }
+    Ok(Mixer::new(inputs, recipe.mix.stopping, recipe.shuffle.seed))
+}
+
+pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
+    let started = Instant::now();
+    let loaded = load_recipe(&options.recipe)?;
+    let recipe = &loaded.recipe;
+    let stage = &loaded.stage;
+    let mixer = build_mixer(&loaded)?;
+    let shard_lists: Vec<(String, Vec<PathBuf>)> =
+        mixer.inputs().iter().map(|i| (i.name.clone(), i.source.shards().to_vec())).collect();
+    // Input checksums are computed beside the pipeline: same bytes, no extra wall time.
+    let hashing = std::thread::Builder::new()
+        .name("dsprep-hash-inputs".into())
+        .spawn({
+            let lists = shard_lists.clone();
+            let base = loaded.base.clone();
+            move || hash_inputs(&lists, &base)
+        })
+        .context("cannot start the input-hashing thread")?;
+
+    let dtype = Dtype::for_vocab(stage.vocab_size());
+    let window_tokens = recipe.packing.window_tokens();
+    let window_bytes = (window_tokens * dtype.size_bytes()) as u64;
+    let mut writer = PackWriter::create(&options.out, options.force, dtype, (options.shard_bytes / window_bytes).max(1))?;
+    writer.add_tokenizer(&loaded.tokenizer_json)?;
+    let progress = progress_bar(options.progress);
+    let mut packer = Packer::new(window_tokens);
+    let mut windows = Vec::new();
+    let mut docs_per_source = vec![0u64; recipe.sources.len()];
+    let mut tokens_per_source = vec![0u64; recipe.sources.len()];
+    let mut first_window = None;
+    let (mut num_docs, mut num_tokens) = (0u64, 0u64);
+    let locate = |pos: &DocPos| {
+        let (name, shards) = &shard_lists[pos.source as usize];
+        let shard = shards.get(pos.shard as usize).map(|p| p.display().to_string()).unwrap_or_default();
+        format!("source {name:?} shard {shard} row {}", pos.row)
+    };
+    let config = PipelineConfig { threads: options.threads };
+    let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
+    let run = pipeline::run(mixer, shuffler, stage, &config, &locate, |chunk| {
+        let mut at = 0usize;
+        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
+            let len = len as usize;
+            packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
+            at += len;
+            docs_per_source[source as usize] += 1;
+            tokens_per_source[source as usize] += len as u64;
+        }
+        num_docs += chunk.doc_lens.len() as u64;
+        num_tokens += chunk.tokens.len() as u64;
+        for window in windows.drain(..) {
+            writer.write_window(&window)?;
+        }
+        if first_window.is_none() && writer.num_windows() > 0 {
+            first_window = Some(started.elapsed());
+        }
+        let rate = num_tokens as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        progress.set_message(format!(
+            "{num_docs} docs · {num_tokens} tokens · {:.0}k tokens/s · {} windows",
+            rate / 1e3,
+            writer.num_windows()
+        ));
+        Ok(())
+    });
+    let counters = match run {
+        Ok(counters) => counters,
+        Err(e) => {
+            progress.finish_and_clear();
+            writer.abandon();
+            return Err(e);
+        }
+    };
+    progress.finish_and_clear();
+    let inputs = match hashing.join().map_err(|_| anyhow!("the input-hashing thread panicked")).and_then(|r| r) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            writer.abandon();
+            return Err(e);
+        }
+    };
+
+    let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
+    let sources = recipe
+        .sources
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| SourceStats {
+            name: spec.name.clone(),
+            weight: spec.weight,
+            target_fraction: spec.weight / total_weight,
+            realized_fraction: if num_docs == 0 { 0.0 } else { docs_per_source[i] as f64 / num_docs as f64 },
+            documents: docs_per_source[i],
+            tokens: tokens_per_source[i],
+            rows_read: counters[i].rows_read,
+            rows_filtered: counters[i].rows_filtered,
+            rows_empty: counters[i].rows_empty,
+            passes_completed: counters[i].passes_completed,
+        })
+        .collect();
+    let placeholder = OutputFile { file: String::new(), size_bytes: 0, sha256: String::new() };
+    let manifest = Manifest {
+        format: format::FORMAT_NAME.into(),
+        format_version: format::FORMAT_VERSION,
+        created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
+        recipe_hash: recipe.hash(),
+        recipe: serde_json::from_str(&recipe.canonical_json()).context("cannot encode the recipe")?,
+        tokenizer: TokenizerInfo {
+            file: format::TOKENIZER_FILE.into(),
+            sha256: stage.sha256().to_string(),
+            vocab_size: stage.vocab_size(),
+            eos_id: stage.eos_id(),
+            bos_id: stage.bos_id(),
+        },
+        dtype,
+        seq_len: recipe.packing.seq_len,
+        window_tokens: window_tokens as u32,
+        num_windows: 0,
+        dropped_tail_tokens: packer.leftover().len() as u64,
+        windows_per_shard: 0,
+        shards: Vec::new(),
+        doc_starts: placeholder.clone(),
+        doc_starts_offsets: placeholder,
+        num_doc_starts: 0,
+        inputs,
+        sources,
+    };
+    let manifest = writer.finish(manifest)?;
+    Ok(PackReport { manifest, out: options.out.clone(), wall: started.elapsed(), time_to_first_window: first_window, threads: options.threads })
+}
+
+fn hash_inputs(lists: &[(String, Vec<PathBuf>)], base: &Path) -> anyhow::Result<Vec<InputFile>> {
+    let mut inputs = Vec::new();
+    for (source, shards) in lists {
+        let mut sorted = shards.clone();
+        sorted.sort();
+        for path in sorted {
+            let (size_bytes, sha256) = sha256_file(&path).with_context(|| format!("cannot read input {}", path.display()))?;
+            let shown = path.strip_prefix(base).unwrap_or(&path).display().to_string();
+            inputs.push(InputFile { source: source.clone(), path: shown, size_bytes, sha256 });
+        }
+    }
+    Ok(inputs)
+}
+
+fn progress_bar(enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}

@@ -1,0 +1,188 @@
+//! The threaded driver of the pipeline core, shared by `dsprep pack` (and later the daemon).
+//!
+//! ```text
+//! reader thread ── DocChunk ──▶ N tokenizer threads ── TokenizedChunk ──▶ caller's thread
+//!   Mixer → Shuffler           TokenizeStage::encode_doc        reorder by seq → sink
+//! ```
+//! - Chunks carry a sequence number; the caller's thread puts them back in order, so the output
+//!   never depends on thread timing or count.
+//! - Bounded: at most `max_in_flight` chunks exist between the reader and the sink (a permit is
+//!   taken before a chunk is made and returned once the sink has consumed it in order), so the
+//!   reorder buffer and both channels stay bounded even when one thread is slow on a huge document.
+//! - Errors stop everything: a failing sink or tokenizer drops its channel ends, every other
+//!   thread sees a closed channel and returns; a reader error is reported after the join.
+
+use anyhow::{Context, anyhow};
+use crossbeam_channel::{Receiver, Sender, bounded};
+use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
+use dsprep_mixers::{Mixer, Shuffler, TokenizeStage};
+use std::collections::BTreeMap;
+
+/// Documents per chunk at most.
+const CHUNK_DOCS: usize = 128;
+/// Text bytes per chunk at most (a chunk closes once it passes this).
+const CHUNK_TEXT_BYTES: usize = 256 * 1024;
+
+pub struct PipelineConfig {
+    /// Tokenizer threads.
+    pub threads: usize,
+}
+
+impl PipelineConfig {
+    fn max_in_flight(&self) -> usize {
+        4 * self.threads + 2
+    }
+}
+
+struct DocChunk {
+    seq: u64,
+    docs: Vec<Doc>,
+}
+
+/// A chunk of documents in stream order, tokenized.
+pub struct TokenizedChunk {
+    pub seq: u64,
+    /// Per document: its source index and its number of tokens (BOS/EOS included).
+    pub doc_sources: Vec<u16>,
+    pub doc_lens: Vec<u32>,
+    /// All documents' tokens, concatenated.
+    pub tokens: Vec<u32>,
+}
+
+type WorkerResult = anyhow::Result<TokenizedChunk>;
+
+/// Run the pipeline to the end of the stream, handing tokenized chunks to `sink` in order.
+/// Returns each source's counters.
+pub fn run<S: DocSource>(
+    mixer: Mixer<S>,
+    shuffler: Shuffler<Doc>,
+    stage: &TokenizeStage,
+    config: &PipelineConfig,
+    locate: &(dyn Fn(&DocPos) -> String + Sync),
+    sink: impl FnMut(TokenizedChunk) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<SourceCounters>> {
+    let threads = config.threads.max(1);
+    let capacity = config.max_in_flight();
+    let (doc_tx, doc_rx) = bounded::<DocChunk>(capacity);
+    let (tok_tx, tok_rx) = bounded::<WorkerResult>(capacity);
+    let (permit_tx, permit_rx) = bounded::<()>(capacity);
+    for _ in 0..capacity {
+        permit_tx.send(()).expect("the permit channel has room for every permit");
+    }
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("dsprep-reader".into())
+            .spawn_scoped(scope, move || read_mix_shuffle(mixer, shuffler, doc_tx, permit_rx))
+            .context("cannot start the reader thread")?;
+        for k in 0..threads {
+            let (doc_rx, tok_tx) = (doc_rx.clone(), tok_tx.clone());
+            std::thread::Builder::new()
+                .name(format!("dsprep-tokenize-{k}"))
+                .spawn_scoped(scope, move || tokenize_chunks(stage, locate, doc_rx, tok_tx))
+                .context("cannot start a tokenizer thread")?;
+        }
+        drop((doc_rx, tok_tx));
+        let sunk = reorder_into(sink, tok_rx, permit_tx);
+        let read = reader.join().map_err(|_| anyhow!("the reader thread panicked"))?;
+        // A reader error explains a short stream: report it before anything the sink saw.
+        let counters = read?;
+        sunk?;
+        Ok(counters)
+    })
+}
+
+fn read_mix_shuffle<S: DocSource>(
+    mut mixer: Mixer<S>,
+    mut shuffler: Shuffler<Doc>,
+    doc_tx: Sender<DocChunk>,
+    permits: Receiver<()>,
+) -> anyhow::Result<Vec<SourceCounters>> {
+    let mut chunker = Chunker { seq: 0, docs: Vec::with_capacity(CHUNK_DOCS), text_bytes: 0, doc_tx, permits };
+    while let Some(doc) = mixer.next_doc()? {
+        if let Some(out) = shuffler.push(doc)
+            && !chunker.push(out)
+        {
+            return Ok(counters(&mixer));
+        }
+    }
+    for doc in shuffler.flush() {
+        if !chunker.push(doc) {
+            return Ok(counters(&mixer));
+        }
+    }
+    chunker.send();
+    Ok(counters(&mixer))
+}
+
+/// Groups documents into chunks and sends each once it is full.
+struct Chunker {
+    seq: u64,
+    docs: Vec<Doc>,
+    text_bytes: usize,
+    doc_tx: Sender<DocChunk>,
+    permits: Receiver<()>,
+}
+
+impl Chunker {
+    /// Returns false once the downstream has gone (it failed, and reports why).
+    fn push(&mut self, doc: Doc) -> bool {
+        self.text_bytes += doc.text.len();
+        self.docs.push(doc);
+        if self.docs.len() >= CHUNK_DOCS || self.text_bytes >= CHUNK_TEXT_BYTES { self.send() } else { true }
+    }
+
+    fn send(&mut self) -> bool {
+        if self.docs.is_empty() {
+            return true;
+        }
+        self.text_bytes = 0;
+        let docs = std::mem::replace(&mut self.docs, Vec::with_capacity(CHUNK_DOCS));
+        let sent = self.permits.recv().is_ok() && self.doc_tx.send(DocChunk { seq: self.seq, docs }).is_ok();
+        self.seq += 1;
+        sent
+    }
+}
+
+fn counters<S: DocSource>(mixer: &Mixer<S>) -> Vec<SourceCounters> {
+    mixer.inputs().iter().map(|i| i.source.counters()).collect()
+}
+
+fn tokenize_chunks(stage: &TokenizeStage, locate: &(dyn Fn(&DocPos) -> String + Sync), doc_rx: Receiver<DocChunk>, tok_tx: Sender<WorkerResult>) {
+    for DocChunk { seq, docs } in doc_rx {
+        let mut out = TokenizedChunk { seq, doc_sources: Vec::with_capacity(docs.len()), doc_lens: Vec::with_capacity(docs.len()), tokens: Vec::new() };
+        let mut result = Ok(());
+        for doc in &docs {
+            let before = out.tokens.len();
+            if let Err(e) = stage.encode_doc(&doc.text, &mut out.tokens) {
+                result = Err(anyhow!(e).context(locate(&doc.pos)));
+                break;
+            }
+            out.doc_sources.push(doc.pos.source);
+            out.doc_lens.push((out.tokens.len() - before) as u32);
+        }
+        let failed = result.is_err();
+        if tok_tx.send(result.map(|()| out)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+fn reorder_into(
+    mut sink: impl FnMut(TokenizedChunk) -> anyhow::Result<()>,
+    tok_rx: Receiver<WorkerResult>,
+    permit_tx: Sender<()>,
+) -> anyhow::Result<()> {
+    let mut waiting = BTreeMap::new();
+    let mut next = 0u64;
+    for result in tok_rx {
+        let chunk = result?;
+        waiting.insert(chunk.seq, chunk);
+        while let Some(chunk) = waiting.remove(&next) {
+            sink(chunk)?;
+            next += 1;
+            let _ = permit_tx.send(());
+        }
+    }
+    anyhow::ensure!(waiting.is_empty(), "internal error: chunks {:?} arrived without their predecessors", waiting.keys().collect::<Vec<_>>());
+    Ok(())
+}

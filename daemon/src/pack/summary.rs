@@ -1,0 +1,33 @@
+//! The end-of-pack summary: documents and tokens per source, realized vs target mix, windows.
+
+use super::PackReport;
+
+pub fn print_summary(report: &PackReport) {
+    let m = &report.manifest;
+    let tokens_written = m.num_windows * u64::from(m.window_tokens);
+    let secs = report.wall.as_secs_f64().max(1e-9);
+    let all_tokens: u64 = m.sources.iter().map(|s| s.tokens).sum();
+    println!(
+        "packed {} windows of {} tokens ({} tokens, {}) into {} in {:.2} s — {:.0} tokens/s with {} tokenizer thread(s)",
+        m.num_windows,
+        m.window_tokens,
+        tokens_written,
+        format!("{:?}", m.dtype).to_lowercase(),
+        report.out.display(),
+        secs,
+        all_tokens as f64 / secs,
+        report.threads,
+    );
+    if let Some(first) = report.time_to_first_window {
+        println!("first window after {:.2} s", first.as_secs_f64());
+    }
+    println!("{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>9} {:>9}", "source", "documents", "rows read", "filtered", "empty", "tokens", "mix", "target");
+    for s in &m.sources {
+        println!(
+            "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>8.2}% {:>8.2}%",
+            s.name, s.documents, s.rows_read, s.rows_filtered, s.rows_empty, s.tokens, 100.0 * s.realized_fraction, 100.0 * s.target_fraction
+        );
+    }
+    println!("dropped tail: {} tokens (less than one window)", m.dropped_tail_tokens);
+    println!("recipe {}  tokenizer sha256 {}", m.recipe_hash, m.tokenizer.sha256);
+}

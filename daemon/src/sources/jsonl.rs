@@ -1,0 +1,122 @@
+//! JSON-lines shards (plain or gzip, e.g. C4's `.json.gz`), streamed line by line: a gzip shard is
+//! never decompressed whole, and a line is held only while its document is taken out.
+
+use super::{RowText, ShardError, ShardReader};
+use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
+use flate2::read::MultiGzDecoder;
+use serde_json::{Map, Value};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+pub(crate) struct JsonlShard {
+    path: PathBuf,
+    lines: Box<dyn BufRead + Send>,
+    text: TextField,
+    filter: Option<RowFilter>,
+    buf: Vec<u8>,
+    /// 0-based index of the next line.
+    row: u64,
+}
+
+impl JsonlShard {
+    pub(crate) fn open(path: &Path, spec: &SourceSpec, gzip: bool) -> Result<Self, ShardError> {
+        let fail = |message: String| ShardError::new(path, None, message);
+        let mut file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        let lines: Box<dyn BufRead + Send> = if gzip {
+            let mut magic = [0u8; 2];
+            if file.read_exact(&mut magic).is_err() || magic != [0x1f, 0x8b] {
+                return Err(fail("not a gzip file (it does not start with the gzip magic bytes 1f 8b)".into()));
+            }
+            let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+            Box::new(BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::with_capacity(1 << 16, file))))
+        } else {
+            Box::new(BufReader::with_capacity(1 << 16, file))
+        };
+        Ok(Self { path: path.to_path_buf(), lines, text: spec.text.clone(), filter: spec.filter.clone(), buf: Vec::new(), row: 0 })
+    }
+
+    fn at_line(&self, message: impl Into<String>) -> ShardError {
+        ShardError::new(&self.path, Some(format!("line {}", self.row + 1)), message)
+    }
+
+    fn row_text(&self, object: &Map<String, Value>) -> Result<RowText, ShardError> {
+        if let Some(filter) = &self.filter {
+            let value = match object.get(&filter.column) {
+                None => return Err(self.at_line(format!("has no field `{}` (needed by the filter `{filter}`)", filter.column))),
+                Some(Value::Null) => None,
+                Some(Value::Number(n)) => n.as_f64(),
+                Some(other) => return Err(self.at_line(format!("field `{}` is {}, the filter `{filter}` needs a number", filter.column, kind(other)))),
+            };
+            if !filter.keeps(value) {
+                return Ok(RowText::Filtered);
+            }
+        }
+        let text = match &self.text {
+            TextField::Column(name) => match object.get(name) {
+                None => return Err(self.at_line(format!("has no field `{name}`"))),
+                Some(Value::Null) => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => return Err(self.at_line(format!("field `{name}` is {}, expected a string", kind(other)))),
+            },
+            TextField::Join(join) => {
+                let items = match object.get(&join.list) {
+                    None => return Err(self.at_line(format!("has no field `{}`", join.list))),
+                    Some(Value::Null) => return Ok(RowText::Empty),
+                    Some(Value::Array(items)) => items,
+                    Some(other) => return Err(self.at_line(format!("field `{}` is {}, expected a list", join.list, kind(other)))),
+                };
+                let mut parts = Vec::with_capacity(items.len());
+                for (k, item) in items.iter().enumerate() {
+                    match item.get(&join.field) {
+                        Some(Value::String(s)) if !s.is_empty() => parts.push(s.as_str()),
+                        Some(Value::String(_)) | Some(Value::Null) => {}
+                        other => {
+                            let what = other.map(kind).unwrap_or("missing");
+                            return Err(self.at_line(format!("`{}[{k}].{}` is {what}, expected a string", join.list, join.field)));
+                        }
+                    }
+                }
+                parts.join(&join.separator)
+            }
+        };
+        Ok(if text.is_empty() { RowText::Empty } else { RowText::Text(text) })
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+impl ShardReader for JsonlShard {
+    fn next_row(&mut self) -> Result<Option<(u64, RowText)>, ShardError> {
+        self.buf.clear();
+        let read = self.lines.read_until(b'\n', &mut self.buf).map_err(|e| self.at_line(format!("cannot read (corrupt or truncated file?): {e}")))?;
+        if read == 0 {
+            return Ok(None);
+        }
+        let mut line = self.buf.as_slice();
+        while let Some((b'\n' | b'\r', rest)) = line.split_last() {
+            line = rest;
+        }
+        let line = std::str::from_utf8(line).map_err(|e| self.at_line(format!("is not valid UTF-8 (byte {} of the line)", e.valid_up_to())))?;
+        if line.trim().is_empty() {
+            return Err(self.at_line("is empty, expected a JSON object"));
+        }
+        let value: Value = serde_json::from_str(line).map_err(|e| self.at_line(format!("is not valid JSON: {e}")))?;
+        let Value::Object(object) = value else {
+            return Err(self.at_line(format!("is {}, expected a JSON object", kind(&value))));
+        };
+        let outcome = self.row_text(&object)?;
+        let row = self.row;
+        self.row += 1;
+        Ok(Some((row, outcome)))
+    }
+}

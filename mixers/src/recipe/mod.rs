@@ -1,0 +1,241 @@
+//! The recipe: the one document that decides the bytes of the token stream (sources, weights,
+//! tokenizer, `seq_len`, seed). Parsed strictly — every unknown key and every invalid value is
+//! reported at once, each with its field path — and identified by a hash of its canonical form
+//! that goes into every manifest and checkpoint.
+//!
+//! Speed settings (threads, queue sizes, shard size) are not part of the recipe: they never change
+//! the bytes.
+
+mod filter;
+mod validate;
+
+pub use filter::{CompareOp, RowFilter};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The recipe format version this build reads and writes.
+pub const RECIPE_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Recipe {
+    /// Recipe format version; must be [`RECIPE_VERSION`].
+    pub version: u32,
+    pub tokenizer: TokenizerSpec,
+    pub packing: PackingSpec,
+    #[serde(default)]
+    pub shuffle: ShuffleSpec,
+    #[serde(default)]
+    pub mix: MixSpec,
+    /// `[[source]]` tables, in the order written; the order is part of the stream.
+    #[serde(rename = "source", default)]
+    pub sources: Vec<SourceSpec>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TokenizerSpec {
+    /// A Hugging Face `tokenizer.json`, relative to the recipe file's folder.
+    pub path: String,
+    /// Appended to every document (token string or id). Required: it is what separates
+    /// documents once they are packed.
+    pub eos: TokenRef,
+    /// Prepended to every document when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos: Option<TokenRef>,
+}
+
+/// A special token named by its string (`"<|endoftext|>"`) or its id (`50256`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum TokenRef {
+    Id(u32),
+    Text(String),
+}
+
+impl std::fmt::Display for TokenRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenRef::Id(id) => write!(f, "id {id}"),
+            TokenRef::Text(text) => write!(f, "{text:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PackingSpec {
+    /// Tokens per training sequence; windows hold `seq_len + 1` tokens (inputs and labels
+    /// overlap by one).
+    pub seq_len: u32,
+}
+
+impl PackingSpec {
+    pub fn window_tokens(&self) -> usize {
+        self.seq_len as usize + 1
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShuffleSpec {
+    #[serde(default)]
+    pub seed: u64,
+    /// Documents held by the global shuffle buffer; 0 turns it off.
+    #[serde(default = "default_buffer_size")]
+    pub buffer_size: usize,
+    /// Shuffle each source's shard (file) order with the seed.
+    #[serde(default = "default_true")]
+    pub shuffle_shards: bool,
+}
+
+impl Default for ShuffleSpec {
+    fn default() -> Self {
+        Self { seed: 0, buffer_size: default_buffer_size(), shuffle_shards: true }
+    }
+}
+
+fn default_buffer_size() -> usize {
+    10_000
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct MixSpec {
+    #[serde(default)]
+    pub stopping: Stopping,
+}
+
+/// When the mixed stream ends; the semantics of HF `interleave_datasets(stopping_strategy=…)`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stopping {
+    /// End right after the last document of the first source to run out.
+    #[default]
+    FirstExhausted,
+    /// A source that runs out starts again from its first document; end right after every
+    /// source has emitted its last document at least once.
+    AllExhausted,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SourceSpec {
+    pub name: String,
+    /// Relative probability of drawing the next document from this source (documents, not
+    /// tokens). 0 drops the source.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// Glob patterns, relative to the recipe file's folder.
+    pub files: Vec<String>,
+    pub format: Format,
+    /// Where the document text is in a row.
+    #[serde(default)]
+    pub text: TextField,
+    /// Keep only rows where a numeric column passes, e.g. `"int_score >= 3"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<RowFilter>,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Format {
+    #[serde(rename = "parquet")]
+    Parquet,
+    #[serde(rename = "jsonl")]
+    Jsonl,
+    #[serde(rename = "jsonl.gz")]
+    JsonlGz,
+}
+
+/// How to get a document's text out of a row.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum TextField {
+    /// A string column (`text` for FineWeb-Edu, C4, Zyda-2, FineMath; `content` for per-file code).
+    Column(String),
+    /// A list-of-structs column whose items' `field` strings are joined with `separator`: a
+    /// repository-level row of The Stack v2 (`files[].content`) becomes one document.
+    Join(JoinField),
+}
+
+/// `text = { list = "files", field = "content", separator = "\n\n" }`
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct JoinField {
+    pub list: String,
+    pub field: String,
+    #[serde(default = "default_separator")]
+    pub separator: String,
+}
+
+impl Default for TextField {
+    fn default() -> Self {
+        TextField::Column("text".to_string())
+    }
+}
+
+fn default_separator() -> String {
+    "\n\n".to_string()
+}
+
+/// Everything wrong with a recipe, each with its field path.
+#[derive(Debug, thiserror::Error)]
+pub enum RecipeError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{}", format_field_errors(.0))]
+    Invalid(Vec<FieldError>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// e.g. `source[2].weight`
+    pub path: String,
+    pub message: String,
+}
+
+fn format_field_errors(errors: &[FieldError]) -> String {
+    let lines: Vec<String> = errors.iter().map(|e| format!("  {}: {}", e.path, e.message)).collect();
+    format!("{} problem(s) in the recipe:\n{}", errors.len(), lines.join("\n"))
+}
+
+impl Recipe {
+    /// Parse and validate TOML text. Reports unknown keys and invalid values together.
+    pub fn parse(text: &str) -> Result<Recipe, RecipeError> {
+        let mut unknown = Vec::new();
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| RecipeError::Syntax(e.to_string()))?;
+        let recipe: Recipe = serde_ignored::deserialize(deserializer, |path| unknown.push(path.to_string()))
+            .map_err(|e: toml::de::Error| RecipeError::Syntax(e.to_string()))?;
+        let mut errors: Vec<FieldError> = unknown
+            .into_iter()
+            .map(|path| FieldError { path: validate::index_path(&path), message: "unknown key".to_string() })
+            .collect();
+        errors.extend(validate::validate(&recipe));
+        if errors.is_empty() { Ok(recipe) } else { Err(RecipeError::Invalid(errors)) }
+    }
+
+    /// The canonical form: JSON of the parsed recipe with every default filled in, so two
+    /// recipes that mean the same stream have the same form whatever their spelling.
+    pub fn canonical_json(&self) -> String {
+        serde_json::to_string(self).expect("a recipe always serializes")
+    }
+
+    /// sha256 of the canonical form, hex: the identity of the token stream.
+    pub fn hash(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(b"dsprep-recipe\n");
+        hasher.update(self.canonical_json().as_bytes());
+        hex::encode(hasher.finalize())
+    }
+
+    /// Sources that take part in the mix (weight > 0), with their index in `sources`.
+    pub fn active_sources(&self) -> impl Iterator<Item = (usize, &SourceSpec)> {
+        self.sources.iter().enumerate().filter(|(_, s)| s.weight > 0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

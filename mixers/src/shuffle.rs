@@ -1,0 +1,100 @@
+//! The global shuffle buffer, with the semantics of HF `IterableDataset.shuffle(buffer_size=…)`:
+//! the first `buffer_size` documents fill the buffer; after that each incoming document takes the
+//! place of a uniformly drawn resident, which is emitted; at the end the residents are shuffled
+//! and emitted. `buffer_size = 0` passes documents through unchanged.
+//!
+//! Memory: at most `buffer_size` documents (their text) are held.
+
+use crate::rng::StageRng;
+
+pub struct Shuffler<T> {
+    capacity: usize,
+    buffer: Vec<T>,
+    rng: StageRng,
+}
+
+impl<T> Shuffler<T> {
+    pub fn new(capacity: usize, seed: u64) -> Self {
+        Self { capacity, buffer: Vec::with_capacity(capacity.min(1 << 20)), rng: StageRng::new(seed, "shuffle") }
+    }
+
+    /// Take one item; return the item it displaces, if the buffer was full.
+    pub fn push(&mut self, item: T) -> Option<T> {
+        if self.capacity == 0 {
+            return Some(item);
+        }
+        if self.buffer.len() < self.capacity {
+            self.buffer.push(item);
+            return None;
+        }
+        let slot = self.rng.below(self.capacity as u64) as usize;
+        Some(std::mem::replace(&mut self.buffer[slot], item))
+    }
+
+    /// The end of the input: the residents, in shuffled order.
+    pub fn flush(&mut self) -> Vec<T> {
+        let mut rest = std::mem::take(&mut self.buffer);
+        self.rng.shuffle(&mut rest);
+        rest
+    }
+
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn run(items: &[u32], capacity: usize, seed: u64) -> Vec<u32> {
+        let mut s = Shuffler::new(capacity, seed);
+        let mut out: Vec<u32> = items.iter().filter_map(|&i| s.push(i)).collect();
+        out.extend(s.flush());
+        out
+    }
+
+    #[test]
+    fn zero_capacity_is_the_identity() {
+        assert_eq!(run(&[3, 1, 2], 0, 9), vec![3, 1, 2]);
+    }
+
+    #[test]
+    fn it_shuffles() {
+        let items: Vec<u32> = (0..1000).collect();
+        let out = run(&items, 100, 1);
+        assert_ne!(out, items);
+        assert_ne!(out, run(&items, 100, 2), "the seed matters");
+        assert_eq!(out, run(&items, 100, 1), "and decides");
+    }
+
+    #[test]
+    fn emits_nothing_until_full() {
+        let mut s = Shuffler::new(3, 0);
+        assert_eq!(s.push(1), None);
+        assert_eq!(s.push(2), None);
+        assert_eq!(s.push(3), None);
+        assert!(s.push(4).is_some());
+        assert_eq!(s.len(), 3);
+    }
+
+    proptest! {
+        #[test]
+        fn is_a_permutation(items in proptest::collection::vec(any::<u32>(), 0..300), capacity in 0usize..64, seed in any::<u64>()) {
+            let mut out = run(&items, capacity, seed);
+            let mut want = items.clone();
+            out.sort_unstable();
+            want.sort_unstable();
+            prop_assert_eq!(out, want);
+        }
+    }
+}
