@@ -10,7 +10,14 @@ use dsprep_mixers::{Packer, Shuffler};
 use support::*;
 
 fn pack_quickstart(out: &std::path::Path, threads: usize, shard_bytes: u64) -> pack::PackReport {
-    let options = PackOptions { recipe: quickstart(), out: out.to_path_buf(), threads, shard_bytes, force: false, progress: false };
+    let options = PackOptions {
+        recipe: quickstart(),
+        out: out.to_path_buf(),
+        threads,
+        shard_bytes,
+        force: false,
+        progress: false,
+    };
     pack::pack(&options).expect("the quickstart packs")
 }
 
@@ -23,7 +30,16 @@ fn output_is_byte_identical_whatever_the_thread_count_and_run() {
             let out = tmp.path().join(name);
             let out_str = out.to_str().unwrap().to_string();
             let threads = threads.to_string();
-            dsprep_ok(&["pack", "--recipe", quickstart().to_str().unwrap(), "--out", &out_str, "--threads", &threads, "--quiet"]);
+            dsprep_ok(&[
+                "pack",
+                "--recipe",
+                quickstart().to_str().unwrap(),
+                "--out",
+                &out_str,
+                "--threads",
+                &threads,
+                "--quiet",
+            ]);
             dir_bytes(&out)
         })
         .collect();
@@ -40,7 +56,10 @@ fn threaded_pack_equals_a_sequential_run_of_the_core() {
     // The same core, driven one document at a time on this thread.
     let loaded = load_recipe(&quickstart()).unwrap();
     let mut mixer = build_mixer(&loaded).unwrap();
-    let mut shuffler = Shuffler::new(loaded.recipe.shuffle.buffer_size, loaded.recipe.shuffle.seed);
+    let mut shuffler = Shuffler::new(
+        loaded.recipe.shuffle.buffer_size,
+        loaded.recipe.shuffle.seed,
+    );
     let mut packer = Packer::new(loaded.recipe.packing.window_tokens());
     let mut docs = Vec::new();
     while let Some(doc) = mixer.next_doc().unwrap() {
@@ -61,7 +80,10 @@ fn threaded_pack_equals_a_sequential_run_of_the_core() {
         assert_eq!(got.tokens.to_vec(), want.tokens, "window {i}");
         assert_eq!(got.doc_starts, want.doc_starts.as_slice(), "window {i}");
     }
-    assert_eq!(report.manifest.dropped_tail_tokens, packer.leftover().len() as u64);
+    assert_eq!(
+        report.manifest.dropped_tail_tokens,
+        packer.leftover().len() as u64
+    );
     let docs_in_manifest: u64 = report.manifest.sources.iter().map(|s| s.documents).sum();
     assert_eq!(docs_in_manifest, docs.len() as u64);
 }
@@ -73,12 +95,22 @@ fn shard_size_changes_the_files_not_the_stream() {
     let window_bytes = 513 * 2;
     let many = pack_quickstart(&tmp.path().join("many"), 2, 100 * window_bytes);
     assert_eq!(one.manifest.shards.len(), 1);
-    assert_eq!(many.manifest.shards.len() as u64, one.manifest.num_windows.div_ceil(100));
+    assert_eq!(
+        many.manifest.shards.len() as u64,
+        one.manifest.num_windows.div_ceil(100)
+    );
     let concat = |dir: &std::path::Path| -> Vec<u8> {
-        dir_bytes(dir).into_iter().filter(|(n, _)| n.starts_with("tokens-")).flat_map(|(_, b)| b).collect()
+        dir_bytes(dir)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("tokens-"))
+            .flat_map(|(_, b)| b)
+            .collect()
     };
     assert_eq!(concat(&one.out), concat(&many.out));
-    assert_eq!(std::fs::read(one.out.join("doc_starts.u32")).unwrap(), std::fs::read(many.out.join("doc_starts.u32")).unwrap());
+    assert_eq!(
+        std::fs::read(one.out.join("doc_starts.u32")).unwrap(),
+        std::fs::read(many.out.join("doc_starts.u32")).unwrap()
+    );
 }
 
 #[test]
@@ -92,25 +124,47 @@ fn manifest_accounts_for_every_token_and_document() {
     assert_eq!(m.tokenizer.vocab_size, 50257);
     assert_eq!(m.tokenizer.eos_id, 50256);
     assert_eq!(m.format_version, 1);
-    assert_eq!(m.recipe_hash, load_recipe(&quickstart()).unwrap().recipe.hash());
+    assert_eq!(
+        m.recipe_hash,
+        load_recipe(&quickstart()).unwrap().recipe.hash()
+    );
     let finemath = m.sources.iter().find(|s| s.name == "finemath").unwrap();
     // The sample's finemath files hold 16 rows with int_score 2 out of 80 per pass.
     assert_eq!(finemath.rows_filtered * 80, finemath.rows_read * 16);
     let fineweb = m.sources.iter().find(|s| s.name == "fineweb-edu").unwrap();
     // One row of the sample has empty text: skipped and counted on every pass.
-    assert_eq!(fineweb.rows_empty, u64::from(fineweb.passes_completed) + u64::from(fineweb.rows_read % 120 != 0));
+    assert_eq!(
+        fineweb.rows_empty,
+        u64::from(fineweb.passes_completed) + u64::from(fineweb.rows_read % 120 != 0)
+    );
     // all_exhausted: every source finished at least one pass.
-    assert!(m.sources.iter().all(|s| s.passes_completed >= 1), "{:?}", m.sources);
+    assert!(
+        m.sources.iter().all(|s| s.passes_completed >= 1),
+        "{:?}",
+        m.sources
+    );
     // Inputs: every shipped sample file of the active sources, with checksums.
     assert_eq!(m.inputs.len(), 2 + 3 + 2 + 1 + 2);
-    assert!(m.inputs.iter().all(|i| i.sha256.len() == 64 && i.size_bytes > 0));
-    assert!(m.inputs.iter().any(|i| i.path == "samples/c4/en/c4-train.00001-of-00003.json.gz"));
+    assert!(
+        m.inputs
+            .iter()
+            .all(|i| i.sha256.len() == 64 && i.size_bytes > 0)
+    );
+    assert!(
+        m.inputs
+            .iter()
+            .any(|i| i.path == "samples/c4/en/c4-train.00001-of-00003.json.gz")
+    );
     // The document index agrees with the EOS tokens: a document starts right after each EOS.
     let dataset = PackedDataset::open(tmp.path().join("p")).unwrap();
     for i in 1..dataset.num_windows() {
         let (prev, w) = (dataset.window(i - 1).unwrap(), dataset.window(i).unwrap());
         let starts_at_zero = w.doc_starts.first() == Some(&0);
-        assert_eq!(starts_at_zero, prev.tokens.get(512) == Some(50256), "window {i}");
+        assert_eq!(
+            starts_at_zero,
+            prev.tokens.get(512) == Some(50256),
+            "window {i}"
+        );
     }
 }
 
@@ -119,7 +173,10 @@ fn batches_tile_the_windows_rank_by_rank() {
     let tmp = tempfile::tempdir().unwrap();
     let report = pack_quickstart(&tmp.path().join("p"), 2, 1 << 30);
     let dataset = PackedDataset::open(&report.out).unwrap();
-    let layout = BatchLayout { world_size: 8, micro_batch: 4 };
+    let layout = BatchLayout {
+        world_size: 8,
+        micro_batch: 4,
+    };
     let steps = dataset.num_steps(layout);
     assert_eq!(steps, dataset.num_windows() / 32);
     let mut seen = Vec::new();
@@ -129,15 +186,27 @@ fn batches_tile_the_windows_rank_by_rank() {
             assert_eq!(batch.rows.len(), 4);
             seen.extend(batch.rows.iter().map(|w| w.index));
             for w in &batch.rows {
-                assert_eq!(w.tokens.to_vec(), dataset.window(w.index).unwrap().tokens.to_vec());
+                assert_eq!(
+                    w.tokens.to_vec(),
+                    dataset.window(w.index).unwrap().tokens.to_vec()
+                );
             }
         }
     }
-    let want: Vec<u64> = [0, 1, steps - 1].iter().flat_map(|s| s * 32..s * 32 + 32).collect();
+    let want: Vec<u64> = [0, 1, steps - 1]
+        .iter()
+        .flat_map(|s| s * 32..s * 32 + 32)
+        .collect();
     assert_eq!(seen, want);
     let err = dataset.batch(steps, 0, layout).unwrap_err().to_string();
-    assert_eq!(err, format!("step {steps} does not exist: {steps} steps at world size 8 × micro batch 4"));
-    assert_eq!(dataset.batch(0, 8, layout).unwrap_err().to_string(), "rank 8 is not below world size 8");
+    assert_eq!(
+        err,
+        format!("step {steps} does not exist: {steps} steps at world size 8 × micro batch 4")
+    );
+    assert_eq!(
+        dataset.batch(0, 8, layout).unwrap_err().to_string(),
+        "rank 8 is not below world size 8"
+    );
 }
 
 #[test]
@@ -145,7 +214,14 @@ fn verify_and_inspect_work_and_verify_catches_a_flipped_byte() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("p");
     let out_str = out.to_str().unwrap();
-    dsprep_ok(&["pack", "--recipe", quickstart().to_str().unwrap(), "--out", out_str, "--quiet"]);
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        quickstart().to_str().unwrap(),
+        "--out",
+        out_str,
+        "--quiet",
+    ]);
     let ok = dsprep_ok(&["verify", out_str]);
     assert!(ok.starts_with(&format!("ok: {out_str} — ")), "{ok}");
     let text = dsprep_ok(&["inspect", out_str, "--window", "3"]);
@@ -156,7 +232,10 @@ fn verify_and_inspect_work_and_verify_catches_a_flipped_byte() {
     bytes[1000] ^= 0x01;
     std::fs::write(&shard, bytes).unwrap();
     let err = dsprep_fails(&["verify", out_str]);
-    assert!(err.contains(&format!("{}: sha256 is ", shard.display())), "{err}");
+    assert!(
+        err.contains(&format!("{}: sha256 is ", shard.display())),
+        "{err}"
+    );
     assert!(err.contains("(the file changed after packing)"), "{err}");
 }
 
@@ -164,25 +243,55 @@ fn verify_and_inspect_work_and_verify_catches_a_flipped_byte() {
 fn the_summary_reports_per_source_counts_and_the_mix() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("p");
-    let stdout = dsprep_ok(&["pack", "--recipe", quickstart().to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]);
+    let stdout = dsprep_ok(&[
+        "pack",
+        "--recipe",
+        quickstart().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
     assert!(stdout.starts_with("packed "), "{stdout}");
-    for name in ["fineweb-edu", "c4", "zyda-2", "the-stack-v2", "finemath", "dropped tail:"] {
+    for name in [
+        "fineweb-edu",
+        "c4",
+        "zyda-2",
+        "the-stack-v2",
+        "finemath",
+        "dropped tail:",
+    ] {
         assert!(stdout.contains(name), "{name} missing from:\n{stdout}");
     }
 }
 
-fn pack_fixture(dir: &std::path::Path, recipe_text: &str) -> (pack::PackReport, dsprep::pack::LoadedRecipe) {
+fn pack_fixture(
+    dir: &std::path::Path,
+    recipe_text: &str,
+) -> (pack::PackReport, dsprep::pack::LoadedRecipe) {
     let recipe = write_recipe(dir, recipe_text);
-    let options = PackOptions { recipe: recipe.clone(), out: dir.join("p"), threads: 2, shard_bytes: 1 << 20, force: false, progress: false };
+    let options = PackOptions {
+        recipe: recipe.clone(),
+        out: dir.join("p"),
+        threads: 2,
+        shard_bytes: 1 << 20,
+        force: false,
+        progress: false,
+    };
     (pack::pack(&options).unwrap(), load_recipe(&recipe).unwrap())
 }
 
 #[test]
 fn first_exhausted_stops_when_the_smallest_source_runs_out() {
     let tmp = tempfile::tempdir().unwrap();
-    write_c4_gz(&tmp.path().join("small.json.gz"), &["alpha one", "alpha two", "alpha three"]);
+    write_c4_gz(
+        &tmp.path().join("small.json.gz"),
+        &["alpha one", "alpha two", "alpha three"],
+    );
     let many: Vec<String> = (0..1000).map(|i| format!("beta {i}")).collect();
-    write_c4_gz(&tmp.path().join("big.json.gz"), &many.iter().map(String::as_str).collect::<Vec<_>>());
+    write_c4_gz(
+        &tmp.path().join("big.json.gz"),
+        &many.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let sources = "[[source]]\nname = \"small\"\nfiles = [\"small.json.gz\"]\nformat = \"jsonl.gz\"\n\
                    [[source]]\nname = \"big\"\nfiles = [\"big.json.gz\"]\nformat = \"jsonl.gz\"\n";
     let (report, _) = pack_fixture(tmp.path(), &recipe(4, 0, "first_exhausted", sources));
@@ -205,13 +314,18 @@ fn text_is_joined_from_a_list_of_structs() {
                    text = { list = \"files\", field = \"content\", separator = \"\\n#--\\n\" }\n";
     let (report, loaded) = pack_fixture(tmp.path(), &recipe(2, 0, "first_exhausted", sources));
     assert_eq!(report.manifest.sources[0].documents, 2);
-    assert_eq!(report.manifest.sources[0].rows_empty, 1, "a repository with no files is an empty document");
+    assert_eq!(
+        report.manifest.sources[0].rows_empty, 1,
+        "a repository with no files is an empty document"
+    );
     let mut want = Vec::new();
     for text in ["print(1)\n#--\nprint(2)", "x = 3"] {
         loaded.stage.encode_doc(text, &mut want).unwrap();
     }
     let dataset = PackedDataset::open(&report.out).unwrap();
-    let got: Vec<u32> = (0..dataset.num_windows()).flat_map(|i| dataset.window(i).unwrap().tokens.to_vec()).collect();
+    let got: Vec<u32> = (0..dataset.num_windows())
+        .flat_map(|i| dataset.window(i).unwrap().tokens.to_vec())
+        .collect();
     assert_eq!(got, want[..want.len() / 3 * 3]);
     assert_eq!(report.manifest.dropped_tail_tokens as usize, want.len() % 3);
 }

@@ -12,7 +12,9 @@ struct Case {
 
 impl Case {
     fn new() -> Self {
-        Case { dir: tempfile::tempdir().unwrap() }
+        Case {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     fn path(&self, rel: &str) -> std::path::PathBuf {
@@ -23,18 +25,43 @@ impl Case {
     fn pack_fails(&self, recipe_text: &str) -> String {
         let recipe = write_recipe(self.dir.path(), recipe_text);
         let out = self.path("out");
-        let err = dsprep_fails(&["pack", "--recipe", recipe.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]);
+        let err = dsprep_fails(&[
+            "pack",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
         assert!(!out.exists(), "a failed pack left {}", out.display());
-        let leftovers: Vec<_> = std::fs::read_dir(self.dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".partial-")).collect();
-        assert!(leftovers.is_empty(), "a failed pack left a partial directory");
+        let leftovers: Vec<_> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".partial-"))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "a failed pack left a partial directory"
+        );
         err
     }
 
     fn pack_ok(&self, recipe_text: &str) -> dsprep_client::Manifest {
         let recipe = write_recipe(self.dir.path(), recipe_text);
         let out = self.path("out");
-        dsprep_ok(&["pack", "--recipe", recipe.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--force"]);
-        dsprep_client::PackedDataset::open(&out).unwrap().manifest().clone()
+        dsprep_ok(&[
+            "pack",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+            "--force",
+        ]);
+        dsprep_client::PackedDataset::open(&out)
+            .unwrap()
+            .manifest()
+            .clone()
     }
 }
 
@@ -45,17 +72,39 @@ fn source(name: &str, files: &str, format: &str, extra: &str) -> String {
 #[test]
 fn a_glob_matching_nothing_names_the_source_and_pattern() {
     let c = Case::new();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("fw", "nowhere/*.parquet", "parquet", "")));
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("fw", "nowhere/*.parquet", "parquet", ""),
+    ));
     let resolved = c.path("nowhere/*.parquet");
-    assert_eq!(err.trim(), format!("error: source \"fw\": files[0] \"nowhere/*.parquet\" matches no file (looked for {})", resolved.display()));
+    assert_eq!(
+        err.trim(),
+        format!(
+            "error: source \"fw\": files[0] \"nowhere/*.parquet\" matches no file (looked for {})",
+            resolved.display()
+        )
+    );
 }
 
 #[test]
 fn a_file_that_is_not_parquet() {
     let c = Case::new();
     std::fs::write(c.path("bad.parquet"), b"this is text, not parquet").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("fw", "bad.parquet", "parquet", "")));
-    assert!(err.contains(&format!("shard {}: not a parquet file (it does not start with PAR1)", c.path("bad.parquet").display())), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("fw", "bad.parquet", "parquet", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {}: not a parquet file (it does not start with PAR1)",
+            c.path("bad.parquet").display()
+        )),
+        "{err}"
+    );
     assert!(err.contains("source \"fw\""), "{err}");
 }
 
@@ -63,47 +112,115 @@ fn a_file_that_is_not_parquet() {
 fn a_file_that_is_not_gzip() {
     let c = Case::new();
     std::fs::write(c.path("c4.json.gz"), "{\"text\": \"plain\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("c4", "c4.json.gz", "jsonl.gz", "")));
-    assert!(err.contains(&format!("shard {}: not a gzip file (it does not start with the gzip magic bytes 1f 8b)", c.path("c4.json.gz").display())), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("c4", "c4.json.gz", "jsonl.gz", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {}: not a gzip file (it does not start with the gzip magic bytes 1f 8b)",
+            c.path("c4.json.gz").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_truncated_gzip_names_the_line() {
     let c = Case::new();
-    let texts: Vec<String> = (0..2000).map(|i| format!("document number {i} with some words")).collect();
+    let texts: Vec<String> = (0..2000)
+        .map(|i| format!("document number {i} with some words"))
+        .collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     write_c4_gz(&c.path("c4.json.gz"), &refs);
     let bytes = std::fs::read(c.path("c4.json.gz")).unwrap();
     std::fs::write(c.path("c4.json.gz"), &bytes[..bytes.len() / 2]).unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("c4", "c4.json.gz", "jsonl.gz", "")));
-    assert!(err.contains(&format!("shard {} line ", c.path("c4.json.gz").display())), "{err}");
-    assert!(err.contains("cannot read (corrupt or truncated file?)"), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("c4", "c4.json.gz", "jsonl.gz", ""),
+    ));
+    assert!(
+        err.contains(&format!("shard {} line ", c.path("c4.json.gz").display())),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot read (corrupt or truncated file?)"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_missing_text_column_lists_the_columns() {
     use arrow_array::{ArrayRef, StringArray};
     let c = Case::new();
-    write_parquet(&c.path("x.parquet"), vec![("content", Arc::new(StringArray::from(vec!["a"])) as ArrayRef)], 16);
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("fw", "x.parquet", "parquet", "")));
-    assert!(err.contains(&format!("shard {}: has no column `text` (columns: content)", c.path("x.parquet").display())), "{err}");
+    write_parquet(
+        &c.path("x.parquet"),
+        vec![(
+            "content",
+            Arc::new(StringArray::from(vec!["a"])) as ArrayRef,
+        )],
+        16,
+    );
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("fw", "x.parquet", "parquet", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {}: has no column `text` (columns: content)",
+            c.path("x.parquet").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_text_column_that_is_not_a_string() {
     use arrow_array::{ArrayRef, Int64Array};
     let c = Case::new();
-    write_parquet(&c.path("x.parquet"), vec![("text", Arc::new(Int64Array::from(vec![1])) as ArrayRef)], 16);
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("fw", "x.parquet", "parquet", "")));
-    assert!(err.contains(&format!("shard {}: column `text` has type Int64, expected a string", c.path("x.parquet").display())), "{err}");
+    write_parquet(
+        &c.path("x.parquet"),
+        vec![("text", Arc::new(Int64Array::from(vec![1])) as ArrayRef)],
+        16,
+    );
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("fw", "x.parquet", "parquet", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {}: column `text` has type Int64, expected a string",
+            c.path("x.parquet").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_jsonl_text_field_that_is_not_a_string_names_the_line() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n{\"text\": 42}\n").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")));
-    assert!(err.contains(&format!("shard {} line 2: field `text` is a number, expected a string", c.path("d.jsonl").display())), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 2: field `text` is a number, expected a string",
+            c.path("d.jsonl").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
@@ -113,60 +230,153 @@ fn invalid_utf8_in_json_lines_names_the_line() {
     bytes.extend([0xff, 0xfe]);
     bytes.extend(b"\"}\n");
     write_gz(&c.path("c4.json.gz"), &bytes);
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("c4", "c4.json.gz", "jsonl.gz", "")));
-    assert!(err.contains(&format!("shard {} line 2: is not valid UTF-8 (byte 13 of the line)", c.path("c4.json.gz").display())), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("c4", "c4.json.gz", "jsonl.gz", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 2: is not valid UTF-8 (byte 13 of the line)",
+            c.path("c4.json.gz").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn malformed_json_names_the_line() {
     let c = Case::new();
-    std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")));
-    assert!(err.contains(&format!("shard {} line 2: is not valid JSON: ", c.path("d.jsonl").display())), "{err}");
+    std::fs::write(
+        c.path("d.jsonl"),
+        "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n",
+    )
+    .unwrap();
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 2: is not valid JSON: ",
+            c.path("d.jsonl").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_missing_field_names_the_line() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")));
-    assert!(err.contains(&format!("shard {} line 2: has no field `text`", c.path("d.jsonl").display())), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 2: has no field `text`",
+            c.path("d.jsonl").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn empty_documents_are_counted_and_skipped() {
     let c = Case::new();
-    write_fineweb_edu(&c.path("fw/000_00000.parquet"), &[Some("first"), Some(""), None, Some("fourth")], &[3, 3, 3, 3]);
-    std::fs::write(c.path("d.jsonl"), "{\"text\": \"\"}\n{\"text\": \"kept\"}\n{\"text\": null}\n").unwrap();
-    let sources = source("fw", "fw/*.parquet", "parquet", "") + &source("d", "d.jsonl", "jsonl", "");
+    write_fineweb_edu(
+        &c.path("fw/000_00000.parquet"),
+        &[Some("first"), Some(""), None, Some("fourth")],
+        &[3, 3, 3, 3],
+    );
+    std::fs::write(
+        c.path("d.jsonl"),
+        "{\"text\": \"\"}\n{\"text\": \"kept\"}\n{\"text\": null}\n",
+    )
+    .unwrap();
+    let sources =
+        source("fw", "fw/*.parquet", "parquet", "") + &source("d", "d.jsonl", "jsonl", "");
     let m = c.pack_ok(&recipe(2, 0, "all_exhausted", &sources));
     let (fw, d) = (&m.sources[0], &m.sources[1]);
-    assert_eq!((fw.rows_empty, d.rows_empty) , (2 * fw.passes_completed as u64, 2 * d.passes_completed as u64));
-    assert_eq!(fw.documents % 2, 0, "only the two non-empty rows become documents");
+    assert_eq!(
+        (fw.rows_empty, d.rows_empty),
+        (
+            2 * fw.passes_completed as u64,
+            2 * d.passes_completed as u64
+        )
+    );
+    assert_eq!(
+        fw.documents % 2,
+        0,
+        "only the two non-empty rows become documents"
+    );
 }
 
 #[test]
 fn a_filter_on_a_missing_column_names_it() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "filter = \"int_score >= 3\"")));
-    assert!(err.contains(&format!("shard {} line 1: has no field `int_score` (needed by the filter `int_score >= 3`)", c.path("d.jsonl").display())), "{err}");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", "filter = \"int_score >= 3\""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 1: has no field `int_score` (needed by the filter `int_score >= 3`)",
+            c.path("d.jsonl").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_source_with_every_row_filtered_out_is_an_error() {
     let c = Case::new();
-    write_fineweb_edu(&c.path("fw/000_00000.parquet"), &[Some("a"), Some("b")], &[1, 2]);
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("fw", "fw/*.parquet", "parquet", "filter = \"int_score >= 3\"")));
-    assert_eq!(err.trim(), "error: source \"fw\" has no documents (every row was empty or filtered out)");
+    write_fineweb_edu(
+        &c.path("fw/000_00000.parquet"),
+        &[Some("a"), Some("b")],
+        &[1, 2],
+    );
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source(
+            "fw",
+            "fw/*.parquet",
+            "parquet",
+            "filter = \"int_score >= 3\"",
+        ),
+    ));
+    assert_eq!(
+        err.trim(),
+        "error: source \"fw\" has no documents (every row was empty or filtered out)"
+    );
 }
 
 #[test]
 fn a_ten_megabyte_document_packs() {
     let c = Case::new();
     let big = "The quick brown fox jumps over the lazy dog. ".repeat(10 * 1024 * 1024 / 45);
-    std::fs::write(c.path("d.jsonl"), serde_json::json!({"text": big}).to_string() + "\n").unwrap();
-    let m = c.pack_ok(&recipe(2048, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")));
+    std::fs::write(
+        c.path("d.jsonl"),
+        serde_json::json!({"text": big}).to_string() + "\n",
+    )
+    .unwrap();
+    let m = c.pack_ok(&recipe(
+        2048,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    ));
     // GPT-2: 10 tokens per sentence (9 words and the period), one for the final trailing space,
     // one EOS.
     let sentences = (10 * 1024 * 1024 / 45) as u64;
@@ -179,33 +389,81 @@ fn a_tokenizer_that_does_not_parse() {
     let c = Case::new();
     std::fs::write(c.path("tok.json"), "{\"not\": \"a tokenizer\"}").unwrap();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let text = recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")).replace(&gpt2_tokenizer().display().to_string(), "tok.json");
+    let text = recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    )
+    .replace(&gpt2_tokenizer().display().to_string(), "tok.json");
     let err = c.pack_fails(&text);
-    assert!(err.contains(&format!("tokenizer {}: does not parse as a tokenizer.json: ", c.path("tok.json").display())), "{err}");
+    assert!(
+        err.contains(&format!(
+            "tokenizer {}: does not parse as a tokenizer.json: ",
+            c.path("tok.json").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn an_eos_token_not_in_the_vocabulary() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let text = recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")).replace("<|endoftext|>", "</s>");
+    let text = recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    )
+    .replace("<|endoftext|>", "</s>");
     let err = c.pack_fails(&text);
-    assert!(err.contains(&format!("tokenizer.eos: token \"</s>\" is not in the vocabulary of {}", gpt2_tokenizer().display())), "{err}");
-    let by_id = recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")).replace("\"<|endoftext|>\"", "99999");
+    assert!(
+        err.contains(&format!(
+            "tokenizer.eos: token \"</s>\" is not in the vocabulary of {}",
+            gpt2_tokenizer().display()
+        )),
+        "{err}"
+    );
+    let by_id = recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", ""),
+    )
+    .replace("\"<|endoftext|>\"", "99999");
     let err = c.pack_fails(&by_id);
-    assert!(err.contains("tokenizer.eos: token id 99999 is not in the vocabulary of "), "{err}");
+    assert!(
+        err.contains("tokenizer.eos: token id 99999 is not in the vocabulary of "),
+        "{err}"
+    );
 }
 
 #[test]
 fn negative_and_all_zero_weights_name_the_field() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "weight = -0.5")));
-    assert!(err.contains("source[0].weight: must be a finite number >= 0, got -0.5"), "{err}");
-    let zero = source("d", "d.jsonl", "jsonl", "weight = 0") + &source("e", "d.jsonl", "jsonl", "weight = 0.0");
+    let err = c.pack_fails(&recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", "weight = -0.5"),
+    ));
+    assert!(
+        err.contains("source[0].weight: must be a finite number >= 0, got -0.5"),
+        "{err}"
+    );
+    let zero = source("d", "d.jsonl", "jsonl", "weight = 0")
+        + &source("e", "d.jsonl", "jsonl", "weight = 0.0");
     let err = c.pack_fails(&recipe(8, 0, "first_exhausted", &zero));
-    assert!(err.contains("source: all weights are zero: at least one source needs weight > 0"), "{err}");
-    assert!(err.contains(&format!("recipe {}", c.path("recipe.toml").display())), "{err}");
+    assert!(
+        err.contains("source: all weights are zero: at least one source needs weight > 0"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("recipe {}", c.path("recipe.toml").display())),
+        "{err}"
+    );
 }
 
 #[test]
@@ -214,21 +472,59 @@ fn an_existing_output_is_not_overwritten_without_force() {
     std::fs::create_dir(c.path("out")).unwrap();
     std::fs::write(c.path("out/keep.txt"), "mine").unwrap();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let recipe = write_recipe(c.dir.path(), &recipe(2, 0, "first_exhausted", &source("d", "d.jsonl", "jsonl", "")));
-    let err = dsprep_fails(&["pack", "--recipe", recipe.to_str().unwrap(), "--out", c.path("out").to_str().unwrap(), "--quiet"]);
-    assert_eq!(err.trim(), format!("error: output {} already exists (pass --force to replace it)", c.path("out").display()));
-    assert_eq!(std::fs::read_to_string(c.path("out/keep.txt")).unwrap(), "mine");
+    let recipe = write_recipe(
+        c.dir.path(),
+        &recipe(
+            2,
+            0,
+            "first_exhausted",
+            &source("d", "d.jsonl", "jsonl", ""),
+        ),
+    );
+    let err = dsprep_fails(&[
+        "pack",
+        "--recipe",
+        recipe.to_str().unwrap(),
+        "--out",
+        c.path("out").to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "error: output {} already exists (pass --force to replace it)",
+            c.path("out").display()
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.path("out/keep.txt")).unwrap(),
+        "mine"
+    );
 }
 
 #[test]
 fn a_failure_mid_stream_leaves_no_output() {
     let c = Case::new();
     // The second shard is corrupt: the pack starts, writes, then fails.
-    let texts: Vec<String> = (0..3000).map(|i| format!("document {i} has a few words in it")).collect();
+    let texts: Vec<String> = (0..3000)
+        .map(|i| format!("document {i} has a few words in it"))
+        .collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     write_c4_gz(&c.path("c4/a.json.gz"), &refs);
     std::fs::write(c.path("c4/b.json.gz"), b"garbage").unwrap();
-    let text = recipe(8, 0, "first_exhausted", &source("c4", "c4/*.json.gz", "jsonl.gz", "")).replace("seed = 7", "seed = 7\nshuffle_shards = false");
+    let text = recipe(
+        8,
+        0,
+        "first_exhausted",
+        &source("c4", "c4/*.json.gz", "jsonl.gz", ""),
+    )
+    .replace("seed = 7", "seed = 7\nshuffle_shards = false");
     let err = c.pack_fails(&text);
-    assert!(err.contains(&format!("shard {}: not a gzip file", c.path("c4/b.json.gz").display())), "{err}");
+    assert!(
+        err.contains(&format!(
+            "shard {}: not a gzip file",
+            c.path("c4/b.json.gz").display()
+        )),
+        "{err}"
+    );
 }

@@ -42,7 +42,10 @@ mod tests {
 
     #[test]
     fn ranks_tile_the_global_batch() {
-        let layout = BatchLayout { world_size: 4, micro_batch: 2 };
+        let layout = BatchLayout {
+            world_size: 4,
+            micro_batch: 2,
+        };
         let all: Vec<u64> = (0..4).flat_map(|r| layout.windows(3, r)).collect();
         assert_eq!(all, (24..32).collect::<Vec<_>>());
         assert_eq!(layout.num_steps(31), 3);

@@ -34,7 +34,11 @@ pub enum Dtype {
 impl Dtype {
     /// The smallest dtype that holds every id below `vocab_size`.
     pub fn for_vocab(vocab_size: u32) -> Dtype {
-        if vocab_size <= 1 << 16 { Dtype::U16 } else { Dtype::U32 }
+        if vocab_size <= 1 << 16 {
+            Dtype::U16
+        } else {
+            Dtype::U32
+        }
     }
 
     pub fn size_bytes(self) -> usize {

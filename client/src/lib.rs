@@ -6,6 +6,6 @@ pub mod batch;
 pub mod format;
 pub mod packed;
 
-pub use batch::{BatchLayout, Batch};
+pub use batch::{Batch, BatchLayout};
 pub use format::{Dtype, Manifest};
 pub use packed::{PackedDataset, ReadError, TokenSlice, Window};

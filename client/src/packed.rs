@@ -12,21 +12,38 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: not a dsprep manifest: {message}")]
     Manifest { path: PathBuf, message: String },
-    #[error("{path}: format version {found} is not supported (this reader reads version {})", format::FORMAT_VERSION)]
+    #[error(
+        "{path}: format version {found} is not supported (this reader reads version {})",
+        format::FORMAT_VERSION
+    )]
     Version { path: PathBuf, found: u32 },
     #[error("{path}: is {actual} bytes, the manifest says {expected}")]
-    Size { path: PathBuf, expected: u64, actual: u64 },
+    Size {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
     #[error("{path}: {message}")]
     Corrupt { path: PathBuf, message: String },
     #[error("window {index} does not exist: the dataset has {num_windows} windows")]
     WindowOutOfRange { index: u64, num_windows: u64 },
     #[error("rank {rank} is not below world size {world_size}")]
     RankOutOfRange { rank: u32, world_size: u32 },
-    #[error("step {step} does not exist: {num_steps} steps at world size {world_size} × micro batch {micro_batch}")]
-    StepOutOfRange { step: u64, num_steps: u64, world_size: u32, micro_batch: u32 },
+    #[error(
+        "step {step} does not exist: {num_steps} steps at world size {world_size} × micro batch {micro_batch}"
+    )]
+    StepOutOfRange {
+        step: u64,
+        num_steps: u64,
+        world_size: u32,
+        micro_batch: u32,
+    },
     #[error("world size and micro batch must be at least 1")]
     EmptyLayout,
 }
@@ -93,21 +110,46 @@ impl PackedDataset {
     pub fn open(dir: impl AsRef<Path>) -> Result<PackedDataset, ReadError> {
         let dir = dir.as_ref().to_path_buf();
         if cfg!(target_endian = "big") {
-            return Err(ReadError::Corrupt { path: dir, message: "packed shards are little-endian; this host is big-endian".into() });
+            return Err(ReadError::Corrupt {
+                path: dir,
+                message: "packed shards are little-endian; this host is big-endian".into(),
+            });
         }
         let manifest = read_manifest(&dir)?;
-        let shards = manifest.shards.iter().map(|f| map_file(&dir, f)).collect::<Result<Vec<_>, _>>()?;
+        let shards = manifest
+            .shards
+            .iter()
+            .map(|f| map_file(&dir, f))
+            .collect::<Result<Vec<_>, _>>()?;
         let doc_starts = map_file(&dir, &manifest.doc_starts)?;
         let doc_starts_offsets = map_file(&dir, &manifest.doc_starts_offsets)?;
         let window_bytes = manifest.window_tokens as u64 * manifest.dtype.size_bytes() as u64;
-        let shard_windows: u64 = shards.iter().map(|m| m.len() as u64 / window_bytes.max(1)).sum();
+        let shard_windows: u64 = shards
+            .iter()
+            .map(|m| m.len() as u64 / window_bytes.max(1))
+            .sum();
         if shard_windows != manifest.num_windows {
-            return Err(ReadError::Corrupt { path: dir, message: format!("shards hold {shard_windows} windows, the manifest says {}", manifest.num_windows) });
+            return Err(ReadError::Corrupt {
+                path: dir,
+                message: format!(
+                    "shards hold {shard_windows} windows, the manifest says {}",
+                    manifest.num_windows
+                ),
+            });
         }
         if doc_starts_offsets.len() as u64 != (manifest.num_windows + 1) * 8 {
-            return Err(ReadError::Corrupt { path: dir.join(format::DOC_STARTS_OFFSETS_FILE), message: "does not hold num_windows + 1 offsets".into() });
+            return Err(ReadError::Corrupt {
+                path: dir.join(format::DOC_STARTS_OFFSETS_FILE),
+                message: "does not hold num_windows + 1 offsets".into(),
+            });
         }
-        Ok(PackedDataset { dir, manifest, shards, doc_starts, doc_starts_offsets })
+        Ok(PackedDataset {
+            dir,
+            manifest,
+            shards,
+            doc_starts,
+            doc_starts_offsets,
+        })
     }
 
     pub fn manifest(&self) -> &Manifest {
@@ -137,17 +179,29 @@ impl PackedDataset {
             Dtype::U32 => cast::<u32>(shard).get(range).map(TokenSlice::U32),
         };
         let tokens = tokens.ok_or_else(|| ReadError::Corrupt {
-            path: self.dir.join(format::shard_file_name((index / per_shard) as usize)),
+            path: self
+                .dir
+                .join(format::shard_file_name((index / per_shard) as usize)),
             message: format!("window {index} lies past the end of its shard"),
         })?;
         let offsets = cast::<u64>(&self.doc_starts_offsets);
         let starts = cast::<u32>(&self.doc_starts);
-        let (lo, hi) = (offsets[index as usize] as usize, offsets[index as usize + 1] as usize);
+        let (lo, hi) = (
+            offsets[index as usize] as usize,
+            offsets[index as usize + 1] as usize,
+        );
         let doc_starts = starts.get(lo..hi).ok_or_else(|| ReadError::Corrupt {
             path: self.dir.join(format::DOC_STARTS_OFFSETS_FILE),
-            message: format!("window {index} points at doc starts {lo}..{hi}, past the end ({})", starts.len()),
+            message: format!(
+                "window {index} points at doc starts {lo}..{hi}, past the end ({})",
+                starts.len()
+            ),
         })?;
-        Ok(Window { index, tokens, doc_starts })
+        Ok(Window {
+            index,
+            tokens,
+            doc_starts,
+        })
     }
 
     pub fn num_steps(&self, layout: BatchLayout) -> u64 {
@@ -160,41 +214,78 @@ impl PackedDataset {
             return Err(ReadError::EmptyLayout);
         }
         if rank >= layout.world_size {
-            return Err(ReadError::RankOutOfRange { rank, world_size: layout.world_size });
+            return Err(ReadError::RankOutOfRange {
+                rank,
+                world_size: layout.world_size,
+            });
         }
         let num_steps = self.num_steps(layout);
         if step >= num_steps {
-            return Err(ReadError::StepOutOfRange { step, num_steps, world_size: layout.world_size, micro_batch: layout.micro_batch });
+            return Err(ReadError::StepOutOfRange {
+                step,
+                num_steps,
+                world_size: layout.world_size,
+                micro_batch: layout.micro_batch,
+            });
         }
-        let rows = layout.windows(step, rank).map(|i| self.window(i)).collect::<Result<Vec<_>, _>>()?;
+        let rows = layout
+            .windows(step, rank)
+            .map(|i| self.window(i))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Batch { step, rank, rows })
     }
 }
 
 pub fn read_manifest(dir: &Path) -> Result<Manifest, ReadError> {
     let path = dir.join(format::MANIFEST_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|source| ReadError::Io { path: path.clone(), source })?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReadError::Manifest { path: path.clone(), message: e.to_string() })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ReadError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ReadError::Manifest {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
     if value.get("format").and_then(|f| f.as_str()) != Some(format::FORMAT_NAME) {
-        return Err(ReadError::Manifest { path, message: format!("field `format` is not {:?}", format::FORMAT_NAME) });
+        return Err(ReadError::Manifest {
+            path,
+            message: format!("field `format` is not {:?}", format::FORMAT_NAME),
+        });
     }
-    let found = value.get("format_version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+    let found = value
+        .get("format_version")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0) as u32;
     if found != format::FORMAT_VERSION {
         return Err(ReadError::Version { path, found });
     }
-    serde_json::from_value(value).map_err(|e| ReadError::Manifest { path, message: e.to_string() })
+    serde_json::from_value(value).map_err(|e| ReadError::Manifest {
+        path,
+        message: e.to_string(),
+    })
 }
 
 #[allow(unsafe_code)]
 fn map_file(dir: &Path, entry: &OutputFile) -> Result<Mmap, ReadError> {
     let path = dir.join(&entry.file);
-    let file = File::open(&path).map_err(|source| ReadError::Io { path: path.clone(), source })?;
+    let file = File::open(&path).map_err(|source| ReadError::Io {
+        path: path.clone(),
+        source,
+    })?;
     // SAFETY: the map is read-only and packed outputs are never modified in place (a new pack
     // writes a new directory and renames it). A file truncated underneath us by another process
     // is outside what any reader of mapped files can defend against.
-    let map = unsafe { Mmap::map(&file) }.map_err(|source| ReadError::Io { path: path.clone(), source })?;
+    let map = unsafe { Mmap::map(&file) }.map_err(|source| ReadError::Io {
+        path: path.clone(),
+        source,
+    })?;
     if map.len() as u64 != entry.size_bytes {
-        return Err(ReadError::Size { path, expected: entry.size_bytes, actual: map.len() as u64 });
+        return Err(ReadError::Size {
+            path,
+            expected: entry.size_bytes,
+            actual: map.len() as u64,
+        });
     }
     Ok(map)
 }

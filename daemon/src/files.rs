@@ -32,7 +32,11 @@ pub struct HashingWriter {
 
 impl HashingWriter {
     pub fn create(path: &Path) -> io::Result<Self> {
-        Ok(Self { inner: BufWriter::with_capacity(1 << 20, File::create(path)?), hasher: Sha256::new(), written: 0 })
+        Ok(Self {
+            inner: BufWriter::with_capacity(1 << 20, File::create(path)?),
+            hasher: Sha256::new(),
+            written: 0,
+        })
     }
 
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {

@@ -6,7 +6,11 @@ use dsprep::pack::{self, PackOptions};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "dsprep", version, about = "Deterministic data plane for LLM pretraining: mix, shuffle, tokenize, pack.")]
+#[command(
+    name = "dsprep",
+    version,
+    about = "Deterministic data plane for LLM pretraining: mix, shuffle, tokenize, pack."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,7 +51,10 @@ enum Command {
 
 fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DSPREP_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DSPREP_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     if let Err(e) = run(Cli::parse()) {
@@ -58,22 +65,45 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Pack { recipe, out, threads, shard_mib, force, quiet } => {
+        Command::Pack {
+            recipe,
+            out,
+            threads,
+            shard_mib,
+            force,
+            quiet,
+        } => {
             let threads = match threads {
                 Some(0) => anyhow::bail!("--threads must be at least 1"),
                 Some(n) => n,
-                None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+                None => std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1),
             };
-            let options = PackOptions { recipe, out, threads, shard_bytes: shard_mib << 20, force, progress: !quiet };
+            let options = PackOptions {
+                recipe,
+                out,
+                threads,
+                shard_bytes: shard_mib << 20,
+                force,
+                progress: !quiet,
+            };
             let report = pack::pack(&options)?;
             pack::print_summary(&report);
         }
         Command::Verify { dir } => {
             let report = dsprep::verify::verify(&dir)?;
-            println!("ok: {} — {} windows, {} tokens, {} files match the manifest", dir.display(), report.num_windows, report.num_tokens, report.num_files);
+            println!(
+                "ok: {} — {} windows, {} tokens, {} files match the manifest",
+                dir.display(),
+                report.num_windows,
+                report.num_tokens,
+                report.num_files
+            );
         }
         Command::Inspect { dir, window } => {
-            let text = dsprep::inspect::inspect_window(&dir, window).with_context(|| format!("inspect {}", dir.display()))?;
+            let text = dsprep::inspect::inspect_window(&dir, window)
+                .with_context(|| format!("inspect {}", dir.display()))?;
             print!("{text}");
         }
     }

@@ -15,34 +15,73 @@ pub struct VerifyReport {
 }
 
 pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
-    let dataset = PackedDataset::open(dir).with_context(|| format!("{} is not a valid packed directory", dir.display()))?;
+    let dataset = PackedDataset::open(dir)
+        .with_context(|| format!("{} is not a valid packed directory", dir.display()))?;
     let m = dataset.manifest();
     let mut files: Vec<&OutputFile> = m.shards.iter().collect();
     files.push(&m.doc_starts);
     files.push(&m.doc_starts_offsets);
     for entry in &files {
         let path = dir.join(&entry.file);
-        let (size, sha256) = sha256_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        ensure!(size == entry.size_bytes, "{}: is {size} bytes, the manifest says {}", path.display(), entry.size_bytes);
-        ensure!(sha256 == entry.sha256, "{}: sha256 is {sha256}, the manifest says {} (the file changed after packing)", path.display(), entry.sha256);
+        let (size, sha256) =
+            sha256_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        ensure!(
+            size == entry.size_bytes,
+            "{}: is {size} bytes, the manifest says {}",
+            path.display(),
+            entry.size_bytes
+        );
+        ensure!(
+            sha256 == entry.sha256,
+            "{}: sha256 is {sha256}, the manifest says {} (the file changed after packing)",
+            path.display(),
+            entry.sha256
+        );
     }
     let tokenizer = dir.join(&m.tokenizer.file);
-    let (_, sha256) = sha256_file(&tokenizer).with_context(|| format!("cannot read {}", tokenizer.display()))?;
-    ensure!(sha256 == m.tokenizer.sha256, "{}: sha256 is {sha256}, the manifest says {}", tokenizer.display(), m.tokenizer.sha256);
+    let (_, sha256) =
+        sha256_file(&tokenizer).with_context(|| format!("cannot read {}", tokenizer.display()))?;
+    ensure!(
+        sha256 == m.tokenizer.sha256,
+        "{}: sha256 is {sha256}, the manifest says {}",
+        tokenizer.display(),
+        m.tokenizer.sha256
+    );
 
     let mut total_starts = 0u64;
     for index in 0..dataset.num_windows() {
         let window = dataset.window(index)?;
-        ensure!(window.tokens.len() == m.window_tokens as usize, "window {index}: has {} tokens, expected {}", window.tokens.len(), m.window_tokens);
-        if let Some(bad) = (0..window.tokens.len()).map(|i| window.tokens.get(i).unwrap_or(0)).find(|&t| t >= m.tokenizer.vocab_size) {
-            bail!("window {index}: token id {bad} is not below the vocabulary size {}", m.tokenizer.vocab_size);
+        ensure!(
+            window.tokens.len() == m.window_tokens as usize,
+            "window {index}: has {} tokens, expected {}",
+            window.tokens.len(),
+            m.window_tokens
+        );
+        if let Some(bad) = (0..window.tokens.len())
+            .map(|i| window.tokens.get(i).unwrap_or(0))
+            .find(|&t| t >= m.tokenizer.vocab_size)
+        {
+            bail!(
+                "window {index}: token id {bad} is not below the vocabulary size {}",
+                m.tokenizer.vocab_size
+            );
         }
         let starts = window.doc_starts;
-        ensure!(starts.windows(2).all(|p| p[0] < p[1]), "window {index}: document starts {starts:?} are not strictly increasing");
-        ensure!(starts.iter().all(|&s| s < m.window_tokens), "window {index}: a document start lies outside the window: {starts:?}");
+        ensure!(
+            starts.windows(2).all(|p| p[0] < p[1]),
+            "window {index}: document starts {starts:?} are not strictly increasing"
+        );
+        ensure!(
+            starts.iter().all(|&s| s < m.window_tokens),
+            "window {index}: a document start lies outside the window: {starts:?}"
+        );
         total_starts += starts.len() as u64;
     }
-    ensure!(total_starts == m.num_doc_starts, "the index holds {total_starts} document starts, the manifest says {}", m.num_doc_starts);
+    ensure!(
+        total_starts == m.num_doc_starts,
+        "the index holds {total_starts} document starts, the manifest says {}",
+        m.num_doc_starts
+    );
     let expected_tokens: u64 = m.sources.iter().map(|s| s.tokens).sum();
     let num_tokens = m.num_windows * u64::from(m.window_tokens);
     ensure!(
@@ -50,5 +89,9 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         "windows hold {num_tokens} tokens and {} were dropped, but the sources produced {expected_tokens}",
         m.dropped_tail_tokens
     );
-    Ok(VerifyReport { num_windows: m.num_windows, num_files: files.len() + 1, num_tokens })
+    Ok(VerifyReport {
+        num_windows: m.num_windows,
+        num_files: files.len() + 1,
+        num_tokens,
+    })
 }

@@ -61,7 +61,13 @@ pub struct VecSource {
 
 impl VecSource {
     pub fn new(source: u16, texts: Vec<String>) -> Self {
-        Self { source, texts, next: 0, pass: 0, counters: SourceCounters::default() }
+        Self {
+            source,
+            texts,
+            next: 0,
+            pass: 0,
+            counters: SourceCounters::default(),
+        }
     }
 }
 
@@ -76,8 +82,16 @@ impl DocSource for VecSource {
                 continue;
             }
             self.counters.documents += 1;
-            let pos = DocPos { source: self.source, pass: self.pass, shard: 0, row };
-            return Ok(Some(Doc { pos, text: text.clone() }));
+            let pos = DocPos {
+                source: self.source,
+                pass: self.pass,
+                shard: 0,
+                row,
+            };
+            return Ok(Some(Doc {
+                pos,
+                text: text.clone(),
+            }));
         }
         if self.next == self.texts.len() {
             self.next += 1; // count the end of a pass once

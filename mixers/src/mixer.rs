@@ -76,7 +76,10 @@ impl<S: DocSource> Mixer<S> {
 
     fn read(&mut self, i: usize) -> Result<Option<Doc>, MixError> {
         let input = &mut self.inputs[i];
-        input.source.next_doc().map_err(|error| MixError::Source { name: input.name.clone(), error })
+        input.source.next_doc().map_err(|error| MixError::Source {
+            name: input.name.clone(),
+            error,
+        })
     }
 
     fn start(&mut self) -> Result<(), MixError> {
@@ -84,7 +87,9 @@ impl<S: DocSource> Mixer<S> {
             if self.is_active(i) {
                 self.peeked[i] = self.read(i)?;
                 if self.peeked[i].is_none() {
-                    return Err(MixError::EmptySource { name: self.inputs[i].name.clone() });
+                    return Err(MixError::EmptySource {
+                        name: self.inputs[i].name.clone(),
+                    });
                 }
             }
         }
@@ -94,10 +99,15 @@ impl<S: DocSource> Mixer<S> {
 
     fn draw(&mut self) -> usize {
         let u = self.rng.unit_f64();
-        let last_active = (0..self.inputs.len()).rev().find(|&i| self.is_active(i)).unwrap_or(0);
+        let last_active = (0..self.inputs.len())
+            .rev()
+            .find(|&i| self.is_active(i))
+            .unwrap_or(0);
         // Rounding can leave the last cumulative value a hair under 1.0: fall back to the last
         // active input, never to a 0-weight one.
-        (0..self.inputs.len()).find(|&i| self.is_active(i) && u < self.cumulative[i]).unwrap_or(last_active)
+        (0..self.inputs.len())
+            .find(|&i| self.is_active(i) && u < self.cumulative[i])
+            .unwrap_or(last_active)
     }
 
     /// The next document of the mixed stream, or `None` once it has ended.
@@ -109,7 +119,9 @@ impl<S: DocSource> Mixer<S> {
             self.start()?;
         }
         let i = self.draw();
-        let doc = self.peeked[i].take().expect("an active input always holds its next document");
+        let doc = self.peeked[i]
+            .take()
+            .expect("an active input always holds its next document");
         self.emitted[i] += 1;
         self.peeked[i] = self.read(i)?;
         if self.peeked[i].is_none() {
@@ -120,10 +132,15 @@ impl<S: DocSource> Mixer<S> {
                 Stopping::AllExhausted if all => self.done = true,
                 Stopping::AllExhausted => {
                     let input = &mut self.inputs[i];
-                    input.source.restart().map_err(|error| MixError::Source { name: input.name.clone(), error })?;
+                    input.source.restart().map_err(|error| MixError::Source {
+                        name: input.name.clone(),
+                        error,
+                    })?;
                     self.peeked[i] = self.read(i)?;
                     if self.peeked[i].is_none() {
-                        return Err(MixError::EmptySource { name: self.inputs[i].name.clone() });
+                        return Err(MixError::EmptySource {
+                            name: self.inputs[i].name.clone(),
+                        });
                     }
                 }
             }

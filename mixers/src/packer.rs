@@ -24,7 +24,12 @@ pub struct Packer {
 impl Packer {
     pub fn new(window_tokens: usize) -> Self {
         assert!(window_tokens > 0);
-        Self { window_tokens, pending: Vec::with_capacity(window_tokens), pending_starts: Vec::new(), windows_emitted: 0 }
+        Self {
+            window_tokens,
+            pending: Vec::with_capacity(window_tokens),
+            pending_starts: Vec::new(),
+            windows_emitted: 0,
+        }
     }
 
     /// Append one document's tokens (BOS/EOS already applied); completed windows go to `out`.
@@ -39,8 +44,12 @@ impl Packer {
             self.pending.extend_from_slice(&tokens[..take]);
             tokens = &tokens[take..];
             if self.pending.len() == self.window_tokens {
-                let full = std::mem::replace(&mut self.pending, Vec::with_capacity(self.window_tokens));
-                out.push(PackedWindow { tokens: full, doc_starts: std::mem::take(&mut self.pending_starts) });
+                let full =
+                    std::mem::replace(&mut self.pending, Vec::with_capacity(self.window_tokens));
+                out.push(PackedWindow {
+                    tokens: full,
+                    doc_starts: std::mem::take(&mut self.pending_starts),
+                });
                 self.windows_emitted += 1;
             }
         }
@@ -73,17 +82,32 @@ mod tests {
     #[test]
     fn splits_documents_across_windows() {
         let (w, rest) = pack(&[vec![1, 2, 3], vec![4, 5, 6, 7, 8], vec![9]], 4);
-        assert_eq!(w, vec![
-            PackedWindow { tokens: vec![1, 2, 3, 4], doc_starts: vec![0, 3] },
-            PackedWindow { tokens: vec![5, 6, 7, 8], doc_starts: vec![] },
-        ]);
+        assert_eq!(
+            w,
+            vec![
+                PackedWindow {
+                    tokens: vec![1, 2, 3, 4],
+                    doc_starts: vec![0, 3]
+                },
+                PackedWindow {
+                    tokens: vec![5, 6, 7, 8],
+                    doc_starts: vec![]
+                },
+            ]
+        );
         assert_eq!(rest, vec![9]);
     }
 
     #[test]
     fn a_document_ending_on_a_window_edge_starts_the_next_at_zero() {
         let (w, rest) = pack(&[vec![1, 2], vec![3, 4], vec![5]], 2);
-        assert_eq!(w[1], PackedWindow { tokens: vec![3, 4], doc_starts: vec![0] });
+        assert_eq!(
+            w[1],
+            PackedWindow {
+                tokens: vec![3, 4],
+                doc_starts: vec![0]
+            }
+        );
         assert_eq!(rest, vec![5]);
     }
 

@@ -25,7 +25,9 @@ impl StageRng {
         hasher.update(b"/");
         hasher.update(seed.to_le_bytes());
         let key: [u8; 32] = hasher.finalize().into();
-        Self { inner: ChaCha8Rng::from_seed(key) }
+        Self {
+            inner: ChaCha8Rng::from_seed(key),
+        }
     }
 
     /// How many 32-bit words have been drawn: with the label and seed, the whole state.

@@ -15,7 +15,11 @@ pub struct Shuffler<T> {
 
 impl<T> Shuffler<T> {
     pub fn new(capacity: usize, seed: u64) -> Self {
-        Self { capacity, buffer: Vec::with_capacity(capacity.min(1 << 20)), rng: StageRng::new(seed, "shuffle") }
+        Self {
+            capacity,
+            buffer: Vec::with_capacity(capacity.min(1 << 20)),
+            rng: StageRng::new(seed, "shuffle"),
+        }
     }
 
     /// Take one item; return the item it displaces, if the buffer was full.

@@ -9,7 +9,10 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("daemon/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("daemon/ has a parent")
+        .to_path_buf()
 }
 
 pub fn gpt2_tokenizer() -> PathBuf {
@@ -21,20 +24,31 @@ pub fn quickstart() -> PathBuf {
 }
 
 pub fn dsprep(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dsprep")).args(args).output().expect("the dsprep binary runs")
+    Command::new(env!("CARGO_BIN_EXE_dsprep"))
+        .args(args)
+        .output()
+        .expect("the dsprep binary runs")
 }
 
 /// Run dsprep expecting failure; return its stderr.
 pub fn dsprep_fails(args: &[&str]) -> String {
     let out = dsprep(args);
-    assert!(!out.status.success(), "dsprep {args:?} succeeded but should have failed:\n{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "dsprep {args:?} succeeded but should have failed:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Run dsprep expecting success; return its stdout.
 pub fn dsprep_ok(args: &[&str]) -> String {
     let out = dsprep(args);
-    assert!(out.status.success(), "dsprep {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "dsprep {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -45,7 +59,10 @@ pub fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>, row_group_rows
     use parquet::file::properties::WriterProperties;
     std::fs::create_dir_all(path.parent().expect("a file has a parent")).expect("mkdir");
     let batch = RecordBatch::try_from_iter(columns).expect("columns make a batch");
-    let props = WriterProperties::builder().set_compression(Compression::SNAPPY).set_max_row_group_row_count(Some(row_group_rows)).build();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(row_group_rows))
+        .build();
     let file = std::fs::File::create(path).expect("create parquet");
     let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(props)).expect("writer");
     writer.write(&batch).expect("write");
@@ -56,19 +73,37 @@ pub fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>, row_group_rows
 pub fn write_fineweb_edu(path: &Path, texts: &[Option<&str>], int_scores: &[i64]) {
     use arrow_array::{Float64Array, Int64Array, StringArray};
     let n = texts.len();
-    let s = |f: &dyn Fn(usize) -> String| -> ArrayRef { Arc::new(StringArray::from((0..n).map(|i| Some(f(i))).collect::<Vec<_>>())) };
+    let s = |f: &dyn Fn(usize) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(
+            (0..n).map(|i| Some(f(i))).collect::<Vec<_>>(),
+        ))
+    };
     write_parquet(
         path,
         vec![
-            ("text", Arc::new(StringArray::from(texts.to_vec())) as ArrayRef),
-            ("id", s(&|i| format!("<urn:uuid:00000000-0000-0000-0000-{i:012}>"))),
+            (
+                "text",
+                Arc::new(StringArray::from(texts.to_vec())) as ArrayRef,
+            ),
+            (
+                "id",
+                s(&|i| format!("<urn:uuid:00000000-0000-0000-0000-{i:012}>")),
+            ),
             ("dump", s(&|_| "CC-MAIN-2019-30".into())),
             ("url", s(&|i| format!("https://example.org/{i}"))),
-            ("file_path", s(&|_| "s3://commoncrawl/crawl-data/x.warc.gz".into())),
+            (
+                "file_path",
+                s(&|_| "s3://commoncrawl/crawl-data/x.warc.gz".into()),
+            ),
             ("language", s(&|_| "en".into())),
             ("language_score", Arc::new(Float64Array::from(vec![0.9; n]))),
             ("token_count", Arc::new(Int64Array::from(vec![100; n]))),
-            ("score", Arc::new(Float64Array::from(int_scores.iter().map(|&s| s as f64).collect::<Vec<_>>()))),
+            (
+                "score",
+                Arc::new(Float64Array::from(
+                    int_scores.iter().map(|&s| s as f64).collect::<Vec<_>>(),
+                )),
+            ),
             ("int_score", Arc::new(Int64Array::from(int_scores.to_vec()))),
         ],
         16,
@@ -87,7 +122,10 @@ pub fn write_c4_gz(path: &Path, texts: &[&str]) {
 
 pub fn write_gz(path: &Path, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().expect("a file has a parent")).expect("mkdir");
-    let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(path).expect("create"), flate2::Compression::default());
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).expect("create"),
+        flate2::Compression::default(),
+    );
     enc.write_all(bytes).expect("write gz");
     enc.finish().expect("finish gz");
 }
@@ -113,7 +151,10 @@ pub fn dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .expect("read dir")
         .map(|e| {
             let e = e.expect("dir entry");
-            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read file"))
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).expect("read file"),
+            )
         })
         .collect();
     files.sort();

@@ -10,7 +10,9 @@ pub use summary::print_summary;
 use crate::files::sha256_file;
 use crate::sources::{LocalSource, list_shards};
 use anyhow::{Context, anyhow};
-use dsprep_client::format::{self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo};
+use dsprep_client::format::{
+    self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
+};
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::Recipe;
@@ -53,15 +55,30 @@ pub struct LoadedRecipe {
 }
 
 pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read recipe {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read recipe {}", path.display()))?;
     let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let tokenizer_path = base.join(&recipe.tokenizer.path);
-    let tokenizer_json = std::fs::read(&tokenizer_path)
-        .with_context(|| format!("recipe {}: tokenizer.path: cannot read {}", path.display(), tokenizer_path.display()))?;
-    let stage = TokenizeStage::from_json_bytes(&tokenizer_json, &recipe.tokenizer, &tokenizer_path.display().to_string())
-        .with_context(|| format!("recipe {}", path.display()))?;
-    Ok(LoadedRecipe { recipe, base, tokenizer_json, stage })
+    let tokenizer_json = std::fs::read(&tokenizer_path).with_context(|| {
+        format!(
+            "recipe {}: tokenizer.path: cannot read {}",
+            path.display(),
+            tokenizer_path.display()
+        )
+    })?;
+    let stage = TokenizeStage::from_json_bytes(
+        &tokenizer_json,
+        &recipe.tokenizer,
+        &tokenizer_path.display().to_string(),
+    )
+    .with_context(|| format!("recipe {}", path.display()))?;
+    Ok(LoadedRecipe {
+        recipe,
+        base,
+        tokenizer_json,
+        stage,
+    })
 }
 
 /// The mixer over the recipe's local sources (0-weight sources are not listed or read).
@@ -69,9 +86,17 @@ pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> 
     let recipe = &loaded.recipe;
     let mut inputs = Vec::with_capacity(recipe.sources.len());
     for (i, spec) in recipe.sources.iter().enumerate() {
-        let shards = if spec.weight > 0.0 { list_shards(recipe, spec, &loaded.base)? } else { Vec::new() };
+        let shards = if spec.weight > 0.0 {
+            list_shards(recipe, spec, &loaded.base)?
+        } else {
+            Vec::new()
+        };
         let source = LocalSource::new(i as u16, spec.clone(), shards);
-        inputs.push(MixInput { name: spec.name.clone(), weight: spec.weight, source });
+        inputs.push(MixInput {
+            name: spec.name.clone(),
+            weight: spec.weight,
+            source,
+        });
     }
     Ok(Mixer::new(inputs, recipe.mix.stopping, recipe.shuffle.seed))
 }
@@ -82,8 +107,11 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let recipe = &loaded.recipe;
     let stage = &loaded.stage;
     let mixer = build_mixer(&loaded)?;
-    let shard_lists: Vec<(String, Vec<PathBuf>)> =
-        mixer.inputs().iter().map(|i| (i.name.clone(), i.source.shards().to_vec())).collect();
+    let shard_lists: Vec<(String, Vec<PathBuf>)> = mixer
+        .inputs()
+        .iter()
+        .map(|i| (i.name.clone(), i.source.shards().to_vec()))
+        .collect();
     // Input checksums are computed beside the pipeline: same bytes, no extra wall time.
     let hashing = std::thread::Builder::new()
         .name("dsprep-hash-inputs".into())
@@ -97,7 +125,12 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let dtype = Dtype::for_vocab(stage.vocab_size());
     let window_tokens = recipe.packing.window_tokens();
     let window_bytes = (window_tokens * dtype.size_bytes()) as u64;
-    let mut writer = PackWriter::create(&options.out, options.force, dtype, (options.shard_bytes / window_bytes).max(1))?;
+    let mut writer = PackWriter::create(
+        &options.out,
+        options.force,
+        dtype,
+        (options.shard_bytes / window_bytes).max(1),
+    )?;
     writer.add_tokenizer(&loaded.tokenizer_json)?;
     let progress = progress_bar(options.progress);
     let mut packer = Packer::new(window_tokens);
@@ -108,10 +141,15 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let (mut num_docs, mut num_tokens) = (0u64, 0u64);
     let locate = |pos: &DocPos| {
         let (name, shards) = &shard_lists[pos.source as usize];
-        let shard = shards.get(pos.shard as usize).map(|p| p.display().to_string()).unwrap_or_default();
+        let shard = shards
+            .get(pos.shard as usize)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         format!("source {name:?} shard {shard} row {}", pos.row)
     };
-    let config = PipelineConfig { threads: options.threads };
+    let config = PipelineConfig {
+        threads: options.threads,
+    };
     let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
     let run = pipeline::run(mixer, shuffler, stage, &config, &locate, |chunk| {
         let mut at = 0usize;
@@ -147,7 +185,11 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
     };
     progress.finish_and_clear();
-    let inputs = match hashing.join().map_err(|_| anyhow!("the input-hashing thread panicked")).and_then(|r| r) {
+    let inputs = match hashing
+        .join()
+        .map_err(|_| anyhow!("the input-hashing thread panicked"))
+        .and_then(|r| r)
+    {
         Ok(inputs) => inputs,
         Err(e) => {
             writer.abandon();
@@ -164,7 +206,11 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             name: spec.name.clone(),
             weight: spec.weight,
             target_fraction: spec.weight / total_weight,
-            realized_fraction: if num_docs == 0 { 0.0 } else { docs_per_source[i] as f64 / num_docs as f64 },
+            realized_fraction: if num_docs == 0 {
+                0.0
+            } else {
+                docs_per_source[i] as f64 / num_docs as f64
+            },
             documents: docs_per_source[i],
             tokens: tokens_per_source[i],
             rows_read: counters[i].rows_read,
@@ -173,13 +219,18 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             passes_completed: counters[i].passes_completed,
         })
         .collect();
-    let placeholder = OutputFile { file: String::new(), size_bytes: 0, sha256: String::new() };
+    let placeholder = OutputFile {
+        file: String::new(),
+        size_bytes: 0,
+        sha256: String::new(),
+    };
     let manifest = Manifest {
         format: format::FORMAT_NAME.into(),
         format_version: format::FORMAT_VERSION,
         created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
         recipe_hash: recipe.hash(),
-        recipe: serde_json::from_str(&recipe.canonical_json()).context("cannot encode the recipe")?,
+        recipe: serde_json::from_str(&recipe.canonical_json())
+            .context("cannot encode the recipe")?,
         tokenizer: TokenizerInfo {
             file: format::TOKENIZER_FILE.into(),
             sha256: stage.sha256().to_string(),
@@ -201,7 +252,13 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         sources,
     };
     let manifest = writer.finish(manifest)?;
-    Ok(PackReport { manifest, out: options.out.clone(), wall: started.elapsed(), time_to_first_window: first_window, threads: options.threads })
+    Ok(PackReport {
+        manifest,
+        out: options.out.clone(),
+        wall: started.elapsed(),
+        time_to_first_window: first_window,
+        threads: options.threads,
+    })
 }
 
 fn hash_inputs(lists: &[(String, Vec<PathBuf>)], base: &Path) -> anyhow::Result<Vec<InputFile>> {
@@ -210,9 +267,19 @@ fn hash_inputs(lists: &[(String, Vec<PathBuf>)], base: &Path) -> anyhow::Result<
         let mut sorted = shards.clone();
         sorted.sort();
         for path in sorted {
-            let (size_bytes, sha256) = sha256_file(&path).with_context(|| format!("cannot read input {}", path.display()))?;
-            let shown = path.strip_prefix(base).unwrap_or(&path).display().to_string();
-            inputs.push(InputFile { source: source.clone(), path: shown, size_bytes, sha256 });
+            let (size_bytes, sha256) = sha256_file(&path)
+                .with_context(|| format!("cannot read input {}", path.display()))?;
+            let shown = path
+                .strip_prefix(base)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            inputs.push(InputFile {
+                source: source.clone(),
+                path: shown,
+                size_bytes,
+                sha256,
+            });
         }
     }
     Ok(inputs)
@@ -223,7 +290,10 @@ fn progress_bar(enabled: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new_spinner();
-    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }

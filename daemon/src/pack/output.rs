@@ -28,17 +28,36 @@ pub struct PackWriter {
 impl PackWriter {
     /// Start a packed directory at `out`. An existing `out` is an error unless `force`, in which
     /// case it is replaced only once the new one is complete.
-    pub fn create(out: &Path, force: bool, dtype: Dtype, windows_per_shard: u64) -> anyhow::Result<Self> {
+    pub fn create(
+        out: &Path,
+        force: bool,
+        dtype: Dtype,
+        windows_per_shard: u64,
+    ) -> anyhow::Result<Self> {
         if out.exists() && !force {
-            bail!("output {} already exists (pass --force to replace it)", out.display());
+            bail!(
+                "output {} already exists (pass --force to replace it)",
+                out.display()
+            );
         }
-        let name = out.file_name().with_context(|| format!("output {} has no directory name", out.display()))?;
-        let tmp = out.with_file_name(format!("{}.partial-{}", name.to_string_lossy(), std::process::id()));
+        let name = out
+            .file_name()
+            .with_context(|| format!("output {} has no directory name", out.display()))?;
+        let tmp = out.with_file_name(format!(
+            "{}.partial-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
         if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear {}", tmp.display()))?;
+            std::fs::remove_dir_all(&tmp)
+                .with_context(|| format!("cannot clear {}", tmp.display()))?;
         }
-        std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-        let create = |file: &str| HashingWriter::create(&tmp.join(file)).with_context(|| format!("cannot create {}", tmp.join(file).display()));
+        std::fs::create_dir_all(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let create = |file: &str| {
+            HashingWriter::create(&tmp.join(file))
+                .with_context(|| format!("cannot create {}", tmp.join(file).display()))
+        };
         let doc_starts = create(format::DOC_STARTS_FILE)?;
         let mut doc_starts_offsets = create(format::DOC_STARTS_OFFSETS_FILE)?;
         doc_starts_offsets.write_all(&0u64.to_le_bytes())?;
@@ -62,21 +81,39 @@ impl PackWriter {
         if self.shard.is_none() {
             let file = format::shard_file_name(self.shards.len());
             let path = self.tmp.join(&file);
-            self.shard = Some(HashingWriter::create(&path).with_context(|| format!("cannot create {}", path.display()))?);
-            self.shards.push(OutputFile { file, size_bytes: 0, sha256: String::new() });
+            self.shard = Some(
+                HashingWriter::create(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?,
+            );
+            self.shards.push(OutputFile {
+                file,
+                size_bytes: 0,
+                sha256: String::new(),
+            });
         }
         self.bytes.clear();
         match self.dtype {
-            Dtype::U16 => self.bytes.extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-            Dtype::U32 => self.bytes.extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
+            Dtype::U16 => self
+                .bytes
+                .extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
+            Dtype::U32 => self
+                .bytes
+                .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
         }
         let shard = self.shard.as_mut().expect("opened above");
-        shard.write_all(&self.bytes).context("cannot write a token shard")?;
+        shard
+            .write_all(&self.bytes)
+            .context("cannot write a token shard")?;
         self.bytes.clear();
-        self.bytes.extend(window.doc_starts.iter().flat_map(|s| s.to_le_bytes()));
-        self.doc_starts.write_all(&self.bytes).context("cannot write the document index")?;
+        self.bytes
+            .extend(window.doc_starts.iter().flat_map(|s| s.to_le_bytes()));
+        self.doc_starts
+            .write_all(&self.bytes)
+            .context("cannot write the document index")?;
         self.num_doc_starts += window.doc_starts.len() as u64;
-        self.doc_starts_offsets.write_all(&self.num_doc_starts.to_le_bytes()).context("cannot write the document index")?;
+        self.doc_starts_offsets
+            .write_all(&self.num_doc_starts.to_le_bytes())
+            .context("cannot write the document index")?;
         self.num_windows += 1;
         self.windows_in_shard += 1;
         if self.windows_in_shard == self.windows_per_shard {
@@ -102,34 +139,69 @@ impl PackWriter {
 
     /// Copy the tokenizer into the directory, so it is self-describing.
     pub fn add_tokenizer(&self, json: &[u8]) -> anyhow::Result<()> {
-        std::fs::write(self.tmp.join(format::TOKENIZER_FILE), json).context("cannot write tokenizer.json")
+        std::fs::write(self.tmp.join(format::TOKENIZER_FILE), json)
+            .context("cannot write tokenizer.json")
     }
 
     /// Close every file, fill the output part of `manifest`, write it, and move the directory to
     /// its final name.
     pub fn finish(mut self, mut manifest: Manifest) -> anyhow::Result<Manifest> {
         self.close_shard()?;
-        let (size_bytes, sha256) = self.doc_starts.finish().context("cannot finish the document index")?;
-        manifest.doc_starts = OutputFile { file: format::DOC_STARTS_FILE.into(), size_bytes, sha256 };
-        let (size_bytes, sha256) = self.doc_starts_offsets.finish().context("cannot finish the document index")?;
-        manifest.doc_starts_offsets = OutputFile { file: format::DOC_STARTS_OFFSETS_FILE.into(), size_bytes, sha256 };
+        let (size_bytes, sha256) = self
+            .doc_starts
+            .finish()
+            .context("cannot finish the document index")?;
+        manifest.doc_starts = OutputFile {
+            file: format::DOC_STARTS_FILE.into(),
+            size_bytes,
+            sha256,
+        };
+        let (size_bytes, sha256) = self
+            .doc_starts_offsets
+            .finish()
+            .context("cannot finish the document index")?;
+        manifest.doc_starts_offsets = OutputFile {
+            file: format::DOC_STARTS_OFFSETS_FILE.into(),
+            size_bytes,
+            sha256,
+        };
         manifest.shards = self.shards;
         manifest.num_windows = self.num_windows;
         manifest.num_doc_starts = self.num_doc_starts;
         manifest.windows_per_shard = self.windows_per_shard;
-        let mut json = serde_json::to_vec_pretty(&manifest).context("cannot encode the manifest")?;
+        let mut json =
+            serde_json::to_vec_pretty(&manifest).context("cannot encode the manifest")?;
         json.push(b'\n');
         let manifest_path = self.tmp.join(format::MANIFEST_FILE);
-        let mut writer = HashingWriter::create(&manifest_path).context("cannot create manifest.json")?;
+        let mut writer =
+            HashingWriter::create(&manifest_path).context("cannot create manifest.json")?;
         writer.write_all(&json)?;
         writer.finish().context("cannot write manifest.json")?;
         if self.out.exists() {
-            let old = self.out.with_file_name(format!("{}.replaced-{}", self.out.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
-            std::fs::rename(&self.out, &old).with_context(|| format!("cannot move the old {} aside", self.out.display()))?;
-            std::fs::rename(&self.tmp, &self.out).with_context(|| format!("cannot rename {} to {}", self.tmp.display(), self.out.display()))?;
-            std::fs::remove_dir_all(&old).with_context(|| format!("cannot remove the old output {}", old.display()))?;
+            let old = self.out.with_file_name(format!(
+                "{}.replaced-{}",
+                self.out.file_name().unwrap_or_default().to_string_lossy(),
+                std::process::id()
+            ));
+            std::fs::rename(&self.out, &old)
+                .with_context(|| format!("cannot move the old {} aside", self.out.display()))?;
+            std::fs::rename(&self.tmp, &self.out).with_context(|| {
+                format!(
+                    "cannot rename {} to {}",
+                    self.tmp.display(),
+                    self.out.display()
+                )
+            })?;
+            std::fs::remove_dir_all(&old)
+                .with_context(|| format!("cannot remove the old output {}", old.display()))?;
         } else {
-            std::fs::rename(&self.tmp, &self.out).with_context(|| format!("cannot rename {} to {}", self.tmp.display(), self.out.display()))?;
+            std::fs::rename(&self.tmp, &self.out).with_context(|| {
+                format!(
+                    "cannot rename {} to {}",
+                    self.tmp.display(),
+                    self.out.display()
+                )
+            })?;
         }
         if let Some(parent) = self.out.parent().filter(|p| !p.as_os_str().is_empty())
             && let Ok(dir) = std::fs::File::open(parent)

@@ -67,23 +67,31 @@ pub fn run<S: DocSource>(
     let (tok_tx, tok_rx) = bounded::<WorkerResult>(capacity);
     let (permit_tx, permit_rx) = bounded::<()>(capacity);
     for _ in 0..capacity {
-        permit_tx.send(()).expect("the permit channel has room for every permit");
+        permit_tx
+            .send(())
+            .expect("the permit channel has room for every permit");
     }
     std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name("dsprep-reader".into())
-            .spawn_scoped(scope, move || read_mix_shuffle(mixer, shuffler, doc_tx, permit_rx))
+            .spawn_scoped(scope, move || {
+                read_mix_shuffle(mixer, shuffler, doc_tx, permit_rx)
+            })
             .context("cannot start the reader thread")?;
         for k in 0..threads {
             let (doc_rx, tok_tx) = (doc_rx.clone(), tok_tx.clone());
             std::thread::Builder::new()
                 .name(format!("dsprep-tokenize-{k}"))
-                .spawn_scoped(scope, move || tokenize_chunks(stage, locate, doc_rx, tok_tx))
+                .spawn_scoped(scope, move || {
+                    tokenize_chunks(stage, locate, doc_rx, tok_tx)
+                })
                 .context("cannot start a tokenizer thread")?;
         }
         drop((doc_rx, tok_tx));
         let sunk = reorder_into(sink, tok_rx, permit_tx);
-        let read = reader.join().map_err(|_| anyhow!("the reader thread panicked"))?;
+        let read = reader
+            .join()
+            .map_err(|_| anyhow!("the reader thread panicked"))?;
         // A reader error explains a short stream: report it before anything the sink saw.
         let counters = read?;
         sunk?;
@@ -97,7 +105,13 @@ fn read_mix_shuffle<S: DocSource>(
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
 ) -> anyhow::Result<Vec<SourceCounters>> {
-    let mut chunker = Chunker { seq: 0, docs: Vec::with_capacity(CHUNK_DOCS), text_bytes: 0, doc_tx, permits };
+    let mut chunker = Chunker {
+        seq: 0,
+        docs: Vec::with_capacity(CHUNK_DOCS),
+        text_bytes: 0,
+        doc_tx,
+        permits,
+    };
     while let Some(doc) = mixer.next_doc()? {
         if let Some(out) = shuffler.push(doc)
             && !chunker.push(out)
@@ -128,7 +142,11 @@ impl Chunker {
     fn push(&mut self, doc: Doc) -> bool {
         self.text_bytes += doc.text.len();
         self.docs.push(doc);
-        if self.docs.len() >= CHUNK_DOCS || self.text_bytes >= CHUNK_TEXT_BYTES { self.send() } else { true }
+        if self.docs.len() >= CHUNK_DOCS || self.text_bytes >= CHUNK_TEXT_BYTES {
+            self.send()
+        } else {
+            true
+        }
     }
 
     fn send(&mut self) -> bool {
@@ -137,7 +155,14 @@ impl Chunker {
         }
         self.text_bytes = 0;
         let docs = std::mem::replace(&mut self.docs, Vec::with_capacity(CHUNK_DOCS));
-        let sent = self.permits.recv().is_ok() && self.doc_tx.send(DocChunk { seq: self.seq, docs }).is_ok();
+        let sent = self.permits.recv().is_ok()
+            && self
+                .doc_tx
+                .send(DocChunk {
+                    seq: self.seq,
+                    docs,
+                })
+                .is_ok();
         self.seq += 1;
         sent
     }
@@ -147,9 +172,19 @@ fn counters<S: DocSource>(mixer: &Mixer<S>) -> Vec<SourceCounters> {
     mixer.inputs().iter().map(|i| i.source.counters()).collect()
 }
 
-fn tokenize_chunks(stage: &TokenizeStage, locate: &(dyn Fn(&DocPos) -> String + Sync), doc_rx: Receiver<DocChunk>, tok_tx: Sender<WorkerResult>) {
+fn tokenize_chunks(
+    stage: &TokenizeStage,
+    locate: &(dyn Fn(&DocPos) -> String + Sync),
+    doc_rx: Receiver<DocChunk>,
+    tok_tx: Sender<WorkerResult>,
+) {
     for DocChunk { seq, docs } in doc_rx {
-        let mut out = TokenizedChunk { seq, doc_sources: Vec::with_capacity(docs.len()), doc_lens: Vec::with_capacity(docs.len()), tokens: Vec::new() };
+        let mut out = TokenizedChunk {
+            seq,
+            doc_sources: Vec::with_capacity(docs.len()),
+            doc_lens: Vec::with_capacity(docs.len()),
+            tokens: Vec::new(),
+        };
         let mut result = Ok(());
         for doc in &docs {
             let before = out.tokens.len();
@@ -183,6 +218,10 @@ fn reorder_into(
             let _ = permit_tx.send(());
         }
     }
-    anyhow::ensure!(waiting.is_empty(), "internal error: chunks {:?} arrived without their predecessors", waiting.keys().collect::<Vec<_>>());
+    anyhow::ensure!(
+        waiting.is_empty(),
+        "internal error: chunks {:?} arrived without their predecessors",
+        waiting.keys().collect::<Vec<_>>()
+    );
     Ok(())
 }

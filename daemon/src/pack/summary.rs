@@ -21,13 +21,29 @@ pub fn print_summary(report: &PackReport) {
     if let Some(first) = report.time_to_first_window {
         println!("first window after {:.2} s", first.as_secs_f64());
     }
-    println!("{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>9} {:>9}", "source", "documents", "rows read", "filtered", "empty", "tokens", "mix", "target");
+    println!(
+        "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>9} {:>9}",
+        "source", "documents", "rows read", "filtered", "empty", "tokens", "mix", "target"
+    );
     for s in &m.sources {
         println!(
             "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>8.2}% {:>8.2}%",
-            s.name, s.documents, s.rows_read, s.rows_filtered, s.rows_empty, s.tokens, 100.0 * s.realized_fraction, 100.0 * s.target_fraction
+            s.name,
+            s.documents,
+            s.rows_read,
+            s.rows_filtered,
+            s.rows_empty,
+            s.tokens,
+            100.0 * s.realized_fraction,
+            100.0 * s.target_fraction
         );
     }
-    println!("dropped tail: {} tokens (less than one window)", m.dropped_tail_tokens);
-    println!("recipe {}  tokenizer sha256 {}", m.recipe_hash, m.tokenizer.sha256);
+    println!(
+        "dropped tail: {} tokens (less than one window)",
+        m.dropped_tail_tokens
+    );
+    println!(
+        "recipe {}  tokenizer sha256 {}",
+        m.recipe_hash, m.tokenizer.sha256
+    );
 }

@@ -26,14 +26,26 @@ impl JsonlShard {
         let lines: Box<dyn BufRead + Send> = if gzip {
             let mut magic = [0u8; 2];
             if file.read_exact(&mut magic).is_err() || magic != [0x1f, 0x8b] {
-                return Err(fail("not a gzip file (it does not start with the gzip magic bytes 1f 8b)".into()));
+                return Err(fail(
+                    "not a gzip file (it does not start with the gzip magic bytes 1f 8b)".into(),
+                ));
             }
             let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-            Box::new(BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::with_capacity(1 << 16, file))))
+            Box::new(BufReader::with_capacity(
+                1 << 16,
+                MultiGzDecoder::new(BufReader::with_capacity(1 << 16, file)),
+            ))
         } else {
             Box::new(BufReader::with_capacity(1 << 16, file))
         };
-        Ok(Self { path: path.to_path_buf(), lines, text: spec.text.clone(), filter: spec.filter.clone(), buf: Vec::new(), row: 0 })
+        Ok(Self {
+            path: path.to_path_buf(),
+            lines,
+            text: spec.text.clone(),
+            filter: spec.filter.clone(),
+            buf: Vec::new(),
+            row: 0,
+        })
     }
 
     fn at_line(&self, message: impl Into<String>) -> ShardError {
@@ -43,10 +55,21 @@ impl JsonlShard {
     fn row_text(&self, object: &Map<String, Value>) -> Result<RowText, ShardError> {
         if let Some(filter) = &self.filter {
             let value = match object.get(&filter.column) {
-                None => return Err(self.at_line(format!("has no field `{}` (needed by the filter `{filter}`)", filter.column))),
+                None => {
+                    return Err(self.at_line(format!(
+                        "has no field `{}` (needed by the filter `{filter}`)",
+                        filter.column
+                    )));
+                }
                 Some(Value::Null) => None,
                 Some(Value::Number(n)) => n.as_f64(),
-                Some(other) => return Err(self.at_line(format!("field `{}` is {}, the filter `{filter}` needs a number", filter.column, kind(other)))),
+                Some(other) => {
+                    return Err(self.at_line(format!(
+                        "field `{}` is {}, the filter `{filter}` needs a number",
+                        filter.column,
+                        kind(other)
+                    )));
+                }
             };
             if !filter.keeps(value) {
                 return Ok(RowText::Filtered);
@@ -57,14 +80,25 @@ impl JsonlShard {
                 None => return Err(self.at_line(format!("has no field `{name}`"))),
                 Some(Value::Null) => String::new(),
                 Some(Value::String(s)) => s.clone(),
-                Some(other) => return Err(self.at_line(format!("field `{name}` is {}, expected a string", kind(other)))),
+                Some(other) => {
+                    return Err(self.at_line(format!(
+                        "field `{name}` is {}, expected a string",
+                        kind(other)
+                    )));
+                }
             },
             TextField::Join(join) => {
                 let items = match object.get(&join.list) {
                     None => return Err(self.at_line(format!("has no field `{}`", join.list))),
                     Some(Value::Null) => return Ok(RowText::Empty),
                     Some(Value::Array(items)) => items,
-                    Some(other) => return Err(self.at_line(format!("field `{}` is {}, expected a list", join.list, kind(other)))),
+                    Some(other) => {
+                        return Err(self.at_line(format!(
+                            "field `{}` is {}, expected a list",
+                            join.list,
+                            kind(other)
+                        )));
+                    }
                 };
                 let mut parts = Vec::with_capacity(items.len());
                 for (k, item) in items.iter().enumerate() {
@@ -73,14 +107,21 @@ impl JsonlShard {
                         Some(Value::String(_)) | Some(Value::Null) => {}
                         other => {
                             let what = other.map(kind).unwrap_or("missing");
-                            return Err(self.at_line(format!("`{}[{k}].{}` is {what}, expected a string", join.list, join.field)));
+                            return Err(self.at_line(format!(
+                                "`{}[{k}].{}` is {what}, expected a string",
+                                join.list, join.field
+                            )));
                         }
                     }
                 }
                 parts.join(&join.separator)
             }
         };
-        Ok(if text.is_empty() { RowText::Empty } else { RowText::Text(text) })
+        Ok(if text.is_empty() {
+            RowText::Empty
+        } else {
+            RowText::Text(text)
+        })
     }
 }
 
@@ -98,7 +139,10 @@ fn kind(value: &Value) -> &'static str {
 impl ShardReader for JsonlShard {
     fn next_row(&mut self) -> Result<Option<(u64, RowText)>, ShardError> {
         self.buf.clear();
-        let read = self.lines.read_until(b'\n', &mut self.buf).map_err(|e| self.at_line(format!("cannot read (corrupt or truncated file?): {e}")))?;
+        let read = self
+            .lines
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| self.at_line(format!("cannot read (corrupt or truncated file?): {e}")))?;
         if read == 0 {
             return Ok(None);
         }
@@ -106,11 +150,17 @@ impl ShardReader for JsonlShard {
         while let Some((b'\n' | b'\r', rest)) = line.split_last() {
             line = rest;
         }
-        let line = std::str::from_utf8(line).map_err(|e| self.at_line(format!("is not valid UTF-8 (byte {} of the line)", e.valid_up_to())))?;
+        let line = std::str::from_utf8(line).map_err(|e| {
+            self.at_line(format!(
+                "is not valid UTF-8 (byte {} of the line)",
+                e.valid_up_to()
+            ))
+        })?;
         if line.trim().is_empty() {
             return Err(self.at_line("is empty, expected a JSON object"));
         }
-        let value: Value = serde_json::from_str(line).map_err(|e| self.at_line(format!("is not valid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(line)
+            .map_err(|e| self.at_line(format!("is not valid JSON: {e}")))?;
         let Value::Object(object) = value else {
             return Err(self.at_line(format!("is {}, expected a JSON object", kind(&value))));
         };

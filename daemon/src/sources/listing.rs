@@ -9,15 +9,33 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
     #[error("source {name:?}: files[{index}] {pattern:?} is not a valid glob pattern: {message}")]
-    Pattern { name: String, index: usize, pattern: String, message: String },
+    Pattern {
+        name: String,
+        index: usize,
+        pattern: String,
+        message: String,
+    },
     #[error("source {name:?}: files[{index}] {pattern:?} matches no file (looked for {})", resolved.display())]
-    NoMatch { name: String, index: usize, pattern: String, resolved: PathBuf },
+    NoMatch {
+        name: String,
+        index: usize,
+        pattern: String,
+        resolved: PathBuf,
+    },
     #[error("source {name:?}: cannot read {}: {message}", path.display())]
-    Unreadable { name: String, path: PathBuf, message: String },
+    Unreadable {
+        name: String,
+        path: PathBuf,
+        message: String,
+    },
 }
 
 /// The shards of `spec`, in reading order. Patterns are relative to `base` (the recipe's folder).
-pub fn list_shards(recipe: &Recipe, spec: &SourceSpec, base: &Path) -> Result<Vec<PathBuf>, ListError> {
+pub fn list_shards(
+    recipe: &Recipe,
+    spec: &SourceSpec,
+    base: &Path,
+) -> Result<Vec<PathBuf>, ListError> {
     let mut shards = Vec::new();
     for (index, pattern) in spec.files.iter().enumerate() {
         let resolved = base.join(pattern);
@@ -40,7 +58,12 @@ pub fn list_shards(recipe: &Recipe, spec: &SourceSpec, base: &Path) -> Result<Ve
             }
         }
         if shards.len() == before {
-            return Err(ListError::NoMatch { name: spec.name.clone(), index, pattern: pattern.clone(), resolved });
+            return Err(ListError::NoMatch {
+                name: spec.name.clone(),
+                index,
+                pattern: pattern.clone(),
+                resolved,
+            });
         }
     }
     shards.sort();

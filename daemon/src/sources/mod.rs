@@ -25,7 +25,11 @@ pub struct ShardError {
 
 impl ShardError {
     pub fn new(path: &Path, location: Option<String>, message: impl Into<String>) -> Self {
-        Self { path: path.to_path_buf(), location, message: message.into() }
+        Self {
+            path: path.to_path_buf(),
+            location,
+            message: message.into(),
+        }
     }
 }
 
@@ -65,7 +69,15 @@ pub struct LocalSource {
 
 impl LocalSource {
     pub fn new(index: u16, spec: SourceSpec, shards: Vec<PathBuf>) -> Self {
-        Self { index, spec, shards, next_shard: 0, current: None, pass: 0, counters: SourceCounters::default() }
+        Self {
+            index,
+            spec,
+            shards,
+            next_shard: 0,
+            current: None,
+            pass: 0,
+            counters: SourceCounters::default(),
+        }
     }
 
     pub fn shards(&self) -> &[PathBuf] {
@@ -99,7 +111,12 @@ impl DocSource for LocalSource {
                 RowText::Empty => self.counters.rows_empty += 1,
                 RowText::Text(text) => {
                     self.counters.documents += 1;
-                    let pos = DocPos { source: self.index, pass: self.pass, shard: *shard, row };
+                    let pos = DocPos {
+                        source: self.index,
+                        pass: self.pass,
+                        shard: *shard,
+                        row,
+                    };
                     return Ok(Some(Doc { pos, text }));
                 }
             }

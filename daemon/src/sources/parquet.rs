@@ -33,9 +33,12 @@ impl ParquetShard {
         let mut file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
         let mut magic = [0u8; 4];
         if file.read_exact(&mut magic).is_err() || &magic != b"PAR1" {
-            return Err(fail("not a parquet file (it does not start with PAR1)".into()));
+            return Err(fail(
+                "not a parquet file (it does not start with PAR1)".into(),
+            ));
         }
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
         let schema = builder.schema().clone();
         let mut wanted = vec![text_column_index(&schema, &spec.text).map_err(fail)?];
         if let Some(filter) = &spec.filter {
@@ -49,7 +52,15 @@ impl ParquetShard {
             .with_batch_size(BATCH_ROWS)
             .build()
             .map_err(|e| fail(format!("cannot read: {e}")))?;
-        Ok(Self { path: path.to_path_buf(), reader, text: spec.text.clone(), filter: spec.filter.clone(), batch: None, batch_row: 0, row: 0 })
+        Ok(Self {
+            path: path.to_path_buf(),
+            reader,
+            text: spec.text.clone(),
+            filter: spec.filter.clone(),
+            batch: None,
+            batch_row: 0,
+            row: 0,
+        })
     }
 }
 
@@ -64,30 +75,56 @@ fn text_column_index(schema: &Schema, text: &TextField) -> Result<usize, String>
     })?;
     match text {
         TextField::Column(_) if is_string(field.data_type()) => Ok(index),
-        TextField::Column(_) => Err(format!("column `{name}` has type {}, expected a string", field.data_type())),
+        TextField::Column(_) => Err(format!(
+            "column `{name}` has type {}, expected a string",
+            field.data_type()
+        )),
         TextField::Join(join) => {
             let item = match field.data_type() {
                 DataType::List(item) | DataType::LargeList(item) => item.data_type(),
-                other => return Err(format!("column `{name}` has type {other}, expected a list of structs")),
+                other => {
+                    return Err(format!(
+                        "column `{name}` has type {other}, expected a list of structs"
+                    ));
+                }
             };
             let DataType::Struct(members) = item else {
-                return Err(format!("column `{name}` holds {item}, expected structs with a string field `{}`", join.field));
+                return Err(format!(
+                    "column `{name}` holds {item}, expected structs with a string field `{}`",
+                    join.field
+                ));
             };
             match members.iter().find(|m| m.name() == &join.field) {
                 Some(m) if is_string(m.data_type()) => Ok(index),
-                Some(m) => Err(format!("field `{name}[].{}` has type {}, expected a string", join.field, m.data_type())),
-                None => Err(format!("the structs in column `{name}` have no field `{}`", join.field)),
+                Some(m) => Err(format!(
+                    "field `{name}[].{}` has type {}, expected a string",
+                    join.field,
+                    m.data_type()
+                )),
+                None => Err(format!(
+                    "the structs in column `{name}` have no field `{}`",
+                    join.field
+                )),
             }
         }
     }
 }
 
 fn filter_column_index(schema: &Schema, filter: &RowFilter) -> Result<usize, String> {
-    let (index, field) = schema
-        .column_with_name(&filter.column)
-        .ok_or_else(|| format!("has no column `{}` (needed by the filter `{filter}`)", filter.column))?;
-    if field.data_type().is_numeric() { Ok(index) } else {
-        Err(format!("column `{}` has type {}, the filter `{filter}` needs a number", filter.column, field.data_type()))
+    let (index, field) = schema.column_with_name(&filter.column).ok_or_else(|| {
+        format!(
+            "has no column `{}` (needed by the filter `{filter}`)",
+            filter.column
+        )
+    })?;
+    if field.data_type().is_numeric() {
+        Ok(index)
+    } else {
+        Err(format!(
+            "column `{}` has type {}, the filter `{filter}` needs a number",
+            filter.column,
+            field.data_type()
+        ))
     }
 }
 
@@ -128,7 +165,9 @@ fn number_at(array: &dyn Array, row: usize) -> Option<f64> {
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> &'a ArrayRef {
-    batch.column_by_name(name).expect("projected columns are present in every batch")
+    batch
+        .column_by_name(name)
+        .expect("projected columns are present in every batch")
 }
 
 impl ParquetShard {
@@ -139,7 +178,9 @@ impl ParquetShard {
             return RowText::Filtered;
         }
         let text = match &self.text {
-            TextField::Column(name) => string_at(column(batch, name).as_ref(), i).unwrap_or_default().to_string(),
+            TextField::Column(name) => string_at(column(batch, name).as_ref(), i)
+                .unwrap_or_default()
+                .to_string(),
             TextField::Join(join) => {
                 let list = column(batch, &join.list);
                 if list.is_null(i) {
@@ -149,12 +190,22 @@ impl ParquetShard {
                     DataType::LargeList(_) => list.as_list::<i64>().value(i),
                     _ => list.as_list::<i32>().value(i),
                 };
-                let members = items.as_struct().column_by_name(&join.field).expect("checked when the shard is opened");
-                let parts: Vec<&str> = (0..members.len()).filter_map(|k| string_at(members.as_ref(), k)).filter(|s| !s.is_empty()).collect();
+                let members = items
+                    .as_struct()
+                    .column_by_name(&join.field)
+                    .expect("checked when the shard is opened");
+                let parts: Vec<&str> = (0..members.len())
+                    .filter_map(|k| string_at(members.as_ref(), k))
+                    .filter(|s| !s.is_empty())
+                    .collect();
                 parts.join(&join.separator)
             }
         };
-        if text.is_empty() { RowText::Empty } else { RowText::Text(text) }
+        if text.is_empty() {
+            RowText::Empty
+        } else {
+            RowText::Text(text)
+        }
     }
 }
 
@@ -172,7 +223,13 @@ impl ShardReader for ParquetShard {
             }
             match self.reader.next() {
                 None => return Ok(None),
-                Some(Err(e)) => return Err(ShardError::new(&self.path, Some(format!("row {}", self.row)), format!("cannot decode: {e}"))),
+                Some(Err(e)) => {
+                    return Err(ShardError::new(
+                        &self.path,
+                        Some(format!("row {}", self.row)),
+                        format!("cannot decode: {e}"),
+                    ));
+                }
                 Some(Ok(batch)) => {
                     self.batch = Some(batch);
                     self.batch_row = 0;

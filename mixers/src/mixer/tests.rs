@@ -11,7 +11,11 @@ fn mixer(sizes: &[usize], weights: &[f64], stopping: Stopping, seed: u64) -> Mix
         .iter()
         .zip(weights)
         .enumerate()
-        .map(|(i, (&n, &w))| MixInput { name: format!("s{i}"), weight: w, source: VecSource::new(i as u16, texts(&format!("s{i}-"), n)) })
+        .map(|(i, (&n, &w))| MixInput {
+            name: format!("s{i}"),
+            weight: w,
+            source: VecSource::new(i as u16, texts(&format!("s{i}-"), n)),
+        })
         .collect();
     Mixer::new(inputs, stopping, seed)
 }
@@ -29,7 +33,10 @@ fn first_exhausted_ends_on_the_last_document_of_a_source() {
     let mut m = mixer(&[5, 1000], &[0.5, 0.5], Stopping::FirstExhausted, 1);
     let docs = drain(&mut m);
     let last = docs.last().unwrap();
-    assert_eq!(last.text, "s0-4", "the stream ends right after source 0's last document");
+    assert_eq!(
+        last.text, "s0-4",
+        "the stream ends right after source 0's last document"
+    );
     assert_eq!(docs.iter().filter(|d| d.pos.source == 0).count(), 5);
     assert_eq!(m.emitted()[0], 5);
     assert!(m.next_doc().unwrap().is_none());
@@ -40,12 +47,23 @@ fn all_exhausted_restarts_until_every_source_has_finished_once() {
     let mut m = mixer(&[3, 50], &[0.5, 0.5], Stopping::AllExhausted, 2);
     let docs = drain(&mut m);
     let last = docs.last().unwrap();
-    assert_eq!(last.text, "s1-49", "ends right after the larger source's last document");
-    assert_eq!(docs.iter().filter(|d| d.pos.source == 1).count(), 50, "the larger source is read exactly once");
+    assert_eq!(
+        last.text, "s1-49",
+        "ends right after the larger source's last document"
+    );
+    assert_eq!(
+        docs.iter().filter(|d| d.pos.source == 1).count(),
+        50,
+        "the larger source is read exactly once"
+    );
     let small: Vec<&Doc> = docs.iter().filter(|d| d.pos.source == 0).collect();
     assert!(small.len() > 3, "the smaller source is oversampled");
     for (k, doc) in small.iter().enumerate() {
-        assert_eq!(doc.text, format!("s0-{}", k % 3), "restarts replay the same order");
+        assert_eq!(
+            doc.text,
+            format!("s0-{}", k % 3),
+            "restarts replay the same order"
+        );
         assert_eq!(doc.pos.pass as usize, k / 3);
     }
 }
@@ -63,12 +81,20 @@ fn zero_weight_sources_are_never_read() {
 fn an_empty_source_is_an_error_naming_it() {
     let mut m = mixer(&[0, 10], &[1.0, 1.0], Stopping::FirstExhausted, 0);
     let err = m.next_doc().unwrap_err().to_string();
-    assert_eq!(err, "source \"s0\" has no documents (every row was empty or filtered out)");
+    assert_eq!(
+        err,
+        "source \"s0\" has no documents (every row was empty or filtered out)"
+    );
 }
 
 #[test]
 fn realized_mix_converges_to_the_weights() {
-    let mut m = mixer(&[100_000, 100_000, 100_000], &[0.6, 0.3, 0.1], Stopping::FirstExhausted, 4);
+    let mut m = mixer(
+        &[100_000, 100_000, 100_000],
+        &[0.6, 0.3, 0.1],
+        Stopping::FirstExhausted,
+        4,
+    );
     for _ in 0..60_000 {
         m.next_doc().unwrap();
     }

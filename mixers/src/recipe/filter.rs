@@ -30,7 +30,11 @@ impl CompareOp {
     ];
 
     fn symbol(self) -> &'static str {
-        Self::ALL.iter().find(|(_, op)| *op == self).map(|(s, _)| *s).unwrap_or("?")
+        Self::ALL
+            .iter()
+            .find(|(_, op)| *op == self)
+            .map(|(s, _)| *s)
+            .unwrap_or("?")
     }
 }
 
@@ -49,7 +53,11 @@ impl RowFilter {
     }
 
     pub fn parse(text: &str) -> Result<RowFilter, String> {
-        let expected = || format!("expected `<column> <op> <number>` with op one of >= > <= < == !=, got {text:?}");
+        let expected = || {
+            format!(
+                "expected `<column> <op> <number>` with op one of >= > <= < == !=, got {text:?}"
+            )
+        };
         let (column, op, rest) = CompareOp::ALL
             .iter()
             .find_map(|(sym, op)| text.split_once(sym).map(|(c, r)| (c, *op, r)))
@@ -62,7 +70,11 @@ impl RowFilter {
         if !value.is_finite() {
             return Err(expected());
         }
-        Ok(RowFilter { column: column.to_string(), op, value })
+        Ok(RowFilter {
+            column: column.to_string(),
+            op,
+            value,
+        })
     }
 }
 
@@ -91,8 +103,18 @@ mod tests {
 
     #[test]
     fn parses_every_operator() {
-        assert_eq!(RowFilter::parse("int_score >= 3").unwrap().op, CompareOp::Ge);
-        assert_eq!(RowFilter::parse("score>2.5").unwrap(), RowFilter { column: "score".into(), op: CompareOp::Gt, value: 2.5 });
+        assert_eq!(
+            RowFilter::parse("int_score >= 3").unwrap().op,
+            CompareOp::Ge
+        );
+        assert_eq!(
+            RowFilter::parse("score>2.5").unwrap(),
+            RowFilter {
+                column: "score".into(),
+                op: CompareOp::Gt,
+                value: 2.5
+            }
+        );
         assert_eq!(RowFilter::parse("a <= -1").unwrap().op, CompareOp::Le);
         assert_eq!(RowFilter::parse("a < 1").unwrap().op, CompareOp::Lt);
         assert_eq!(RowFilter::parse("a == 1").unwrap().op, CompareOp::Eq);
@@ -101,7 +123,13 @@ mod tests {
 
     #[test]
     fn rejects_nonsense() {
-        for bad in ["int_score", ">= 3", "int_score >= three", "a b >= 1", "a >= nan"] {
+        for bad in [
+            "int_score",
+            ">= 3",
+            "int_score >= three",
+            "a b >= 1",
+            "a >= nan",
+        ] {
             assert!(RowFilter::parse(bad).is_err(), "{bad}");
         }
     }

@@ -88,7 +88,11 @@ pub struct ShuffleSpec {
 
 impl Default for ShuffleSpec {
     fn default() -> Self {
-        Self { seed: 0, buffer_size: default_buffer_size(), shuffle_shards: true }
+        Self {
+            seed: 0,
+            buffer_size: default_buffer_size(),
+            shuffle_shards: true,
+        }
     }
 }
 
@@ -198,23 +202,39 @@ pub struct FieldError {
 }
 
 fn format_field_errors(errors: &[FieldError]) -> String {
-    let lines: Vec<String> = errors.iter().map(|e| format!("  {}: {}", e.path, e.message)).collect();
-    format!("{} problem(s) in the recipe:\n{}", errors.len(), lines.join("\n"))
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| format!("  {}: {}", e.path, e.message))
+        .collect();
+    format!(
+        "{} problem(s) in the recipe:\n{}",
+        errors.len(),
+        lines.join("\n")
+    )
 }
 
 impl Recipe {
     /// Parse and validate TOML text. Reports unknown keys and invalid values together.
     pub fn parse(text: &str) -> Result<Recipe, RecipeError> {
         let mut unknown = Vec::new();
-        let deserializer = toml::Deserializer::parse(text).map_err(|e| RecipeError::Syntax(e.to_string()))?;
-        let recipe: Recipe = serde_ignored::deserialize(deserializer, |path| unknown.push(path.to_string()))
-            .map_err(|e: toml::de::Error| RecipeError::Syntax(e.to_string()))?;
+        let deserializer =
+            toml::Deserializer::parse(text).map_err(|e| RecipeError::Syntax(e.to_string()))?;
+        let recipe: Recipe =
+            serde_ignored::deserialize(deserializer, |path| unknown.push(path.to_string()))
+                .map_err(|e: toml::de::Error| RecipeError::Syntax(e.to_string()))?;
         let mut errors: Vec<FieldError> = unknown
             .into_iter()
-            .map(|path| FieldError { path: validate::index_path(&path), message: "unknown key".to_string() })
+            .map(|path| FieldError {
+                path: validate::index_path(&path),
+                message: "unknown key".to_string(),
+            })
             .collect();
         errors.extend(validate::validate(&recipe));
-        if errors.is_empty() { Ok(recipe) } else { Err(RecipeError::Invalid(errors)) }
+        if errors.is_empty() {
+            Ok(recipe)
+        } else {
+            Err(RecipeError::Invalid(errors))
+        }
     }
 
     /// The canonical form: JSON of the parsed recipe with every default filled in, so two
@@ -233,7 +253,10 @@ impl Recipe {
 
     /// Sources that take part in the mix (weight > 0), with their index in `sources`.
     pub fn active_sources(&self) -> impl Iterator<Item = (usize, &SourceSpec)> {
-        self.sources.iter().enumerate().filter(|(_, s)| s.weight > 0.0)
+        self.sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.weight > 0.0)
     }
 }
 

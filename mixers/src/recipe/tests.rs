@@ -28,7 +28,10 @@ text = { list = "files", field = "content", separator = "\n" }
 
 fn messages(text: &str) -> Vec<String> {
     match Recipe::parse(text) {
-        Err(RecipeError::Invalid(errors)) => errors.iter().map(|e| format!("{}: {}", e.path, e.message)).collect(),
+        Err(RecipeError::Invalid(errors)) => errors
+            .iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect(),
         Err(other) => vec![other.to_string()],
         Ok(_) => vec![],
     }
@@ -39,11 +42,18 @@ fn parses_a_full_recipe() {
     let recipe = Recipe::parse(GOOD).unwrap();
     assert_eq!(recipe.packing.window_tokens(), 2049);
     assert_eq!(recipe.mix.stopping, Stopping::AllExhausted);
-    assert_eq!(recipe.sources[0].filter.as_ref().unwrap().to_string(), "int_score >= 3");
+    assert_eq!(
+        recipe.sources[0].filter.as_ref().unwrap().to_string(),
+        "int_score >= 3"
+    );
     assert_eq!(recipe.sources[0].text, TextField::Column("text".into()));
     assert_eq!(
         recipe.sources[1].text,
-        TextField::Join(JoinField { list: "files".into(), field: "content".into(), separator: "\n".into() })
+        TextField::Join(JoinField {
+            list: "files".into(),
+            field: "content".into(),
+            separator: "\n".into()
+        })
     );
     assert_eq!(recipe.tokenizer.eos, TokenRef::Text("<|endoftext|>".into()));
 }
@@ -54,7 +64,14 @@ fn defaults_fill_in() {
         "version = 1\n[tokenizer]\npath = \"t.json\"\neos = 0\n[packing]\nseq_len = 8\n[[source]]\nname = \"a\"\nfiles = [\"x\"]\nformat = \"jsonl\"\n",
     )
     .unwrap();
-    assert_eq!(recipe.shuffle, ShuffleSpec { seed: 0, buffer_size: 10_000, shuffle_shards: true });
+    assert_eq!(
+        recipe.shuffle,
+        ShuffleSpec {
+            seed: 0,
+            buffer_size: 10_000,
+            shuffle_shards: true
+        }
+    );
     assert_eq!(recipe.mix.stopping, Stopping::FirstExhausted);
     assert_eq!(recipe.sources[0].weight, 1.0);
     assert_eq!(recipe.tokenizer.eos, TokenRef::Id(0));
@@ -63,7 +80,9 @@ fn defaults_fill_in() {
 #[test]
 fn hash_ignores_spelling_but_not_meaning() {
     let a = Recipe::parse(GOOD).unwrap();
-    let respelled = GOOD.replace("seed = 7", "seed    =    7 # same").replace("weight = 0.3", "weight = 0.30");
+    let respelled = GOOD
+        .replace("seed = 7", "seed    =    7 # same")
+        .replace("weight = 0.3", "weight = 0.30");
     assert_eq!(a.hash(), Recipe::parse(&respelled).unwrap().hash());
     let other = GOOD.replace("seed = 7", "seed = 8");
     assert_ne!(a.hash(), Recipe::parse(&other).unwrap().hash());
@@ -72,8 +91,16 @@ fn hash_ignores_spelling_but_not_meaning() {
 
 #[test]
 fn every_unknown_key_is_reported_with_its_path() {
-    let text = GOOD.replace("seq_len = 2048", "seq_len = 2048\nseq_length = 4").replace("weight = 0.3", "weight = 0.3\nweights = 1");
-    assert_eq!(messages(&text), vec!["packing.seq_length: unknown key", "source[1].weights: unknown key"]);
+    let text = GOOD
+        .replace("seq_len = 2048", "seq_len = 2048\nseq_length = 4")
+        .replace("weight = 0.3", "weight = 0.3\nweights = 1");
+    assert_eq!(
+        messages(&text),
+        vec![
+            "packing.seq_length: unknown key",
+            "source[1].weights: unknown key"
+        ]
+    );
 }
 
 #[test]
@@ -98,16 +125,27 @@ fn every_invalid_value_is_reported_with_its_path() {
 
 #[test]
 fn all_zero_weights_are_refused() {
-    let text = GOOD.replace("weight = 0.7", "weight = 0.0").replace("weight = 0.3", "weight = 0");
-    assert_eq!(messages(&text), vec!["source: all weights are zero: at least one source needs weight > 0"]);
+    let text = GOOD
+        .replace("weight = 0.7", "weight = 0.0")
+        .replace("weight = 0.3", "weight = 0");
+    assert_eq!(
+        messages(&text),
+        vec!["source: all weights are zero: at least one source needs weight > 0"]
+    );
 }
 
 #[test]
 fn a_bad_filter_names_the_field() {
     let text = GOOD.replace("int_score >= 3", "int_score is big");
     let message = messages(&text).join("\n");
-    assert!(message.contains("source[0].filter") || message.contains("filter"), "{message}");
-    assert!(message.contains("expected `<column> <op> <number>`"), "{message}");
+    assert!(
+        message.contains("source[0].filter") || message.contains("filter"),
+        "{message}"
+    );
+    assert!(
+        message.contains("expected `<column> <op> <number>`"),
+        "{message}"
+    );
 }
 
 #[test]

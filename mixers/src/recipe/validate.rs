@@ -13,43 +13,85 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
     let mut fail = |path: String, message: String| errors.push(FieldError { path, message });
 
     if recipe.version != RECIPE_VERSION {
-        fail("version".into(), format!("unsupported recipe version {} (this dsprep reads version {RECIPE_VERSION})", recipe.version));
+        fail(
+            "version".into(),
+            format!(
+                "unsupported recipe version {} (this dsprep reads version {RECIPE_VERSION})",
+                recipe.version
+            ),
+        );
     }
     if recipe.tokenizer.path.trim().is_empty() {
-        fail("tokenizer.path".into(), "must name a tokenizer.json file".into());
+        fail(
+            "tokenizer.path".into(),
+            "must name a tokenizer.json file".into(),
+        );
     }
-    for (field, token) in [("eos", Some(&recipe.tokenizer.eos)), ("bos", recipe.tokenizer.bos.as_ref())] {
+    for (field, token) in [
+        ("eos", Some(&recipe.tokenizer.eos)),
+        ("bos", recipe.tokenizer.bos.as_ref()),
+    ] {
         if let Some(TokenRef::Text(text)) = token
             && text.is_empty()
         {
-            fail(format!("tokenizer.{field}"), "must be a token string or id, got an empty string".into());
+            fail(
+                format!("tokenizer.{field}"),
+                "must be a token string or id, got an empty string".into(),
+            );
         }
     }
     let seq_len = recipe.packing.seq_len;
     if seq_len == 0 || seq_len > MAX_SEQ_LEN {
-        fail("packing.seq_len".into(), format!("must be between 1 and {MAX_SEQ_LEN}, got {seq_len}"));
+        fail(
+            "packing.seq_len".into(),
+            format!("must be between 1 and {MAX_SEQ_LEN}, got {seq_len}"),
+        );
     }
     if recipe.shuffle.buffer_size > MAX_BUFFER_SIZE {
-        fail("shuffle.buffer_size".into(), format!("must be at most {MAX_BUFFER_SIZE}, got {}", recipe.shuffle.buffer_size));
+        fail(
+            "shuffle.buffer_size".into(),
+            format!(
+                "must be at most {MAX_BUFFER_SIZE}, got {}",
+                recipe.shuffle.buffer_size
+            ),
+        );
     }
 
     if recipe.sources.is_empty() {
-        fail("source".into(), "a recipe needs at least one [[source]]".into());
+        fail(
+            "source".into(),
+            "a recipe needs at least one [[source]]".into(),
+        );
     }
     let mut names = HashSet::new();
     for (i, source) in recipe.sources.iter().enumerate() {
         let at = |field: &str| format!("source[{i}].{field}");
         let name = &source.name;
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            fail(at("name"), format!("must be non-empty and use only letters, digits, '-', '_', '.', got {name:?}"));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            fail(
+                at("name"),
+                format!(
+                    "must be non-empty and use only letters, digits, '-', '_', '.', got {name:?}"
+                ),
+            );
         } else if !names.insert(name.as_str()) {
             fail(at("name"), format!("{name:?} is used by an earlier source"));
         }
         if !source.weight.is_finite() || source.weight < 0.0 {
-            fail(at("weight"), format!("must be a finite number >= 0, got {}", source.weight));
+            fail(
+                at("weight"),
+                format!("must be a finite number >= 0, got {}", source.weight),
+            );
         }
         if source.files.is_empty() {
-            fail(at("files"), "must list at least one file or glob pattern".into());
+            fail(
+                at("files"),
+                "must list at least one file or glob pattern".into(),
+            );
         }
         for (j, pattern) in source.files.iter().enumerate() {
             if pattern.trim().is_empty() {
@@ -57,15 +99,23 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
             }
         }
         match &source.text {
-            TextField::Column(column) if column.is_empty() => fail(at("text"), "must name a column".into()),
+            TextField::Column(column) if column.is_empty() => {
+                fail(at("text"), "must name a column".into())
+            }
             TextField::Join(join) if join.list.is_empty() || join.field.is_empty() => {
-                fail(at("text"), "`list` and `field` must name a column and a field".into());
+                fail(
+                    at("text"),
+                    "`list` and `field` must name a column and a field".into(),
+                );
             }
             _ => {}
         }
     }
     if !recipe.sources.is_empty() && recipe.sources.iter().all(|s| s.weight == 0.0) {
-        fail("source".into(), "all weights are zero: at least one source needs weight > 0".into());
+        fail(
+            "source".into(),
+            "all weights are zero: at least one source needs weight > 0".into(),
+        );
     }
     errors
 }
