@@ -1,6 +1,7 @@
 //! `dsprep pack` end to end on the shipped quickstart and on generated fixtures: determinism
 //! across thread counts, agreement with a sequential run of the core, the packed format and its
 //! reader.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 
 mod support;
 
@@ -328,4 +329,40 @@ fn text_is_joined_from_a_list_of_structs() {
         .collect();
     assert_eq!(got, want[..want.len() / 3 * 3]);
     assert_eq!(report.manifest.dropped_tail_tokens as usize, want.len() % 3);
+}
+
+/// The golden output of format v1: the quickstart's bytes are part of the product's promise. If
+/// this fails, a change altered the token stream of an unchanged recipe: that needs a recipe or
+/// format version bump, never a silent update of these values.
+#[test]
+fn quickstart_output_is_pinned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = pack_quickstart(&tmp.path().join("p"), 2, 1 << 30).manifest;
+    assert_eq!(
+        m.recipe_hash,
+        "23742857b87ba2497bbf41cc2152754329f1929ec4fddc43986a32ba5e6d9f77"
+    );
+    assert_eq!(m.num_windows, 4050);
+    assert_eq!(
+        m.shards[0].sha256,
+        "4ae14cf59bde37a13d4d24dde59a3e317257d9c9010b63542b73f820dc1d812a"
+    );
+    assert_eq!(
+        m.doc_starts.sha256,
+        "15a78fa8a8d5fd492fb4f1f597a477082fe16e182a350fe88ea88db8c5d11cac"
+    );
+}
+
+#[test]
+fn every_shipped_recipe_loads_and_lists_its_files() {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("config")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let loaded = load_recipe(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            build_mixer(&loaded).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    assert!(names.contains(&"quickstart.toml".to_string()), "{names:?}");
 }

@@ -1,5 +1,6 @@
 //! Bad input: each case gets a clear error naming the file (and row or line) or the recipe field,
 //! and leaves no output behind.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 
 mod support;
 

@@ -85,6 +85,16 @@ mod tests {
         assert_ne!(first[0], StageRng::new(1, "mix").next_u64());
         assert_ne!(first[0], StageRng::new(0, "shuffle").next_u64());
         assert_eq!(rng.word_pos(), 6);
+        assert_eq!(
+            first,
+            [
+                14410236399098986454,
+                8008585476479551098,
+                16248094618802221093
+            ]
+        );
+        assert_eq!(StageRng::new(42, "shuffle").below(1000), 849);
+        assert_eq!(StageRng::new(0, "mix").unit_f64(), 0.7811804804966406);
     }
 
     #[test]
