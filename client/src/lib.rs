@@ -1,11 +1,14 @@
 //! The trainer side of dsprep. Now: the packed-shard format (v1) written by `dsprep pack` and a
 //! memory-mapped reader that hands out windows and per-rank batches without copying.
-//! Later: the wire protocol and the client that talks to the daemon.
+//! The wire protocol (v1) and the per-rank client of the daemon.
 
 pub mod batch;
 pub mod format;
 pub mod packed;
+pub mod protocol;
+pub mod served;
 
 pub use batch::{Batch, BatchLayout};
 pub use format::{Dtype, Manifest};
 pub use packed::{PackedDataset, ReadError, TokenSlice, Window};
+pub use served::{Client, ClientConfig, ClientError, ServedBatch};

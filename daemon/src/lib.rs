@@ -1,9 +1,12 @@
 //! The drivers around dsprep's pipeline core: local-file sources, the offline packer
-//! (`dsprep pack`), and the checks on its output (`verify`, `inspect`). The `dsprep` binary in
+//! (`dsprep pack`), the loader daemon (`dsprep serve`) and its stand-in trainer (`dsprep tap`),
+//! and the checks on packed output (`verify`, `inspect`). The `dsprep` binary in
 //! `main.rs` only parses arguments and calls into here.
 
 pub mod files;
 pub mod inspect;
 pub mod pack;
+pub mod serve;
 pub mod sources;
+pub mod tap;
 pub mod verify;

@@ -3,6 +3,11 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use dsprep::pack::{self, PackOptions};
+use dsprep::serve::ServeOptions;
+use dsprep::tap::TapOptions;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -39,6 +44,50 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Serve every data-parallel rank its batches over ZeroMQ (the loader daemon).
+    Serve {
+        #[arg(long)]
+        recipe: PathBuf,
+        #[arg(long)]
+        world_size: u32,
+        /// Windows per rank per step; a global step is world size × micro batch windows.
+        #[arg(long)]
+        micro_batch: u32,
+        /// ipc://PATH (default) or tcp://HOST:PORT; a non-loopback host is logged loudly.
+        #[arg(long, default_value = "ipc://dsprep.sock")]
+        endpoint: String,
+        /// Steps the pipeline may run ahead of the slowest rank (bounds memory).
+        #[arg(long, default_value_t = 8)]
+        prefetch: u64,
+        /// Tokenizer threads (default: every core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Prometheus endpoint, loopback (port 0 picks one); "off" disables it.
+        #[arg(long, default_value = "127.0.0.1:9187")]
+        metrics: String,
+    },
+    /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
+    Tap {
+        #[arg(long, default_value = "ipc://dsprep.sock")]
+        endpoint: String,
+        #[arg(long)]
+        rank: u32,
+        #[arg(long)]
+        world_size: u32,
+        #[arg(long, default_value_t = 0)]
+        start_step: u64,
+        #[arg(long)]
+        steps: u64,
+        /// Raw token bytes of every step, in order; headers go to OUT.jsonl.
+        #[arg(long)]
+        out: PathBuf,
+        /// Refuse a daemon serving another recipe (hex hash).
+        #[arg(long)]
+        recipe_hash: Option<String>,
+        /// Seconds to wait for each reply before reconnecting.
+        #[arg(long, default_value_t = 30)]
+        timeout_s: u64,
+    },
     /// Check a packed directory against its manifest (sizes, checksums, index, token ids).
     Verify { dir: PathBuf },
     /// Print the decoded text of one packed window, with document boundaries.
@@ -53,9 +102,10 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DSPREP_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Err(e) = run(Cli::parse()) {
         eprintln!("error: {e:#}");
@@ -73,13 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             force,
             quiet,
         } => {
-            let threads = match threads {
-                Some(0) => anyhow::bail!("--threads must be at least 1"),
-                Some(n) => n,
-                None => std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1),
-            };
+            let threads = default_threads(threads)?;
             let options = PackOptions {
                 recipe,
                 out,
@@ -90,6 +134,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let report = pack::pack(&options)?;
             pack::print_summary(&report);
+        }
+        Command::Serve { recipe, world_size, micro_batch, endpoint, prefetch, threads, metrics } => {
+            let metrics = match metrics.as_str() {
+                "off" => None,
+                addr => Some(addr.parse().with_context(|| format!("--metrics {addr:?} is not HOST:PORT or \"off\""))?),
+            };
+            let shutdown = Arc::new(AtomicBool::new(false));
+            for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(signal, Arc::clone(&shutdown)).context("cannot install signal handlers")?;
+            }
+            let threads = default_threads(threads)?;
+            let options = ServeOptions { recipe, world_size, micro_batch, endpoint, prefetch, threads, metrics };
+            dsprep::serve::serve(&options, shutdown)?;
+        }
+        Command::Tap { endpoint, rank, world_size, start_step, steps, out, recipe_hash, timeout_s } => {
+            let options = TapOptions { endpoint, rank, world_size, start_step, steps, out, recipe_hash, timeout: Duration::from_secs(timeout_s) };
+            let written = dsprep::tap::tap(&options)?;
+            println!("rank {rank}: wrote {written} steps to {}", options.out.display());
         }
         Command::Verify { dir } => {
             let report = dsprep::verify::verify(&dir)?;
@@ -108,4 +170,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--threads`: at least 1; by default every core.
+fn default_threads(threads: Option<usize>) -> anyhow::Result<usize> {
+    match threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(n) => Ok(n),
+        None => Ok(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+    }
 }

@@ -2,6 +2,8 @@
 //! files with the real Hub schemas, and a runner for the real `dsprep` binary.
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use arrow_array::{ArrayRef, RecordBatch};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -147,9 +147,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             .unwrap_or_default();
         format!("source {name:?} shard {shard} row {}", pos.row)
     };
-    let config = PipelineConfig {
-        threads: options.threads,
-    };
+    let config = PipelineConfig { threads: options.threads, shuffle_fill: None };
     let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
     let run = pipeline::run(mixer, shuffler, stage, &config, &locate, |chunk| {
         let mut at = 0usize;

@@ -17,6 +17,8 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
 use dsprep_mixers::{Mixer, Shuffler, TokenizeStage};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Documents per chunk at most.
 const CHUNK_DOCS: usize = 128;
@@ -26,6 +28,8 @@ const CHUNK_TEXT_BYTES: usize = 256 * 1024;
 pub struct PipelineConfig {
     /// Tokenizer threads.
     pub threads: usize,
+    /// Where the reader thread publishes the shuffle buffer's fill (documents), for metrics.
+    pub shuffle_fill: Option<Arc<AtomicU64>>,
 }
 
 impl PipelineConfig {
@@ -75,7 +79,7 @@ pub fn run<S: DocSource>(
         let reader = std::thread::Builder::new()
             .name("dsprep-reader".into())
             .spawn_scoped(scope, move || {
-                read_mix_shuffle(mixer, shuffler, doc_tx, permit_rx)
+                read_mix_shuffle(mixer, shuffler, doc_tx, permit_rx, config.shuffle_fill.as_deref())
             })
             .context("cannot start the reader thread")?;
         for k in 0..threads {
@@ -104,6 +108,7 @@ fn read_mix_shuffle<S: DocSource>(
     mut shuffler: Shuffler<Doc>,
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
+    shuffle_fill: Option<&AtomicU64>,
 ) -> anyhow::Result<Vec<SourceCounters>> {
     let mut chunker = Chunker {
         seq: 0,
@@ -113,6 +118,9 @@ fn read_mix_shuffle<S: DocSource>(
         permits,
     };
     while let Some(doc) = mixer.next_doc()? {
+        if let Some(fill) = shuffle_fill {
+            fill.store(shuffler.len() as u64, Ordering::Relaxed);
+        }
         if let Some(out) = shuffler.push(doc)
             && !chunker.push(out)
         {

@@ -1,0 +1,269 @@
+//! Wire protocol v1 between the daemon and trainer ranks (documented frame by frame in
+//! PROTOCOL.md). One implementation, used by both sides.
+//!
+//! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
+//! one 64-byte frame; a reply is a 96-byte header frame followed by the token payload and the
+//! document-boundary frame (ok), or by one UTF-8 message frame (error). All integers are
+//! little-endian. Decoding never panics: every malformed input is a typed error.
+
+pub const PROTOCOL_VERSION: u16 = 1;
+pub const REQUEST_MAGIC: [u8; 4] = *b"DSPQ";
+pub const REPLY_MAGIC: [u8; 4] = *b"DSPR";
+pub const REQUEST_LEN: usize = 64;
+pub const REPLY_HEADER_LEN: usize = 96;
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// The batch of `rank` at `step`.
+    Batch = 1,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub kind: RequestKind,
+    /// Echoed in the reply, so a client can drop late replies to requests it gave up on.
+    pub request_id: u64,
+    pub rank: u32,
+    pub world_size: u32,
+    pub step: u64,
+    /// The recipe hash the trainer expects, or `None` to accept the daemon's.
+    pub recipe_hash: Option<[u8; 32]>,
+}
+
+/// Reply status codes (the `status` field of the header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Status {
+    Ok = 0,
+    /// The stream has ended: `step` is past the last step (the same for every rank).
+    EndOfData = 1,
+    UnsupportedVersion = 10,
+    RecipeMismatch = 11,
+    /// Rank or world size does not match the daemon's layout.
+    LayoutMismatch = 12,
+    /// The step is older than every step the daemon still holds.
+    StepGone = 13,
+    /// The step is further ahead than the daemon will produce before slower ranks move on.
+    StepAhead = 14,
+    Malformed = 15,
+    /// The daemon's pipeline failed (bad input); the message says why.
+    DaemonFailed = 16,
+    ShuttingDown = 17,
+}
+
+impl Status {
+    pub fn from_u16(code: u16) -> Option<Status> {
+        use Status::*;
+        [Ok, EndOfData, UnsupportedVersion, RecipeMismatch, LayoutMismatch, StepGone, StepAhead, Malformed, DaemonFailed, ShuttingDown]
+            .into_iter()
+            .find(|s| *s as u16 == code)
+    }
+
+    pub fn is_error(self) -> bool {
+        !matches!(self, Status::Ok | Status::EndOfData)
+    }
+}
+
+/// The first frame of every reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyHeader {
+    pub status: Status,
+    pub request_id: u64,
+    pub step: u64,
+    pub rank: u32,
+    pub world_size: u32,
+    pub micro_batch: u32,
+    /// `seq_len + 1`
+    pub window_tokens: u32,
+    /// Bytes per token id: 2 (`u16`) or 4 (`u32`).
+    pub dtype_bytes: u8,
+    pub recipe_hash: [u8; 32],
+    /// Steps every rank gets in total, once known (end of data reached), else `u64::MAX`.
+    pub num_steps: u64,
+    /// Index of the first window of this rank's rows in the whole stream.
+    pub first_window: u64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("message is {len} bytes, expected {expected}")]
+    Length { len: usize, expected: usize },
+    #[error("bad magic bytes {found:02x?}")]
+    Magic { found: [u8; 4] },
+    #[error("protocol version {found} is not supported (this side speaks version {PROTOCOL_VERSION})")]
+    Version { found: u16 },
+    #[error("unknown request kind {0}")]
+    Kind(u16),
+    #[error("unknown status {0}")]
+    Status(u16),
+    #[error("dtype of {0} bytes per token is not 2 or 4")]
+    Dtype(u8),
+    #[error("{0}")]
+    Frames(String),
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let mut out = [0u8; N];
+        out.copy_from_slice(&self.bytes[self.at..self.at + N]); // callers check the length first
+        self.at += N;
+        out
+    }
+    fn u8(&mut self) -> u8 {
+        self.take::<1>()[0]
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+}
+
+fn check_frame(bytes: &[u8], expected: usize, magic: [u8; 4]) -> Result<Reader<'_>, DecodeError> {
+    if bytes.len() != expected {
+        return Err(DecodeError::Length { len: bytes.len(), expected });
+    }
+    let mut r = Reader { bytes, at: 0 };
+    let found = r.take::<4>();
+    if found != magic {
+        return Err(DecodeError::Magic { found });
+    }
+    let version = r.u16();
+    if version != PROTOCOL_VERSION {
+        return Err(DecodeError::Version { found: version });
+    }
+    Ok(r)
+}
+
+impl Request {
+    pub fn encode(&self) -> [u8; REQUEST_LEN] {
+        let mut out = [0u8; REQUEST_LEN];
+        out[0..4].copy_from_slice(&REQUEST_MAGIC);
+        out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out[6..8].copy_from_slice(&(self.kind as u16).to_le_bytes());
+        out[8..16].copy_from_slice(&self.request_id.to_le_bytes());
+        out[16..20].copy_from_slice(&self.rank.to_le_bytes());
+        out[20..24].copy_from_slice(&self.world_size.to_le_bytes());
+        out[24..32].copy_from_slice(&self.step.to_le_bytes());
+        out[32..64].copy_from_slice(&self.recipe_hash.unwrap_or([0; 32]));
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
+        let mut r = check_frame(bytes, REQUEST_LEN, REQUEST_MAGIC)?;
+        let kind = match r.u16() {
+            1 => RequestKind::Batch,
+            other => return Err(DecodeError::Kind(other)),
+        };
+        let request_id = r.u64();
+        let rank = r.u32();
+        let world_size = r.u32();
+        let step = r.u64();
+        let hash = r.take::<32>();
+        let recipe_hash = (hash != [0; 32]).then_some(hash);
+        Ok(Request { kind, request_id, rank, world_size, step, recipe_hash })
+    }
+
+    /// The request id of a frame that may be malformed, when it is long enough to hold one: error
+    /// replies echo it so the client can match them.
+    pub fn salvage_request_id(bytes: &[u8]) -> u64 {
+        bytes.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0)
+    }
+}
+
+impl ReplyHeader {
+    pub fn encode(&self) -> [u8; REPLY_HEADER_LEN] {
+        let mut out = [0u8; REPLY_HEADER_LEN];
+        out[0..4].copy_from_slice(&REPLY_MAGIC);
+        out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out[6..8].copy_from_slice(&(self.status as u16).to_le_bytes());
+        out[8..16].copy_from_slice(&self.request_id.to_le_bytes());
+        out[16..24].copy_from_slice(&self.step.to_le_bytes());
+        out[24..28].copy_from_slice(&self.rank.to_le_bytes());
+        out[28..32].copy_from_slice(&self.world_size.to_le_bytes());
+        out[32..36].copy_from_slice(&self.micro_batch.to_le_bytes());
+        out[36..40].copy_from_slice(&self.window_tokens.to_le_bytes());
+        out[40] = self.dtype_bytes;
+        // 41..48 reserved (zero)
+        out[48..80].copy_from_slice(&self.recipe_hash);
+        out[80..88].copy_from_slice(&self.num_steps.to_le_bytes());
+        out[88..96].copy_from_slice(&self.first_window.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ReplyHeader, DecodeError> {
+        let mut r = check_frame(bytes, REPLY_HEADER_LEN, REPLY_MAGIC)?;
+        let code = r.u16();
+        let status = Status::from_u16(code).ok_or(DecodeError::Status(code))?;
+        let request_id = r.u64();
+        let step = r.u64();
+        let rank = r.u32();
+        let world_size = r.u32();
+        let micro_batch = r.u32();
+        let window_tokens = r.u32();
+        let dtype_bytes = r.u8();
+        if status == Status::Ok && dtype_bytes != 2 && dtype_bytes != 4 {
+            return Err(DecodeError::Dtype(dtype_bytes));
+        }
+        r.take::<7>();
+        let recipe_hash = r.take::<32>();
+        let num_steps = r.u64();
+        let first_window = r.u64();
+        Ok(ReplyHeader { status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window })
+    }
+
+    /// Bytes the token payload frame of an ok reply must have.
+    pub fn payload_bytes(&self) -> usize {
+        self.micro_batch as usize * self.window_tokens as usize * self.dtype_bytes as usize
+    }
+}
+
+/// The document-boundary frame of an ok reply: `micro_batch + 1` little-endian `u32` offsets, then
+/// the starts; row `i`'s document starts are `starts[offsets[i]..offsets[i + 1]]`.
+pub fn encode_doc_starts(rows: &[&[u32]]) -> Vec<u8> {
+    let total: usize = rows.iter().map(|r| r.len()).sum();
+    let mut out = Vec::with_capacity(4 * (rows.len() + 1 + total));
+    let mut at = 0u32;
+    out.extend(at.to_le_bytes());
+    for row in rows {
+        at += row.len() as u32;
+        out.extend(at.to_le_bytes());
+    }
+    for row in rows {
+        out.extend(row.iter().flat_map(|s| s.to_le_bytes()));
+    }
+    out
+}
+
+/// Decode and check a document-boundary frame for `rows` rows of `window_tokens` tokens.
+pub fn decode_doc_starts(bytes: &[u8], rows: usize, window_tokens: u32) -> Result<(Vec<u32>, Vec<u32>), DecodeError> {
+    let bad = |m: &str| DecodeError::Frames(format!("document-boundary frame: {m}"));
+    if bytes.len() % 4 != 0 || bytes.len() < 4 * (rows + 1) {
+        return Err(bad("too short or not whole u32s"));
+    }
+    let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let (offsets, starts) = words.split_at(rows + 1);
+    if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) || offsets[rows] as usize != starts.len() {
+        return Err(bad("offsets are not a valid index of the starts"));
+    }
+    for i in 0..rows {
+        let row = &starts[offsets[i] as usize..offsets[i + 1] as usize];
+        if row.windows(2).any(|w| w[0] >= w[1]) || row.iter().any(|&s| s >= window_tokens) {
+            return Err(bad(&format!("row {i}'s starts are not increasing offsets inside the window")));
+        }
+    }
+    Ok((offsets.to_vec(), starts.to_vec()))
+}
+
+#[cfg(test)]
+mod tests;

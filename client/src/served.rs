@@ -1,0 +1,321 @@
+//! The trainer-side client of the daemon: one rank's connection, `next_batch()` / `batch_at(step)`,
+//! timeouts with reconnect, and batches whose tokens are a view of the received frame (no copy).
+
+use crate::packed::TokenSlice;
+use crate::protocol::{DecodeError, ReplyHeader, Request, RequestKind, Status, decode_doc_starts};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    Config(String),
+    #[error("zeromq: {0}")]
+    Zmq(#[from] zmq::Error),
+    #[error("no reply from the daemon at {endpoint} after {waited:?} ({attempts} attempts): is it running?")]
+    DaemonGone { endpoint: String, waited: Duration, attempts: u32 },
+    #[error("malformed reply from the daemon: {0}")]
+    Protocol(#[from] DecodeError),
+    #[error("protocol version: {0}")]
+    UnsupportedVersion(String),
+    #[error("recipe mismatch: {0}")]
+    RecipeMismatch(String),
+    #[error("rank/world size mismatch: {0}")]
+    LayoutMismatch(String),
+    #[error("step out of range: {0}")]
+    StepGone(String),
+    #[error("step out of range: {0}")]
+    StepAhead(String),
+    #[error("the daemon rejected the request as malformed: {0}")]
+    Malformed(String),
+    #[error("the daemon's pipeline failed: {0}")]
+    DaemonFailed(String),
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub endpoint: String,
+    pub rank: u32,
+    pub world_size: u32,
+    /// The recipe hash (hex) this trainer expects; `None` accepts the daemon's.
+    pub recipe_hash: Option<String>,
+    /// How long one attempt waits for a reply before reconnecting.
+    pub timeout: Duration,
+    /// Attempts before giving up with [`ClientError::DaemonGone`].
+    pub attempts: u32,
+}
+
+impl ClientConfig {
+    /// Rank and world size from `RANK` and `WORLD_SIZE` (as torchrun sets them); a single process
+    /// (neither set) is rank 0 of 1.
+    pub fn from_env(endpoint: &str) -> Result<ClientConfig, ClientError> {
+        let read = |name: &str| -> Result<Option<u32>, ClientError> {
+            match std::env::var(name) {
+                Ok(v) => v.trim().parse().map(Some).map_err(|_| ClientError::Config(format!("{name}={v:?} is not a whole number"))),
+                Err(_) => Ok(None),
+            }
+        };
+        let (rank, world_size) = match (read("RANK")?, read("WORLD_SIZE")?) {
+            (Some(r), Some(w)) => (r, w),
+            (None, None) => (0, 1),
+            _ => return Err(ClientError::Config("set both RANK and WORLD_SIZE, or neither".into())),
+        };
+        Ok(ClientConfig { endpoint: endpoint.to_string(), rank, world_size, recipe_hash: None, timeout: Duration::from_secs(30), attempts: 4 })
+    }
+}
+
+/// Reply payload frame, viewed as token ids. ZeroMQ's large messages are 8-byte aligned; a
+/// misaligned frame (never seen) is copied once rather than refused.
+enum Payload {
+    Frame(zmq::Message),
+    Copied(Vec<u32>),
+}
+
+/// One rank's rows for one step.
+pub struct ServedBatch {
+    pub header: ReplyHeader,
+    payload: Payload,
+    doc_offsets: Vec<u32>,
+    doc_starts: Vec<u32>,
+}
+
+impl std::fmt::Debug for ServedBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedBatch").field("header", &self.header).finish_non_exhaustive()
+    }
+}
+
+impl ServedBatch {
+    pub fn step(&self) -> u64 {
+        self.header.step
+    }
+
+    pub fn rows(&self) -> usize {
+        self.header.micro_batch as usize
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.payload {
+            Payload::Frame(m) => m,
+            Payload::Copied(words) => &bytemuck::cast_slice::<u32, u8>(words)[..self.header.payload_bytes()],
+        }
+    }
+
+    /// All rows' tokens, `[micro_batch, seq_len + 1]` row-major.
+    pub fn tokens(&self) -> TokenSlice<'_> {
+        let bytes = self.bytes();
+        match self.header.dtype_bytes {
+            2 => TokenSlice::U16(bytemuck::cast_slice(bytes)),
+            _ => TokenSlice::U32(bytemuck::cast_slice(bytes)),
+        }
+    }
+
+    /// Row `i`'s `seq_len + 1` tokens.
+    pub fn row(&self, i: usize) -> TokenSlice<'_> {
+        let w = self.header.window_tokens as usize;
+        match self.tokens() {
+            TokenSlice::U16(t) => TokenSlice::U16(&t[i * w..(i + 1) * w]),
+            TokenSlice::U32(t) => TokenSlice::U32(&t[i * w..(i + 1) * w]),
+        }
+    }
+
+    /// Row `i`'s inputs: its first `seq_len` tokens.
+    pub fn inputs(&self, i: usize) -> TokenSlice<'_> {
+        slice(self.row(i), 0, self.header.window_tokens as usize - 1)
+    }
+
+    /// Row `i`'s labels: its last `seq_len` tokens.
+    pub fn labels(&self, i: usize) -> TokenSlice<'_> {
+        slice(self.row(i), 1, self.header.window_tokens as usize)
+    }
+
+    /// Offsets in row `i` where a document begins.
+    pub fn doc_starts(&self, i: usize) -> &[u32] {
+        &self.doc_starts[self.doc_offsets[i] as usize..self.doc_offsets[i + 1] as usize]
+    }
+
+    /// flash-attention style cumulative sequence lengths over row `i`'s inputs: `[0, s1, …, seq_len]`
+    /// where each `s` is a document start inside the inputs.
+    pub fn cu_seqlens(&self, i: usize) -> Vec<u32> {
+        let seq_len = self.header.window_tokens - 1;
+        let mut cu = vec![0];
+        cu.extend(self.doc_starts(i).iter().copied().filter(|&s| s > 0 && s < seq_len));
+        cu.push(seq_len);
+        cu
+    }
+
+    /// Position ids over row `i`'s inputs, restarting at 0 at each document start.
+    pub fn position_ids(&self, i: usize) -> Vec<u32> {
+        let cu = self.cu_seqlens(i);
+        cu.windows(2).flat_map(|w| 0..w[1] - w[0]).collect()
+    }
+}
+
+fn slice(t: TokenSlice<'_>, from: usize, to: usize) -> TokenSlice<'_> {
+    match t {
+        TokenSlice::U16(s) => TokenSlice::U16(&s[from..to]),
+        TokenSlice::U32(s) => TokenSlice::U32(&s[from..to]),
+    }
+}
+
+/// How often a rank that is ahead of the others asks again.
+pub const AHEAD_RETRY: Duration = Duration::from_millis(20);
+
+pub struct Client {
+    context: zmq::Context,
+    socket: zmq::Socket,
+    config: ClientConfig,
+    recipe_hash: Option<[u8; 32]>,
+    next_step: u64,
+    next_request_id: u64,
+}
+
+impl Client {
+    /// Connect as the rank given by `RANK`/`WORLD_SIZE`.
+    pub fn connect(endpoint: &str) -> Result<Client, ClientError> {
+        Client::with_config(ClientConfig::from_env(endpoint)?)
+    }
+
+    pub fn with_config(config: ClientConfig) -> Result<Client, ClientError> {
+        if config.world_size == 0 || config.rank >= config.world_size {
+            return Err(ClientError::Config(format!("rank {} is not below world size {}", config.rank, config.world_size)));
+        }
+        let recipe_hash = match &config.recipe_hash {
+            None => None,
+            Some(h) => {
+                let bytes = hex_decode(h).ok_or_else(|| ClientError::Config(format!("recipe hash {h:?} is not 64 hex digits")))?;
+                Some(bytes)
+            }
+        };
+        let context = zmq::Context::new();
+        let socket = open_socket(&context, &config.endpoint)?;
+        Ok(Client { context, socket, config, recipe_hash, next_step: 0, next_request_id: 1 })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The step `next_batch` asks for next.
+    pub fn next_step(&self) -> u64 {
+        self.next_step
+    }
+
+    /// The next step's batch, or `None` once the stream has ended (every rank ends at the same step).
+    pub fn next_batch(&mut self) -> Result<Option<ServedBatch>, ClientError> {
+        self.batch_at(self.next_step)
+    }
+
+    /// The batch of `step`; `next_batch` continues after it.
+    ///
+    /// A step further ahead than the daemon's prefetch window (other ranks are slower) is asked
+    /// for again every [`AHEAD_RETRY`] until `timeout × attempts` has passed: in data-parallel
+    /// training the slower ranks catch up; only then is [`ClientError::StepAhead`] returned.
+    pub fn batch_at(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
+        let patience = self.config.timeout * self.config.attempts.max(1);
+        let started = Instant::now();
+        loop {
+            match self.request(step) {
+                Err(ClientError::StepAhead(_)) if started.elapsed() < patience => std::thread::sleep(AHEAD_RETRY),
+                other => return other,
+            }
+        }
+    }
+
+    fn request(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
+        let started = Instant::now();
+        for attempt in 1..=self.config.attempts.max(1) {
+            let request_id = self.next_request_id;
+            self.next_request_id += 1;
+            let request = Request { kind: RequestKind::Batch, request_id, rank: self.config.rank, world_size: self.config.world_size, step, recipe_hash: self.recipe_hash };
+            self.socket.send(&request.encode()[..], 0)?;
+            if let Some(reply) = self.wait_reply(request_id)? {
+                let batch = reply?;
+                self.next_step = step + 1;
+                return Ok(batch);
+            }
+            // No reply in time: the daemon may have restarted; a new socket drops stale replies.
+            if attempt < self.config.attempts {
+                self.socket = open_socket(&self.context, &self.config.endpoint)?;
+            }
+        }
+        Err(ClientError::DaemonGone { endpoint: self.config.endpoint.clone(), waited: started.elapsed(), attempts: self.config.attempts.max(1) })
+    }
+
+    /// Wait for the reply to `request_id`: `None` on timeout.
+    #[allow(clippy::type_complexity)]
+    fn wait_reply(&mut self, request_id: u64) -> Result<Option<Result<Option<ServedBatch>, ClientError>>, ClientError> {
+        let deadline = Instant::now() + self.config.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64)? == 0 {
+                return Ok(None);
+            }
+            let mut frames = Vec::with_capacity(3);
+            loop {
+                frames.push(self.socket.recv_msg(0)?);
+                if !self.socket.get_rcvmore()? {
+                    break;
+                }
+            }
+            let header = ReplyHeader::decode(&frames[0])?;
+            if header.request_id != request_id {
+                continue; // a late reply to a request we gave up on
+            }
+            return Ok(Some(self.into_batch(header, frames)));
+        }
+    }
+
+    fn into_batch(&self, header: ReplyHeader, mut frames: Vec<zmq::Message>) -> Result<Option<ServedBatch>, ClientError> {
+        let message = || frames.get(1).map(|m| String::from_utf8_lossy(m).into_owned()).unwrap_or_default();
+        match header.status {
+            Status::Ok => {}
+            Status::EndOfData => return Ok(None),
+            Status::UnsupportedVersion => return Err(ClientError::UnsupportedVersion(message())),
+            Status::RecipeMismatch => return Err(ClientError::RecipeMismatch(message())),
+            Status::LayoutMismatch => return Err(ClientError::LayoutMismatch(message())),
+            Status::StepGone => return Err(ClientError::StepGone(message())),
+            Status::StepAhead => return Err(ClientError::StepAhead(message())),
+            Status::Malformed => return Err(ClientError::Malformed(message())),
+            Status::DaemonFailed => return Err(ClientError::DaemonFailed(message())),
+            Status::ShuttingDown => return Err(ClientError::ShuttingDown),
+        }
+        if frames.len() != 3 {
+            return Err(DecodeError::Frames(format!("an ok reply has 3 frames, got {}", frames.len())).into());
+        }
+        let docs = frames.pop().expect("3 frames");
+        let tokens = frames.pop().expect("3 frames");
+        if tokens.len() != header.payload_bytes() {
+            return Err(DecodeError::Frames(format!("token frame is {} bytes, the header says {}", tokens.len(), header.payload_bytes())).into());
+        }
+        let (doc_offsets, doc_starts) = decode_doc_starts(&docs, header.micro_batch as usize, header.window_tokens)?;
+        let payload = if tokens.as_ptr() as usize % 4 == 0 {
+            Payload::Frame(tokens)
+        } else {
+            let mut words = vec![0u32; tokens.len().div_ceil(4)];
+            bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..tokens.len()].copy_from_slice(&tokens);
+            Payload::Copied(words)
+        };
+        Ok(Some(ServedBatch { header, payload, doc_offsets, doc_starts }))
+    }
+}
+
+fn open_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, ClientError> {
+    let socket = context.socket(zmq::DEALER)?;
+    socket.set_linger(0)?;
+    socket.connect(endpoint).map_err(|e| ClientError::Config(format!("cannot connect to {endpoint}: {e}")))?;
+    Ok(socket)
+}
+
+fn hex_decode(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}

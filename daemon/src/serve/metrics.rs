@@ -1,0 +1,108 @@
+//! What the daemon is doing, as Prometheus text on a loopback HTTP endpoint (`/metrics`):
+//! documents and tokens per source, realized vs target mix, shuffle-buffer fill, steps produced
+//! and held, per-rank step and lag, requests by outcome.
+
+use super::store::StepStore;
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+pub struct Metrics {
+    pub source_names: Vec<String>,
+    pub target_fractions: Vec<f64>,
+    pub documents: Vec<AtomicU64>,
+    pub tokens: Vec<AtomicU64>,
+    pub shuffle_capacity: u64,
+    /// Requests answered, by reply status name.
+    pub replies: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    pub started: Instant,
+}
+
+impl Metrics {
+    pub fn new(source_names: Vec<String>, target_fractions: Vec<f64>, shuffle_capacity: u64) -> Self {
+        let n = source_names.len();
+        Self {
+            source_names,
+            target_fractions,
+            documents: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            tokens: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            shuffle_capacity,
+            replies: Default::default(),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn count_reply(&self, status: &'static str) {
+        let mut replies = self.replies.lock().unwrap_or_else(|p| p.into_inner());
+        *replies.entry(status).or_insert(0) += 1;
+    }
+
+    pub fn render(&self, store: &StepStore, shuffle_fill: u64) -> String {
+        let mut out = String::new();
+        let docs: Vec<u64> = self.documents.iter().map(|d| d.load(Relaxed)).collect();
+        let total_docs: u64 = docs.iter().sum();
+        let total_tokens: u64 = self.tokens.iter().map(|t| t.load(Relaxed)).sum();
+        let gauge = |out: &mut String, name: &str, help: &str, kind: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        gauge(&mut out, "dsprep_documents_total", "Documents tokenized, per source.", "counter");
+        for (name, d) in self.source_names.iter().zip(&docs) {
+            let _ = writeln!(out, "dsprep_documents_total{{source=\"{name}\"}} {d}");
+        }
+        gauge(&mut out, "dsprep_tokens_total", "Tokens produced, per source (BOS/EOS included).", "counter");
+        for (name, t) in self.source_names.iter().zip(&self.tokens) {
+            let _ = writeln!(out, "dsprep_tokens_total{{source=\"{name}\"}} {}", t.load(Relaxed));
+        }
+        gauge(&mut out, "dsprep_mix_fraction", "Share of documents per source: realized and target.", "gauge");
+        for (i, name) in self.source_names.iter().enumerate() {
+            let realized = if total_docs == 0 { 0.0 } else { docs[i] as f64 / total_docs as f64 };
+            let _ = writeln!(out, "dsprep_mix_fraction{{source=\"{name}\",kind=\"realized\"}} {realized}");
+            let _ = writeln!(out, "dsprep_mix_fraction{{source=\"{name}\",kind=\"target\"}} {}", self.target_fractions[i]);
+        }
+        gauge(&mut out, "dsprep_tokens_per_second", "Tokens produced per second since start.", "gauge");
+        let _ = writeln!(out, "dsprep_tokens_per_second {}", total_tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9));
+        gauge(&mut out, "dsprep_shuffle_buffer_documents", "Documents in the shuffle buffer, and its capacity.", "gauge");
+        let _ = writeln!(out, "dsprep_shuffle_buffer_documents{{kind=\"fill\"}} {shuffle_fill}");
+        let _ = writeln!(out, "dsprep_shuffle_buffer_documents{{kind=\"capacity\"}} {}", self.shuffle_capacity);
+        let s = store.snapshot();
+        gauge(&mut out, "dsprep_steps", "Global steps: produced so far, held in memory (the queue depth), total once known (-1 before).", "gauge");
+        let _ = writeln!(out, "dsprep_steps{{kind=\"produced\"}} {}", s.produced);
+        let _ = writeln!(out, "dsprep_steps{{kind=\"held\"}} {}", s.held);
+        let _ = writeln!(out, "dsprep_steps{{kind=\"total\"}} {}", s.num_steps.map(|n| n as i64).unwrap_or(-1));
+        gauge(&mut out, "dsprep_rank_step", "The step each rank asked for last.", "gauge");
+        for (rank, p) in s.positions.iter().enumerate() {
+            let _ = writeln!(out, "dsprep_rank_step{{rank=\"{rank}\"}} {p}");
+        }
+        gauge(&mut out, "dsprep_rank_lag_steps", "Steps each rank is behind the fastest rank.", "gauge");
+        let fastest = s.positions.iter().copied().max().unwrap_or(0);
+        for (rank, p) in s.positions.iter().enumerate() {
+            let _ = writeln!(out, "dsprep_rank_lag_steps{{rank=\"{rank}\"}} {}", fastest - p);
+        }
+        gauge(&mut out, "dsprep_replies_total", "Requests answered, by status.", "counter");
+        for (status, n) in self.replies.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "dsprep_replies_total{{status=\"{status}\"}} {n}");
+        }
+        out
+    }
+}
+
+/// Serve `/metrics` on `addr` from a thread; returns the bound address (port 0 picks one).
+pub fn spawn_http(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    store: Arc<StepStore>,
+    shuffle_fill: Arc<AtomicU64>,
+) -> anyhow::Result<SocketAddr> {
+    let server = tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+    let bound = server.server_addr().to_ip().ok_or_else(|| anyhow::anyhow!("metrics server has no IP address"))?;
+    std::thread::Builder::new().name("dsprep-metrics".into()).spawn(move || {
+        for request in server.incoming_requests() {
+            let body = metrics.render(&store, shuffle_fill.load(Relaxed));
+            let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4").expect("a valid static header");
+            let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
+        }
+    })?;
+    Ok(bound)
+}

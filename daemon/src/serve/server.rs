@@ -1,0 +1,200 @@
+//! The serving loop: one thread owns the ROUTER socket, decodes requests, answers from the step
+//! store, and parks requests for steps not produced yet until the producer signals a new step.
+//! A malformed or hostile message gets a typed error reply and never stops the loop.
+
+use super::metrics::Metrics;
+use super::store::{Lookup, StepStore};
+use dsprep_client::protocol::{DecodeError, ReplyHeader, Request, Status, encode_doc_starts};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The daemon's fixed layout, echoed in every reply header.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub world_size: u32,
+    pub micro_batch: u32,
+    pub window_tokens: u32,
+    pub dtype_bytes: u8,
+    pub recipe_hash: [u8; 32],
+}
+
+/// How long the loop sleeps in `poll` before checking for shutdown.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Requests waiting for a step at most (beyond, the oldest are refused): bounds the parked list.
+const MAX_PARKED: usize = 4096;
+
+struct Parked {
+    identity: Vec<u8>,
+    request: Request,
+}
+
+pub struct Server {
+    pub router: zmq::Socket,
+    /// Signalled by the producer after each new step (and at the end).
+    pub wake: zmq::Socket,
+    pub store: Arc<StepStore>,
+    pub metrics: Arc<Metrics>,
+    pub layout: Layout,
+    pub shutdown: Arc<AtomicBool>,
+}
+
+impl Server {
+    pub fn run(self) -> anyhow::Result<()> {
+        let mut parked: Vec<Parked> = Vec::new();
+        loop {
+            let (router_ready, wake_ready) = {
+                let mut items = [self.router.as_poll_item(zmq::POLLIN), self.wake.as_poll_item(zmq::POLLIN)];
+                match zmq::poll(&mut items, POLL_INTERVAL.as_millis() as i64) {
+                    Ok(_) | Err(zmq::Error::EINTR) => {}
+                    Err(e) => return Err(anyhow::anyhow!("poll failed: {e}")),
+                }
+                (items[0].is_readable(), items[1].is_readable())
+            };
+            if self.shutdown.load(Ordering::Relaxed) {
+                for p in parked.drain(..) {
+                    self.reply_error(&p.identity, &p.request, Status::ShuttingDown, "the daemon is shutting down");
+                }
+                return Ok(());
+            }
+            if wake_ready {
+                while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
+            }
+            if router_ready {
+                while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
+                    self.handle(frames, &mut parked);
+                }
+            }
+            if wake_ready && !parked.is_empty() {
+                let waiting = std::mem::take(&mut parked);
+                for p in waiting {
+                    self.answer(p.identity, p.request, &mut parked);
+                }
+            }
+        }
+    }
+
+    fn handle(&self, mut frames: Vec<Vec<u8>>, parked: &mut Vec<Parked>) {
+        if frames.is_empty() {
+            return;
+        }
+        let identity = frames.remove(0);
+        if frames.len() != 1 {
+            let id = frames.first().map(|f| Request::salvage_request_id(f)).unwrap_or(0);
+            let msg = format!("a request is exactly one frame, got {}", frames.len());
+            self.send_error(&identity, id, 0, Status::Malformed, &msg);
+            return;
+        }
+        let request = match Request::decode(&frames[0]) {
+            Ok(request) => request,
+            Err(e) => {
+                let status = if matches!(e, DecodeError::Version { .. }) { Status::UnsupportedVersion } else { Status::Malformed };
+                self.send_error(&identity, Request::salvage_request_id(&frames[0]), 0, status, &format!("request rejected: {e}"));
+                return;
+            }
+        };
+        let layout = self.layout;
+        if let Some(expected) = request.recipe_hash
+            && expected != layout.recipe_hash
+        {
+            let msg = format!("the daemon serves recipe {}, the trainer expects {}", hex::encode(layout.recipe_hash), hex::encode(expected));
+            self.reply_error(&identity, &request, Status::RecipeMismatch, &msg);
+            return;
+        }
+        if request.world_size != layout.world_size || request.rank >= layout.world_size {
+            let msg = format!(
+                "the daemon serves world size {} (micro batch {}); the request is rank {} of world size {}",
+                layout.world_size, layout.micro_batch, request.rank, request.world_size
+            );
+            self.reply_error(&identity, &request, Status::LayoutMismatch, &msg);
+            return;
+        }
+        if parked.len() >= MAX_PARKED {
+            let oldest = parked.remove(0);
+            self.reply_error(&oldest.identity, &oldest.request, Status::StepAhead, "too many requests are waiting for steps not produced yet");
+        }
+        self.answer(identity, request, parked);
+    }
+
+    fn answer(&self, identity: Vec<u8>, request: Request, parked: &mut Vec<Parked>) {
+        match self.store.lookup(request.rank, request.step) {
+            Lookup::Ready(step) => self.send_batch(&identity, &request, &step),
+            Lookup::NotYet => parked.push(Parked { identity, request }),
+            Lookup::EndOfData { num_steps } => {
+                let header = self.header(&request, Status::EndOfData, num_steps);
+                self.metrics.count_reply("end_of_data");
+                let _ = self.router.send_multipart([identity.as_slice(), &header.encode()], 0);
+            }
+            Lookup::Gone { oldest } => {
+                let msg = format!("step {} is no longer held: the oldest step held is {oldest} (resume from a checkpoint to go back further)", request.step);
+                self.reply_error(&identity, &request, Status::StepGone, &msg);
+            }
+            Lookup::Ahead { limit } => {
+                let msg = format!(
+                    "step {} is too far ahead: slower ranks hold the daemon at steps below {limit} (prefetch window)",
+                    request.step
+                );
+                self.reply_error(&identity, &request, Status::StepAhead, &msg);
+            }
+            Lookup::Failed(message) => self.reply_error(&identity, &request, Status::DaemonFailed, &message),
+            Lookup::ShuttingDown => self.reply_error(&identity, &request, Status::ShuttingDown, "the daemon is shutting down"),
+        }
+    }
+
+    fn header(&self, request: &Request, status: Status, num_steps: u64) -> ReplyHeader {
+        let l = self.layout;
+        ReplyHeader {
+            status,
+            request_id: request.request_id,
+            step: request.step,
+            rank: request.rank,
+            world_size: l.world_size,
+            micro_batch: l.micro_batch,
+            window_tokens: l.window_tokens,
+            dtype_bytes: l.dtype_bytes,
+            recipe_hash: l.recipe_hash,
+            num_steps,
+            first_window: (request.step * u64::from(l.world_size) + u64::from(request.rank)) * u64::from(l.micro_batch),
+        }
+    }
+
+    fn send_batch(&self, identity: &[u8], request: &Request, step: &super::store::StepData) {
+        let l = self.layout;
+        let mb = l.micro_batch as usize;
+        let row_bytes = l.window_tokens as usize * l.dtype_bytes as usize;
+        let first_row = request.rank as usize * mb;
+        let payload = &step.tokens[first_row * row_bytes..(first_row + mb) * row_bytes];
+        let rows: Vec<&[u32]> = step.doc_starts[first_row..first_row + mb].iter().map(Vec::as_slice).collect();
+        let header = self.header(request, Status::Ok, self.store.snapshot().num_steps.unwrap_or(u64::MAX));
+        self.metrics.count_reply("ok");
+        let _ = self.router.send_multipart([identity, &header.encode(), payload, &encode_doc_starts(&rows)], 0);
+    }
+
+    fn reply_error(&self, identity: &[u8], request: &Request, status: Status, message: &str) {
+        let header = self.header(request, status, u64::MAX);
+        self.metrics.count_reply(status_name(status));
+        tracing::debug!(rank = request.rank, step = request.step, ?status, message, "refused a request");
+        let _ = self.router.send_multipart([identity, &header.encode(), message.as_bytes()], 0);
+    }
+
+    fn send_error(&self, identity: &[u8], request_id: u64, step: u64, status: Status, message: &str) {
+        let request = Request { kind: dsprep_client::protocol::RequestKind::Batch, request_id, rank: 0, world_size: 0, step, recipe_hash: None };
+        tracing::warn!(?status, message, "malformed request");
+        self.reply_error(identity, &request, status, message);
+    }
+}
+
+fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Ok => "ok",
+        Status::EndOfData => "end_of_data",
+        Status::UnsupportedVersion => "unsupported_version",
+        Status::RecipeMismatch => "recipe_mismatch",
+        Status::LayoutMismatch => "layout_mismatch",
+        Status::StepGone => "step_gone",
+        Status::StepAhead => "step_ahead",
+        Status::Malformed => "malformed",
+        Status::DaemonFailed => "daemon_failed",
+        Status::ShuttingDown => "shutting_down",
+    }
+}

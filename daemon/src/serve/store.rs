@@ -1,0 +1,235 @@
+//! The step store: completed global steps between the pipeline (producer) and the server.
+//!
+//! Bound: the producer may be at most `prefetch` steps ahead of the slowest rank's position (the
+//! step it asked for last). Steps more than [`HISTORY_STEPS`] below the slowest position are
+//! dropped: a rank that died in the middle of a step can ask again for the one before. The store
+//! therefore holds at most `prefetch + HISTORY_STEPS` steps (a request further ahead than the
+//! prefetch window is refused as `StepAhead`, never parked). A lagging rank slows the pipeline;
+//! it never grows memory.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Steps kept below the slowest rank's position.
+pub const HISTORY_STEPS: u64 = 1;
+
+/// One global step: `world_size × micro_batch` consecutive windows.
+#[derive(Debug)]
+pub struct StepData {
+    pub step: u64,
+    /// Little-endian token ids of every window, in order: rank `r`'s rows are the `r`-th slice of
+    /// `micro_batch` windows.
+    pub tokens: Vec<u8>,
+    /// Document starts of every window.
+    pub doc_starts: Vec<Vec<u32>>,
+}
+
+/// What a rank's request for a step finds.
+#[derive(Debug)]
+pub enum Lookup {
+    Ready(Arc<StepData>),
+    /// The stream ended with `num_steps` steps; the step asked for is not one of them.
+    EndOfData { num_steps: u64 },
+    /// Not produced yet, but will be without any other rank moving: wait.
+    NotYet,
+    /// Already dropped: the oldest step held is `oldest`.
+    Gone { oldest: u64 },
+    /// Further ahead than will be produced until slower ranks move (`limit` is the first step
+    /// refused).
+    Ahead { limit: u64 },
+    Failed(String),
+    ShuttingDown,
+}
+
+struct State {
+    steps: VecDeque<Arc<StepData>>,
+    /// Index of `steps[0]` (equals `produced` when empty).
+    first: u64,
+    produced: u64,
+    end: Option<u64>,
+    /// Per rank: the step it asked for last (0 before it asks).
+    positions: Vec<u64>,
+    failed: Option<String>,
+    shutdown: bool,
+}
+
+impl State {
+    fn slowest(&self) -> u64 {
+        self.positions.iter().copied().min().unwrap_or(0)
+    }
+
+    fn evict(&mut self) {
+        let keep_from = self.slowest().saturating_sub(HISTORY_STEPS);
+        while self.first < keep_from && !self.steps.is_empty() {
+            self.steps.pop_front();
+            self.first += 1;
+        }
+    }
+}
+
+pub struct StepStore {
+    state: Mutex<State>,
+    room: Condvar,
+    prefetch: u64,
+}
+
+/// The producer was told to stop.
+#[derive(Debug)]
+pub struct Stopped;
+
+impl StepStore {
+    pub fn new(world_size: u32, prefetch: u64) -> Self {
+        let state = State {
+            steps: VecDeque::new(),
+            first: 0,
+            produced: 0,
+            end: None,
+            positions: vec![0; world_size as usize],
+            failed: None,
+            shutdown: false,
+        };
+        Self { state: Mutex::new(state), room: Condvar::new(), prefetch: prefetch.max(1) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Add the next step, waiting while the producer is `prefetch` steps ahead of the slowest rank.
+    pub fn push(&self, data: StepData) -> Result<(), Stopped> {
+        let mut state = self.lock();
+        while !state.shutdown && state.produced >= state.slowest() + self.prefetch {
+            state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        if state.shutdown {
+            return Err(Stopped);
+        }
+        debug_assert_eq!(data.step, state.produced);
+        state.steps.push_back(Arc::new(data));
+        state.produced += 1;
+        Ok(())
+    }
+
+    /// The stream has ended: no more steps.
+    pub fn finish(&self) {
+        let mut state = self.lock();
+        state.end = Some(state.produced);
+    }
+
+    pub fn fail(&self, message: String) {
+        self.lock().failed = Some(message);
+    }
+
+    pub fn shutdown(&self) {
+        self.lock().shutdown = true;
+        self.room.notify_all();
+    }
+
+    /// Rank `rank` asks for `step` (rank already checked against the world size).
+    pub fn lookup(&self, rank: u32, step: u64) -> Lookup {
+        let mut state = self.lock();
+        if state.shutdown {
+            return Lookup::ShuttingDown;
+        }
+        if let Some(num_steps) = state.end
+            && step >= num_steps
+        {
+            return Lookup::EndOfData { num_steps };
+        }
+        if step < state.first {
+            return Lookup::Gone { oldest: state.first };
+        }
+        let others = state.positions.iter().enumerate().filter(|(r, _)| *r != rank as usize).map(|(_, p)| *p).min();
+        let limit = others.unwrap_or(step).min(step) + self.prefetch;
+        if step >= limit && step >= state.produced {
+            return Lookup::Ahead { limit };
+        }
+        state.positions[rank as usize] = step;
+        state.evict();
+        self.room.notify_all();
+        if step < state.produced {
+            return Lookup::Ready(Arc::clone(&state.steps[(step - state.first) as usize]));
+        }
+        match &state.failed {
+            Some(message) => Lookup::Failed(message.clone()),
+            None => Lookup::NotYet,
+        }
+    }
+
+    /// (oldest step held, steps produced, steps held, end) for metrics.
+    pub fn snapshot(&self) -> StoreSnapshot {
+        let state = self.lock();
+        StoreSnapshot {
+            oldest: state.first,
+            produced: state.produced,
+            held: state.steps.len() as u64,
+            num_steps: state.end,
+            positions: state.positions.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreSnapshot {
+    pub oldest: u64,
+    pub produced: u64,
+    pub held: u64,
+    pub num_steps: Option<u64>,
+    pub positions: Vec<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(i: u64) -> StepData {
+        StepData { step: i, tokens: vec![i as u8], doc_starts: vec![] }
+    }
+
+    fn ready(l: Lookup) -> u64 {
+        match l {
+            Lookup::Ready(d) => d.step,
+            other => panic!("not ready: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_producer_stops_prefetch_steps_ahead_of_the_slowest_rank() {
+        let store = Arc::new(StepStore::new(2, 3));
+        let producer = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || (0..10).map(|i| store.push(step(i))).take_while(Result::is_ok).count())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(store.snapshot().produced, 3, "three steps ahead of position 0");
+        assert_eq!(ready(store.lookup(0, 2)), 2);
+        assert_eq!(store.snapshot().produced, 3, "rank 1 is still at 0");
+        assert_eq!(ready(store.lookup(1, 1)), 1);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let s = store.snapshot();
+        assert_eq!((s.oldest, s.produced, s.held), (0, 4, 4), "one step of history below the slowest");
+        store.shutdown();
+        assert_eq!(producer.join().unwrap(), 4);
+    }
+
+    #[test]
+    fn old_steps_are_gone_and_far_steps_are_ahead() {
+        let store = StepStore::new(2, 2);
+        store.push(step(0)).unwrap();
+        store.push(step(1)).unwrap();
+        assert!(matches!(store.lookup(0, 5), Lookup::Ahead { limit: 2 }));
+        assert_eq!(ready(store.lookup(0, 1)), 1);
+        assert_eq!(ready(store.lookup(1, 1)), 1);
+        assert!(matches!(store.lookup(0, 2), Lookup::NotYet));
+        store.push(step(2)).unwrap();
+        assert_eq!(ready(store.lookup(1, 2)), 2);
+        assert!(matches!(store.lookup(0, 0), Lookup::Gone { oldest: 1 }), "one step of history below the slowest rank");
+        assert_eq!(ready(store.lookup(0, 1)), 1, "a rank may ask again for the step before");
+        assert_eq!(ready(store.lookup(0, 2)), 2);
+        store.push(step(3)).unwrap();
+        store.finish();
+        assert!(matches!(store.lookup(1, 4), Lookup::EndOfData { num_steps: 4 }));
+        assert_eq!(ready(store.lookup(0, 3)), 3);
+    }
+}

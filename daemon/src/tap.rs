@@ -1,0 +1,61 @@
+//! `dsprep tap`: a command-line trainer stand-in. Connects as one rank, pulls steps in order and
+//! writes each step's raw token bytes to `--out` (nothing else) and one JSON line per step with
+//! its header to `<out>.jsonl`. For debugging and tests.
+
+use anyhow::Context;
+use dsprep_client::{Client, ClientConfig};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct TapOptions {
+    pub endpoint: String,
+    pub rank: u32,
+    pub world_size: u32,
+    pub start_step: u64,
+    pub steps: u64,
+    pub out: PathBuf,
+    pub recipe_hash: Option<String>,
+    pub timeout: Duration,
+}
+
+/// Returns the number of steps written (fewer than asked when the data ends).
+pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
+    let config = ClientConfig {
+        endpoint: options.endpoint.clone(),
+        rank: options.rank,
+        world_size: options.world_size,
+        recipe_hash: options.recipe_hash.clone(),
+        timeout: options.timeout,
+        attempts: 3,
+    };
+    let mut client = Client::with_config(config)?;
+    let create = |path: &PathBuf| std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    let mut tokens = std::io::BufWriter::new(create(&options.out)?);
+    let headers_path = PathBuf::from(format!("{}.jsonl", options.out.display()));
+    let mut headers = std::io::BufWriter::new(create(&headers_path)?);
+    let mut written = 0;
+    for step in options.start_step..options.start_step + options.steps {
+        let Some(batch) = client.batch_at(step).with_context(|| format!("rank {} step {step}", options.rank))? else {
+            let line = serde_json::json!({"step": step, "rank": options.rank, "end_of_data": true});
+            writeln!(headers, "{line}")?;
+            break;
+        };
+        tokens.write_all(batch.tokens().as_bytes())?;
+        let h = &batch.header;
+        let doc_starts: Vec<&[u32]> = (0..batch.rows()).map(|i| batch.doc_starts(i)).collect();
+        let line = serde_json::json!({
+            "step": h.step, "rank": h.rank, "world_size": h.world_size, "micro_batch": h.micro_batch,
+            "window_tokens": h.window_tokens, "dtype_bytes": h.dtype_bytes, "recipe_hash": hex::encode(h.recipe_hash),
+            "first_window": h.first_window, "doc_starts": doc_starts,
+        });
+        writeln!(headers, "{line}")?;
+        // Flushed per step: a tap killed mid-run leaves every completed step on disk.
+        tokens.flush()?;
+        headers.flush()?;
+        written += 1;
+    }
+    tokens.flush()?;
+    headers.flush()?;
+    Ok(written)
+}
