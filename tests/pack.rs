@@ -18,6 +18,7 @@ fn pack_quickstart(out: &std::path::Path, threads: usize, shard_bytes: u64) -> p
         shard_bytes,
         force: false,
         progress: false,
+        engine: dsprep_mixers::EngineChoice::Auto,
     };
     pack::pack(&options).expect("the quickstart packs")
 }
@@ -277,6 +278,7 @@ fn pack_fixture(
         shard_bytes: 1 << 20,
         force: false,
         progress: false,
+        engine: dsprep_mixers::EngineChoice::Auto,
     };
     (pack::pack(&options).unwrap(), load_recipe(&recipe).unwrap())
 }
@@ -365,4 +367,42 @@ fn every_shipped_recipe_loads_and_lists_its_files() {
         }
     }
     assert!(names.contains(&"quickstart.toml".to_string()), "{names:?}");
+}
+
+#[test]
+fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut outputs = Vec::new();
+    for engine in ["auto", "hf"] {
+        let out = tmp.path().join(engine);
+        let stdout = dsprep_ok(&[
+            "pack",
+            "--recipe",
+            quickstart().to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+            "--tokenizer-engine",
+            engine,
+        ]);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("tokenizer engine: "))
+            .unwrap()
+            .to_string();
+        outputs.push((line, dir_bytes(&out)));
+    }
+    assert!(
+        outputs[0].0.starts_with("tokenizer engine: fast path: "),
+        "GPT-2 takes the fast path: {}",
+        outputs[0].0
+    );
+    assert_eq!(
+        outputs[1].0,
+        "tokenizer engine: HF tokenizers (engine Hf was asked for)"
+    );
+    assert!(
+        outputs[0].1 == outputs[1].1,
+        "the two engines wrote different bytes"
+    );
 }

@@ -15,13 +15,27 @@ use support::*;
 /// The quickstart packed with the same recipe, for comparison.
 fn packed(dir: &Path) -> PackedDataset {
     let out = dir.join("packed");
-    let options = PackOptions { recipe: quickstart(), out: out.clone(), threads: 2, shard_bytes: 1 << 30, force: false, progress: false };
+    let options = PackOptions {
+        recipe: quickstart(),
+        out: out.clone(),
+        threads: 2,
+        shard_bytes: 1 << 30,
+        force: false,
+        progress: false,
+        engine: dsprep_mixers::EngineChoice::Auto,
+    };
     pack::pack(&options).unwrap();
     PackedDataset::open(out).unwrap()
 }
 
 /// The bytes rank `rank` must receive for `steps`.
-fn expected(dataset: &PackedDataset, world: u64, mb: u64, rank: u64, steps: std::ops::Range<u64>) -> Vec<u8> {
+fn expected(
+    dataset: &PackedDataset,
+    world: u64,
+    mb: u64,
+    rank: u64,
+    steps: std::ops::Range<u64>,
+) -> Vec<u8> {
     steps
         .flat_map(|s| (0..mb).map(move |k| s * world * mb + rank * mb + k))
         .flat_map(|w| dataset.window(w).unwrap().tokens.as_bytes().to_vec())
@@ -29,7 +43,14 @@ fn expected(dataset: &PackedDataset, world: u64, mb: u64, rank: u64, steps: std:
 }
 
 fn client(endpoint: &str, rank: u32, world_size: u32) -> Client {
-    let config = ClientConfig { endpoint: endpoint.into(), rank, world_size, recipe_hash: None, timeout: Duration::from_secs(10), attempts: 2 };
+    let config = ClientConfig {
+        endpoint: endpoint.into(),
+        rank,
+        world_size,
+        recipe_hash: None,
+        timeout: Duration::from_secs(10),
+        attempts: 2,
+    };
     Client::with_config(config).unwrap()
 }
 
@@ -39,27 +60,51 @@ fn eight_ranks_get_the_packed_windows_and_all_end_at_the_same_step() {
     let dataset = packed(tmp.path());
     let daemon = Daemon::start(tmp.path(), &quickstart(), 8, 2, 4);
     let num_steps = dataset.num_windows() / 16;
-    let outs: Vec<_> = (0..8).map(|r| tmp.path().join(format!("rank{r}.bin"))).collect();
-    let taps: Vec<_> = (0..8).map(|r| tap(&daemon.endpoint, r, 8, 0, num_steps + 5, &outs[r as usize])).collect();
+    let outs: Vec<_> = (0..8)
+        .map(|r| tmp.path().join(format!("rank{r}.bin")))
+        .collect();
+    let taps: Vec<_> = (0..8)
+        .map(|r| tap(&daemon.endpoint, r, 8, 0, num_steps + 5, &outs[r as usize]))
+        .collect();
     for (r, child) in taps.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "rank {r}: {}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("rank {r}: wrote {num_steps} steps to {}", outs[r].display()));
+        assert!(
+            out.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("rank {r}: wrote {num_steps} steps to {}", outs[r].display())
+        );
     }
     for r in 0..8u64 {
         let got = std::fs::read(&outs[r as usize]).unwrap();
-        assert!(got == expected(&dataset, 8, 2, r, 0..num_steps), "rank {r}'s bytes differ from the packed windows");
+        assert!(
+            got == expected(&dataset, 8, 2, r, 0..num_steps),
+            "rank {r}'s bytes differ from the packed windows"
+        );
         let h = headers(&outs[r as usize]);
         assert_eq!(h.len() as u64, num_steps + 1);
         assert_eq!(h.last().unwrap()["end_of_data"], true, "rank {r}");
-        assert_eq!(h.last().unwrap()["step"], num_steps, "every rank ends at the same step");
+        assert_eq!(
+            h.last().unwrap()["step"],
+            num_steps,
+            "every rank ends at the same step"
+        );
         let first = &h[3];
         assert_eq!(first["first_window"], (3 * 16 + r * 2));
         let window = dataset.window(3 * 16 + r * 2).unwrap();
         assert_eq!(first["doc_starts"][0], serde_json::json!(window.doc_starts));
     }
-    assert_eq!(daemon.metric("dsprep_steps{kind=\"total\"}"), num_steps as f64);
-    assert_eq!(daemon.metric("dsprep_replies_total{status=\"end_of_data\"}"), 8.0);
+    assert_eq!(
+        daemon.metric("dsprep_steps{kind=\"total\"}"),
+        num_steps as f64
+    );
+    assert_eq!(
+        daemon.metric("dsprep_replies_total{status=\"end_of_data\"}"),
+        8.0
+    );
 }
 
 #[test]
@@ -80,8 +125,21 @@ fn a_killed_rank_restarts_and_gets_the_same_bytes_from_its_step() {
     let done = headers(&first).len() as u64;
     let restart_at = done - 1; // ask again for the last step it completed, then go on
     let second = tmp.path().join("r1-second.bin");
-    let out = tap(&daemon.endpoint, 1, 2, restart_at, steps - restart_at, &second).wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tap(
+        &daemon.endpoint,
+        1,
+        2,
+        restart_at,
+        steps - restart_at,
+        &second,
+    )
+    .wait_with_output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(rank0.wait_with_output().unwrap().status.success());
     let first_bytes = std::fs::read(&first).unwrap();
     let second_bytes = std::fs::read(&second).unwrap();
@@ -106,13 +164,22 @@ fn a_slow_rank_holds_the_pipeline_back_and_memory_stays_bounded() {
     let mut raw = RawRank::connect(&daemon.endpoint);
     let (header, message) = raw.ask(&request(0, 2, 10));
     assert_eq!(header.status, Status::StepAhead);
-    assert_eq!(message, "step 10 is too far ahead: slower ranks hold the daemon at steps below 3 (prefetch window)");
+    assert_eq!(
+        message,
+        "step 10 is too far ahead: slower ranks hold the daemon at steps below 3 (prefetch window)"
+    );
     let mut slow = client(&daemon.endpoint, 1, 2);
     for step in 0..50 {
         assert!(slow.batch_at(step).unwrap().is_some());
         // The fast rank may run prefetch - 1 = 2 steps ahead of the slow one.
-        assert!(fast.batch_at(step + 2).unwrap().is_some(), "the fast rank moves as the slow one does");
-        assert!(daemon.metric("dsprep_steps{kind=\"held\"}") <= 3.0 + 1.0, "prefetch + one step of history");
+        assert!(
+            fast.batch_at(step + 2).unwrap().is_some(),
+            "the fast rank moves as the slow one does"
+        );
+        assert!(
+            daemon.metric("dsprep_steps{kind=\"held\"}") <= 3.0 + 1.0,
+            "prefetch + one step of history"
+        );
     }
     assert_eq!(daemon.metric("dsprep_rank_step{rank=\"0\"}"), 51.0);
     assert_eq!(daemon.metric("dsprep_rank_lag_steps{rank=\"1\"}"), 2.0);
@@ -130,14 +197,23 @@ impl RawRank {
         let socket = context.socket(zmq::DEALER).unwrap();
         socket.set_rcvtimeo(10_000).unwrap();
         socket.connect(endpoint).unwrap();
-        RawRank { _context: context, socket }
+        RawRank {
+            _context: context,
+            socket,
+        }
     }
 
     fn ask_frames(&mut self, frames: &[&[u8]]) -> (ReplyHeader, String) {
         self.socket.send_multipart(frames, 0).unwrap();
         let reply = self.socket.recv_multipart(0).expect("the daemon replies");
         let header = ReplyHeader::decode(&reply[0]).unwrap();
-        (header, reply.get(1).map(|m| String::from_utf8_lossy(m).into_owned()).unwrap_or_default())
+        (
+            header,
+            reply
+                .get(1)
+                .map(|m| String::from_utf8_lossy(m).into_owned())
+                .unwrap_or_default(),
+        )
     }
 
     fn ask(&mut self, request: &Request) -> (ReplyHeader, String) {
@@ -146,7 +222,14 @@ impl RawRank {
 }
 
 fn request(rank: u32, world_size: u32, step: u64) -> Request {
-    Request { kind: RequestKind::Batch, request_id: 42, rank, world_size, step, recipe_hash: None }
+    Request {
+        kind: RequestKind::Batch,
+        request_id: 42,
+        rank,
+        world_size,
+        step,
+        recipe_hash: None,
+    }
 }
 
 #[test]
@@ -159,7 +242,10 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     bad_version[4] = 9;
     let (h, m) = raw.ask_frames(&[&bad_version]);
     assert_eq!((h.status, h.request_id), (Status::UnsupportedVersion, 42));
-    assert_eq!(m, "request rejected: protocol version 9 is not supported (this side speaks version 1)");
+    assert_eq!(
+        m,
+        "request rejected: protocol version 9 is not supported (this side speaks version 1)"
+    );
 
     let (h, m) = raw.ask_frames(&[b"hello"]);
     assert_eq!(h.status, Status::Malformed);
@@ -175,39 +261,69 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!((h.status, h.request_id), (Status::Malformed, 7));
     assert!(m.starts_with("request rejected: bad magic bytes"), "{m}");
 
-    let wrong_recipe = Request { recipe_hash: Some([1; 32]), ..request(0, 2, 0) };
+    let wrong_recipe = Request {
+        recipe_hash: Some([1; 32]),
+        ..request(0, 2, 0)
+    };
     let (h, m) = raw.ask(&wrong_recipe);
     assert_eq!(h.status, Status::RecipeMismatch);
     let hash = pack::load_recipe(&quickstart()).unwrap().recipe.hash();
-    assert_eq!(m, format!("the daemon serves recipe {hash}, the trainer expects {}", "01".repeat(32)));
+    assert_eq!(
+        m,
+        format!(
+            "the daemon serves recipe {hash}, the trainer expects {}",
+            "01".repeat(32)
+        )
+    );
 
     let (h, m) = raw.ask(&request(0, 4, 0));
     assert_eq!(h.status, Status::LayoutMismatch);
-    assert_eq!(m, "the daemon serves world size 2 (micro batch 1); the request is rank 0 of world size 4");
+    assert_eq!(
+        m,
+        "the daemon serves world size 2 (micro batch 1); the request is rank 0 of world size 4"
+    );
     let (h, _) = raw.ask(&request(2, 2, 0));
     assert_eq!(h.status, Status::LayoutMismatch);
 
     // Both ranks move on to step 5: steps below 4 are dropped.
-    let (mut r0, mut r1) = (client(&daemon.endpoint, 0, 2), client(&daemon.endpoint, 1, 2));
+    let (mut r0, mut r1) = (
+        client(&daemon.endpoint, 0, 2),
+        client(&daemon.endpoint, 1, 2),
+    );
     for step in 0..6 {
         r0.batch_at(step).unwrap();
         r1.batch_at(step).unwrap();
     }
     let (h, m) = raw.ask(&request(0, 2, 1));
     assert_eq!(h.status, Status::StepGone);
-    assert_eq!(m, "step 1 is no longer held: the oldest step held is 4 (resume from a checkpoint to go back further)");
+    assert_eq!(
+        m,
+        "step 1 is no longer held: the oldest step held is 4 (resume from a checkpoint to go back further)"
+    );
 
     // The typed errors reach the Rust client as typed errors.
     let mut stale = client(&daemon.endpoint, 0, 2);
     assert!(matches!(stale.batch_at(0), Err(ClientError::StepGone(_))));
-    let config = ClientConfig { recipe_hash: Some("ab".repeat(32)), ..client(&daemon.endpoint, 0, 2).config().clone() };
-    let err = Client::with_config(config).unwrap().batch_at(5).unwrap_err();
+    let config = ClientConfig {
+        recipe_hash: Some("ab".repeat(32)),
+        ..client(&daemon.endpoint, 0, 2).config().clone()
+    };
+    let err = Client::with_config(config)
+        .unwrap()
+        .batch_at(5)
+        .unwrap_err();
     assert!(matches!(err, ClientError::RecipeMismatch(_)), "{err}");
 
     // After all that, a good request is answered with the right bytes.
     let (h, _) = raw.ask(&request(1, 2, 5));
-    assert_eq!((h.status, h.step, h.rank, h.first_window), (Status::Ok, 5, 1, 11));
-    assert_eq!(daemon.metric("dsprep_replies_total{status=\"malformed\"}"), 3.0);
+    assert_eq!(
+        (h.status, h.step, h.rank, h.first_window),
+        (Status::Ok, 5, 1, 11)
+    );
+    assert_eq!(
+        daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
+        3.0
+    );
 }
 
 #[test]
@@ -231,8 +347,14 @@ fn served_batches_expose_inputs_labels_and_document_boundaries() {
             assert_eq!(pos.len(), 512);
             for (k, &s) in window.doc_starts.iter().enumerate() {
                 if s > 0 && s < 512 {
-                    assert_eq!(pos[s as usize], 0, "positions restart at document start {k}");
-                    assert_eq!(pos[s as usize - 1] + 1, s - cu[cu.iter().position(|&c| c == s).unwrap() - 1]);
+                    assert_eq!(
+                        pos[s as usize], 0,
+                        "positions restart at document start {k}"
+                    );
+                    assert_eq!(
+                        pos[s as usize - 1] + 1,
+                        s - cu[cu.iter().position(|&c| c == s).unwrap() - 1]
+                    );
                 }
             }
         }
@@ -243,20 +365,68 @@ fn served_batches_expose_inputs_labels_and_document_boundaries() {
 fn an_endpoint_in_use_is_a_clear_error_and_sigterm_shuts_down_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(tmp.path(), &quickstart(), 1, 1, 2);
-    let err = Daemon::start_with(&quickstart(), &daemon.endpoint, &["--world-size", "1", "--micro-batch", "1", "--metrics", "off"]).err().unwrap();
-    assert!(err.contains(&format!("error: endpoint {} is already in use by another process", daemon.endpoint)), "{err}");
+    let err = Daemon::start_with(
+        &quickstart(),
+        &daemon.endpoint,
+        &[
+            "--world-size",
+            "1",
+            "--micro-batch",
+            "1",
+            "--metrics",
+            "off",
+        ],
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.contains(&format!(
+            "error: endpoint {} is already in use by another process",
+            daemon.endpoint
+        )),
+        "{err}"
+    );
 
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("tcp://{}", port.local_addr().unwrap());
-    let err = Daemon::start_with(&quickstart(), &endpoint, &["--world-size", "1", "--micro-batch", "1", "--metrics", "off"]).err().unwrap();
-    assert!(err.contains(&format!("error: endpoint {endpoint} is already in use")), "{err}");
+    let err = Daemon::start_with(
+        &quickstart(),
+        &endpoint,
+        &[
+            "--world-size",
+            "1",
+            "--micro-batch",
+            "1",
+            "--metrics",
+            "off",
+        ],
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.contains(&format!("error: endpoint {endpoint} is already in use")),
+        "{err}"
+    );
 
     let mut daemon = daemon;
     let pid = daemon.child.id();
-    assert!(std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
     let status = daemon.child.wait().unwrap();
     assert!(status.success(), "{status}");
     std::thread::sleep(Duration::from_millis(100));
-    assert!(daemon.log_text().contains("shut down"), "{}", daemon.log_text());
-    assert!(!tmp.path().join("d.sock").exists(), "the socket file is removed");
+    assert!(
+        daemon.log_text().contains("shut down"),
+        "{}",
+        daemon.log_text()
+    );
+    assert!(
+        !tmp.path().join("d.sock").exists(),
+        "the socket file is removed"
+    );
 }

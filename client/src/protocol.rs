@@ -55,9 +55,20 @@ pub enum Status {
 impl Status {
     pub fn from_u16(code: u16) -> Option<Status> {
         use Status::*;
-        [Ok, EndOfData, UnsupportedVersion, RecipeMismatch, LayoutMismatch, StepGone, StepAhead, Malformed, DaemonFailed, ShuttingDown]
-            .into_iter()
-            .find(|s| *s as u16 == code)
+        [
+            Ok,
+            EndOfData,
+            UnsupportedVersion,
+            RecipeMismatch,
+            LayoutMismatch,
+            StepGone,
+            StepAhead,
+            Malformed,
+            DaemonFailed,
+            ShuttingDown,
+        ]
+        .into_iter()
+        .find(|s| *s as u16 == code)
     }
 
     pub fn is_error(self) -> bool {
@@ -91,7 +102,9 @@ pub enum DecodeError {
     Length { len: usize, expected: usize },
     #[error("bad magic bytes {found:02x?}")]
     Magic { found: [u8; 4] },
-    #[error("protocol version {found} is not supported (this side speaks version {PROTOCOL_VERSION})")]
+    #[error(
+        "protocol version {found} is not supported (this side speaks version {PROTOCOL_VERSION})"
+    )]
     Version { found: u16 },
     #[error("unknown request kind {0}")]
     Kind(u16),
@@ -131,7 +144,10 @@ impl<'a> Reader<'a> {
 
 fn check_frame(bytes: &[u8], expected: usize, magic: [u8; 4]) -> Result<Reader<'_>, DecodeError> {
     if bytes.len() != expected {
-        return Err(DecodeError::Length { len: bytes.len(), expected });
+        return Err(DecodeError::Length {
+            len: bytes.len(),
+            expected,
+        });
     }
     let mut r = Reader { bytes, at: 0 };
     let found = r.take::<4>();
@@ -171,13 +187,24 @@ impl Request {
         let step = r.u64();
         let hash = r.take::<32>();
         let recipe_hash = (hash != [0; 32]).then_some(hash);
-        Ok(Request { kind, request_id, rank, world_size, step, recipe_hash })
+        Ok(Request {
+            kind,
+            request_id,
+            rank,
+            world_size,
+            step,
+            recipe_hash,
+        })
     }
 
     /// The request id of a frame that may be malformed, when it is long enough to hold one: error
     /// replies echo it so the client can match them.
     pub fn salvage_request_id(bytes: &[u8]) -> u64 {
-        bytes.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0)
+        bytes
+            .get(8..16)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0)
     }
 }
 
@@ -219,7 +246,19 @@ impl ReplyHeader {
         let recipe_hash = r.take::<32>();
         let num_steps = r.u64();
         let first_window = r.u64();
-        Ok(ReplyHeader { status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window })
+        Ok(ReplyHeader {
+            status,
+            request_id,
+            step,
+            rank,
+            world_size,
+            micro_batch,
+            window_tokens,
+            dtype_bytes,
+            recipe_hash,
+            num_steps,
+            first_window,
+        })
     }
 
     /// Bytes the token payload frame of an ok reply must have.
@@ -246,20 +285,32 @@ pub fn encode_doc_starts(rows: &[&[u32]]) -> Vec<u8> {
 }
 
 /// Decode and check a document-boundary frame for `rows` rows of `window_tokens` tokens.
-pub fn decode_doc_starts(bytes: &[u8], rows: usize, window_tokens: u32) -> Result<(Vec<u32>, Vec<u32>), DecodeError> {
+pub fn decode_doc_starts(
+    bytes: &[u8],
+    rows: usize,
+    window_tokens: u32,
+) -> Result<(Vec<u32>, Vec<u32>), DecodeError> {
     let bad = |m: &str| DecodeError::Frames(format!("document-boundary frame: {m}"));
-    if bytes.len() % 4 != 0 || bytes.len() < 4 * (rows + 1) {
+    if !bytes.len().is_multiple_of(4) || bytes.len() < 4 * (rows + 1) {
         return Err(bad("too short or not whole u32s"));
     }
-    let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     let (offsets, starts) = words.split_at(rows + 1);
-    if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) || offsets[rows] as usize != starts.len() {
+    if offsets[0] != 0
+        || offsets.windows(2).any(|w| w[0] > w[1])
+        || offsets[rows] as usize != starts.len()
+    {
         return Err(bad("offsets are not a valid index of the starts"));
     }
     for i in 0..rows {
         let row = &starts[offsets[i] as usize..offsets[i + 1] as usize];
         if row.windows(2).any(|w| w[0] >= w[1]) || row.iter().any(|&s| s >= window_tokens) {
-            return Err(bad(&format!("row {i}'s starts are not increasing offsets inside the window")));
+            return Err(bad(&format!(
+                "row {i}'s starts are not increasing offsets inside the window"
+            )));
         }
     }
     Ok((offsets.to_vec(), starts.to_vec()))

@@ -11,8 +11,14 @@ pub enum ClientError {
     Config(String),
     #[error("zeromq: {0}")]
     Zmq(#[from] zmq::Error),
-    #[error("no reply from the daemon at {endpoint} after {waited:?} ({attempts} attempts): is it running?")]
-    DaemonGone { endpoint: String, waited: Duration, attempts: u32 },
+    #[error(
+        "no reply from the daemon at {endpoint} after {waited:?} ({attempts} attempts): is it running?"
+    )]
+    DaemonGone {
+        endpoint: String,
+        waited: Duration,
+        attempts: u32,
+    },
     #[error("malformed reply from the daemon: {0}")]
     Protocol(#[from] DecodeError),
     #[error("protocol version: {0}")]
@@ -52,16 +58,29 @@ impl ClientConfig {
     pub fn from_env(endpoint: &str) -> Result<ClientConfig, ClientError> {
         let read = |name: &str| -> Result<Option<u32>, ClientError> {
             match std::env::var(name) {
-                Ok(v) => v.trim().parse().map(Some).map_err(|_| ClientError::Config(format!("{name}={v:?} is not a whole number"))),
+                Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+                    ClientError::Config(format!("{name}={v:?} is not a whole number"))
+                }),
                 Err(_) => Ok(None),
             }
         };
         let (rank, world_size) = match (read("RANK")?, read("WORLD_SIZE")?) {
             (Some(r), Some(w)) => (r, w),
             (None, None) => (0, 1),
-            _ => return Err(ClientError::Config("set both RANK and WORLD_SIZE, or neither".into())),
+            _ => {
+                return Err(ClientError::Config(
+                    "set both RANK and WORLD_SIZE, or neither".into(),
+                ));
+            }
         };
-        Ok(ClientConfig { endpoint: endpoint.to_string(), rank, world_size, recipe_hash: None, timeout: Duration::from_secs(30), attempts: 4 })
+        Ok(ClientConfig {
+            endpoint: endpoint.to_string(),
+            rank,
+            world_size,
+            recipe_hash: None,
+            timeout: Duration::from_secs(30),
+            attempts: 4,
+        })
     }
 }
 
@@ -82,7 +101,9 @@ pub struct ServedBatch {
 
 impl std::fmt::Debug for ServedBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServedBatch").field("header", &self.header).finish_non_exhaustive()
+        f.debug_struct("ServedBatch")
+            .field("header", &self.header)
+            .finish_non_exhaustive()
     }
 }
 
@@ -98,7 +119,9 @@ impl ServedBatch {
     fn bytes(&self) -> &[u8] {
         match &self.payload {
             Payload::Frame(m) => m,
-            Payload::Copied(words) => &bytemuck::cast_slice::<u32, u8>(words)[..self.header.payload_bytes()],
+            Payload::Copied(words) => {
+                &bytemuck::cast_slice::<u32, u8>(words)[..self.header.payload_bytes()]
+            }
         }
     }
 
@@ -140,7 +163,12 @@ impl ServedBatch {
     pub fn cu_seqlens(&self, i: usize) -> Vec<u32> {
         let seq_len = self.header.window_tokens - 1;
         let mut cu = vec![0];
-        cu.extend(self.doc_starts(i).iter().copied().filter(|&s| s > 0 && s < seq_len));
+        cu.extend(
+            self.doc_starts(i)
+                .iter()
+                .copied()
+                .filter(|&s| s > 0 && s < seq_len),
+        );
         cu.push(seq_len);
         cu
     }
@@ -179,18 +207,30 @@ impl Client {
 
     pub fn with_config(config: ClientConfig) -> Result<Client, ClientError> {
         if config.world_size == 0 || config.rank >= config.world_size {
-            return Err(ClientError::Config(format!("rank {} is not below world size {}", config.rank, config.world_size)));
+            return Err(ClientError::Config(format!(
+                "rank {} is not below world size {}",
+                config.rank, config.world_size
+            )));
         }
         let recipe_hash = match &config.recipe_hash {
             None => None,
             Some(h) => {
-                let bytes = hex_decode(h).ok_or_else(|| ClientError::Config(format!("recipe hash {h:?} is not 64 hex digits")))?;
+                let bytes = hex_decode(h).ok_or_else(|| {
+                    ClientError::Config(format!("recipe hash {h:?} is not 64 hex digits"))
+                })?;
                 Some(bytes)
             }
         };
         let context = zmq::Context::new();
         let socket = open_socket(&context, &config.endpoint)?;
-        Ok(Client { context, socket, config, recipe_hash, next_step: 0, next_request_id: 1 })
+        Ok(Client {
+            context,
+            socket,
+            config,
+            recipe_hash,
+            next_step: 0,
+            next_request_id: 1,
+        })
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -217,7 +257,9 @@ impl Client {
         let started = Instant::now();
         loop {
             match self.request(step) {
-                Err(ClientError::StepAhead(_)) if started.elapsed() < patience => std::thread::sleep(AHEAD_RETRY),
+                Err(ClientError::StepAhead(_)) if started.elapsed() < patience => {
+                    std::thread::sleep(AHEAD_RETRY)
+                }
                 other => return other,
             }
         }
@@ -228,7 +270,14 @@ impl Client {
         for attempt in 1..=self.config.attempts.max(1) {
             let request_id = self.next_request_id;
             self.next_request_id += 1;
-            let request = Request { kind: RequestKind::Batch, request_id, rank: self.config.rank, world_size: self.config.world_size, step, recipe_hash: self.recipe_hash };
+            let request = Request {
+                kind: RequestKind::Batch,
+                request_id,
+                rank: self.config.rank,
+                world_size: self.config.world_size,
+                step,
+                recipe_hash: self.recipe_hash,
+            };
             self.socket.send(&request.encode()[..], 0)?;
             if let Some(reply) = self.wait_reply(request_id)? {
                 let batch = reply?;
@@ -240,16 +289,28 @@ impl Client {
                 self.socket = open_socket(&self.context, &self.config.endpoint)?;
             }
         }
-        Err(ClientError::DaemonGone { endpoint: self.config.endpoint.clone(), waited: started.elapsed(), attempts: self.config.attempts.max(1) })
+        Err(ClientError::DaemonGone {
+            endpoint: self.config.endpoint.clone(),
+            waited: started.elapsed(),
+            attempts: self.config.attempts.max(1),
+        })
     }
 
     /// Wait for the reply to `request_id`: `None` on timeout.
     #[allow(clippy::type_complexity)]
-    fn wait_reply(&mut self, request_id: u64) -> Result<Option<Result<Option<ServedBatch>, ClientError>>, ClientError> {
+    fn wait_reply(
+        &mut self,
+        request_id: u64,
+    ) -> Result<Option<Result<Option<ServedBatch>, ClientError>>, ClientError> {
         let deadline = Instant::now() + self.config.timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64)? == 0 {
+            if left.is_zero()
+                || self
+                    .socket
+                    .poll(zmq::POLLIN, left.as_millis().max(1) as i64)?
+                    == 0
+            {
                 return Ok(None);
             }
             let mut frames = Vec::with_capacity(3);
@@ -263,12 +324,21 @@ impl Client {
             if header.request_id != request_id {
                 continue; // a late reply to a request we gave up on
             }
-            return Ok(Some(self.into_batch(header, frames)));
+            return Ok(Some(self.to_batch(header, frames)));
         }
     }
 
-    fn into_batch(&self, header: ReplyHeader, mut frames: Vec<zmq::Message>) -> Result<Option<ServedBatch>, ClientError> {
-        let message = || frames.get(1).map(|m| String::from_utf8_lossy(m).into_owned()).unwrap_or_default();
+    fn to_batch(
+        &self,
+        header: ReplyHeader,
+        mut frames: Vec<zmq::Message>,
+    ) -> Result<Option<ServedBatch>, ClientError> {
+        let message = || {
+            frames
+                .get(1)
+                .map(|m| String::from_utf8_lossy(m).into_owned())
+                .unwrap_or_default()
+        };
         match header.status {
             Status::Ok => {}
             Status::EndOfData => return Ok(None),
@@ -282,29 +352,47 @@ impl Client {
             Status::ShuttingDown => return Err(ClientError::ShuttingDown),
         }
         if frames.len() != 3 {
-            return Err(DecodeError::Frames(format!("an ok reply has 3 frames, got {}", frames.len())).into());
+            return Err(DecodeError::Frames(format!(
+                "an ok reply has 3 frames, got {}",
+                frames.len()
+            ))
+            .into());
         }
         let docs = frames.pop().expect("3 frames");
         let tokens = frames.pop().expect("3 frames");
         if tokens.len() != header.payload_bytes() {
-            return Err(DecodeError::Frames(format!("token frame is {} bytes, the header says {}", tokens.len(), header.payload_bytes())).into());
+            return Err(DecodeError::Frames(format!(
+                "token frame is {} bytes, the header says {}",
+                tokens.len(),
+                header.payload_bytes()
+            ))
+            .into());
         }
-        let (doc_offsets, doc_starts) = decode_doc_starts(&docs, header.micro_batch as usize, header.window_tokens)?;
-        let payload = if tokens.as_ptr() as usize % 4 == 0 {
+        let (doc_offsets, doc_starts) =
+            decode_doc_starts(&docs, header.micro_batch as usize, header.window_tokens)?;
+        let payload = if (tokens.as_ptr() as usize).is_multiple_of(4) {
             Payload::Frame(tokens)
         } else {
             let mut words = vec![0u32; tokens.len().div_ceil(4)];
-            bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..tokens.len()].copy_from_slice(&tokens);
+            bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..tokens.len()]
+                .copy_from_slice(&tokens);
             Payload::Copied(words)
         };
-        Ok(Some(ServedBatch { header, payload, doc_offsets, doc_starts }))
+        Ok(Some(ServedBatch {
+            header,
+            payload,
+            doc_offsets,
+            doc_starts,
+        }))
     }
 }
 
 fn open_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, ClientError> {
     let socket = context.socket(zmq::DEALER)?;
     socket.set_linger(0)?;
-    socket.connect(endpoint).map_err(|e| ClientError::Config(format!("cannot connect to {endpoint}: {e}")))?;
+    socket
+        .connect(endpoint)
+        .map_err(|e| ClientError::Config(format!("cannot connect to {endpoint}: {e}")))?;
     Ok(socket)
 }
 

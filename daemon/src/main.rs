@@ -5,10 +5,11 @@ use clap::{Parser, Subcommand};
 use dsprep::pack::{self, PackOptions};
 use dsprep::serve::ServeOptions;
 use dsprep::tap::TapOptions;
+use dsprep_mixers::EngineChoice;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
-use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
@@ -43,6 +44,10 @@ enum Command {
         /// No progress display.
         #[arg(long, short)]
         quiet: bool,
+        /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
+        /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
+        tokenizer_engine: String,
     },
     /// Serve every data-parallel rank its batches over ZeroMQ (the loader daemon).
     Serve {
@@ -65,6 +70,10 @@ enum Command {
         /// Prometheus endpoint, loopback (port 0 picks one); "off" disables it.
         #[arg(long, default_value = "127.0.0.1:9187")]
         metrics: String,
+        /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
+        /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
+        tokenizer_engine: String,
     },
     /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
     Tap {
@@ -122,6 +131,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             shard_mib,
             force,
             quiet,
+            tokenizer_engine,
         } => {
             let threads = default_threads(threads)?;
             let options = PackOptions {
@@ -131,27 +141,72 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 shard_bytes: shard_mib << 20,
                 force,
                 progress: !quiet,
+                engine: engine_choice(&tokenizer_engine),
             };
             let report = pack::pack(&options)?;
             pack::print_summary(&report);
         }
-        Command::Serve { recipe, world_size, micro_batch, endpoint, prefetch, threads, metrics } => {
-            let metrics = match metrics.as_str() {
-                "off" => None,
-                addr => Some(addr.parse().with_context(|| format!("--metrics {addr:?} is not HOST:PORT or \"off\""))?),
-            };
+        Command::Serve {
+            recipe,
+            world_size,
+            micro_batch,
+            endpoint,
+            prefetch,
+            threads,
+            metrics,
+            tokenizer_engine,
+        } => {
+            let metrics =
+                match metrics.as_str() {
+                    "off" => None,
+                    addr => Some(addr.parse().with_context(|| {
+                        format!("--metrics {addr:?} is not HOST:PORT or \"off\"")
+                    })?),
+                };
             let shutdown = Arc::new(AtomicBool::new(false));
             for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                signal_hook::flag::register(signal, Arc::clone(&shutdown)).context("cannot install signal handlers")?;
+                signal_hook::flag::register(signal, Arc::clone(&shutdown))
+                    .context("cannot install signal handlers")?;
             }
             let threads = default_threads(threads)?;
-            let options = ServeOptions { recipe, world_size, micro_batch, endpoint, prefetch, threads, metrics };
+            let engine = engine_choice(&tokenizer_engine);
+            let options = ServeOptions {
+                recipe,
+                world_size,
+                micro_batch,
+                endpoint,
+                prefetch,
+                threads,
+                metrics,
+                engine,
+            };
             dsprep::serve::serve(&options, shutdown)?;
         }
-        Command::Tap { endpoint, rank, world_size, start_step, steps, out, recipe_hash, timeout_s } => {
-            let options = TapOptions { endpoint, rank, world_size, start_step, steps, out, recipe_hash, timeout: Duration::from_secs(timeout_s) };
+        Command::Tap {
+            endpoint,
+            rank,
+            world_size,
+            start_step,
+            steps,
+            out,
+            recipe_hash,
+            timeout_s,
+        } => {
+            let options = TapOptions {
+                endpoint,
+                rank,
+                world_size,
+                start_step,
+                steps,
+                out,
+                recipe_hash,
+                timeout: Duration::from_secs(timeout_s),
+            };
             let written = dsprep::tap::tap(&options)?;
-            println!("rank {rank}: wrote {written} steps to {}", options.out.display());
+            println!(
+                "rank {rank}: wrote {written} steps to {}",
+                options.out.display()
+            );
         }
         Command::Verify { dir } => {
             let report = dsprep::verify::verify(&dir)?;
@@ -177,6 +232,17 @@ fn default_threads(threads: Option<usize>) -> anyhow::Result<usize> {
     match threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),
         Some(n) => Ok(n),
-        None => Ok(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        None => Ok(std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)),
+    }
+}
+
+/// `--tokenizer-engine` (clap has already restricted it to "auto" or "hf").
+fn engine_choice(name: &str) -> EngineChoice {
+    if name == "hf" {
+        EngineChoice::Hf
+    } else {
+        EngineChoice::Auto
     }
 }

@@ -30,13 +30,18 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         attempts: 3,
     };
     let mut client = Client::with_config(config)?;
-    let create = |path: &PathBuf| std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    let create = |path: &PathBuf| {
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))
+    };
     let mut tokens = std::io::BufWriter::new(create(&options.out)?);
     let headers_path = PathBuf::from(format!("{}.jsonl", options.out.display()));
     let mut headers = std::io::BufWriter::new(create(&headers_path)?);
     let mut written = 0;
     for step in options.start_step..options.start_step + options.steps {
-        let Some(batch) = client.batch_at(step).with_context(|| format!("rank {} step {step}", options.rank))? else {
+        let Some(batch) = client
+            .batch_at(step)
+            .with_context(|| format!("rank {} step {step}", options.rank))?
+        else {
             let line = serde_json::json!({"step": step, "rank": options.rank, "end_of_data": true});
             writeln!(headers, "{line}")?;
             break;

@@ -21,4 +21,4 @@ pub use mixer::{MixError, Mixer};
 pub use packer::{PackedWindow, Packer};
 pub use recipe::{Recipe, RecipeError};
 pub use shuffle::Shuffler;
-pub use tokenize::{TokenizeError, TokenizeStage};
+pub use tokenize::{EngineChoice, TokenizeError, TokenizeStage};

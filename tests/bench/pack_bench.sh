@@ -16,8 +16,11 @@ RUNS="${*:-t1 t2 t2_b100k}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-(cd "$ROOT" && cargo build --release -p dsprep --quiet)
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep"
+# DSPREP_BIN: a release binary to measure instead of building one here.
+if [ -z "${DSPREP_BIN:-}" ]; then
+  (cd "$ROOT" && cargo build --release -p dsprep --quiet)
+fi
+BIN="${DSPREP_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep}"
 
 recipe() {  # buffer_size
   cat <<TOML
@@ -33,6 +36,7 @@ buffer_size = $1
 [mix]
 stopping = "first_exhausted"
 TOML
+  local s name weight col
   for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
     IFS=: read -r name weight col <<<"$s"
     printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \

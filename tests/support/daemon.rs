@@ -17,19 +17,41 @@ pub struct Daemon {
 
 impl Daemon {
     /// `dsprep serve --recipe R --world-size W --micro-batch M --prefetch P` on `dir/d.sock`.
-    pub fn start(dir: &Path, recipe: &Path, world_size: u32, micro_batch: u32, prefetch: u64) -> Daemon {
+    pub fn start(
+        dir: &Path,
+        recipe: &Path,
+        world_size: u32,
+        micro_batch: u32,
+        prefetch: u64,
+    ) -> Daemon {
         let endpoint = format!("ipc://{}", dir.join("d.sock").display());
-        Self::start_with(recipe, &endpoint, &[
-            "--world-size", &world_size.to_string(), "--micro-batch", &micro_batch.to_string(),
-            "--prefetch", &prefetch.to_string(), "--metrics", "127.0.0.1:0",
-        ])
+        Self::start_with(
+            recipe,
+            &endpoint,
+            &[
+                "--world-size",
+                &world_size.to_string(),
+                "--micro-batch",
+                &micro_batch.to_string(),
+                "--prefetch",
+                &prefetch.to_string(),
+                "--metrics",
+                "127.0.0.1:0",
+            ],
+        )
         .expect("the daemon starts")
     }
 
     /// Start with explicit arguments; `Err(stderr)` if it exits before it is ready.
     pub fn start_with(recipe: &Path, endpoint: &str, args: &[&str]) -> Result<Daemon, String> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dsprep"))
-            .args(["serve", "--recipe", recipe.to_str().unwrap(), "--endpoint", endpoint])
+            .args([
+                "serve",
+                "--recipe",
+                recipe.to_str().unwrap(),
+                "--endpoint",
+                endpoint,
+            ])
             .args(args)
             .env("DSPREP_LOG", "info")
             .stderr(Stdio::piped())
@@ -57,12 +79,24 @@ impl Daemon {
             }
             if let Some(status) = child.try_wait().unwrap() {
                 std::thread::sleep(Duration::from_millis(100));
-                return Err(format!("exited with {status}: {}", log.lock().unwrap().join("\n")));
+                return Err(format!(
+                    "exited with {status}: {}",
+                    log.lock().unwrap().join("\n")
+                ));
             }
             assert!(Instant::now() < deadline, "the daemon did not get ready");
         }
-        let metrics = log.lock().unwrap().iter().find_map(|l| l.split("metrics on ").nth(1).map(|u| u.trim().to_string()));
-        Ok(Daemon { child, endpoint: endpoint.to_string(), metrics, log })
+        let metrics = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| l.split("metrics on ").nth(1).map(|u| u.trim().to_string()));
+        Ok(Daemon {
+            child,
+            endpoint: endpoint.to_string(),
+            metrics,
+            log,
+        })
     }
 
     /// One metric's value from `/metrics`, e.g. `dsprep_steps{kind="held"}`.
@@ -70,7 +104,10 @@ impl Daemon {
         let url = self.metrics.as_ref().expect("metrics enabled");
         let body = http_get(url);
         body.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.trim().parse().ok())
+            })
             .unwrap_or_else(|| panic!("{series} not in:\n{body}"))
     }
 
@@ -90,19 +127,47 @@ impl Drop for Daemon {
 pub fn http_get(url: &str) -> String {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").expect("http url");
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
     let mut stream = std::net::TcpStream::connect(host).expect("connect to metrics");
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
 }
 
 /// `dsprep tap` as a child process.
-pub fn tap(endpoint: &str, rank: u32, world_size: u32, start_step: u64, steps: u64, out: &Path) -> Child {
+pub fn tap(
+    endpoint: &str,
+    rank: u32,
+    world_size: u32,
+    start_step: u64,
+    steps: u64,
+    out: &Path,
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_dsprep"))
-        .args(["tap", "--endpoint", endpoint, "--rank", &rank.to_string(), "--world-size", &world_size.to_string()])
-        .args(["--start-step", &start_step.to_string(), "--steps", &steps.to_string(), "--out", out.to_str().unwrap()])
+        .args([
+            "tap",
+            "--endpoint",
+            endpoint,
+            "--rank",
+            &rank.to_string(),
+            "--world-size",
+            &world_size.to_string(),
+        ])
+        .args([
+            "--start-step",
+            &start_step.to_string(),
+            "--steps",
+            &steps.to_string(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .args(["--timeout-s", "10"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -112,5 +177,9 @@ pub fn tap(endpoint: &str, rank: u32, world_size: u32, start_step: u64, steps: u
 
 pub fn headers(out: &Path) -> Vec<serde_json::Value> {
     let path = PathBuf::from(format!("{}.jsonl", out.display()));
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }

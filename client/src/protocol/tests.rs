@@ -2,7 +2,14 @@ use super::*;
 use proptest::prelude::*;
 
 fn request() -> Request {
-    Request { kind: RequestKind::Batch, request_id: 7, rank: 3, world_size: 8, step: 1234, recipe_hash: Some([0xab; 32]) }
+    Request {
+        kind: RequestKind::Batch,
+        request_id: 7,
+        rank: 3,
+        world_size: 8,
+        step: 1234,
+        recipe_hash: Some([0xab; 32]),
+    }
 }
 
 fn header() -> ReplyHeader {
@@ -28,7 +35,10 @@ fn request_round_trips_and_has_a_fixed_layout() {
     assert_eq!(&bytes[4..6], &[1, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
     assert_eq!(Request::decode(&bytes), Ok(request()));
-    let none = Request { recipe_hash: None, ..request() };
+    let none = Request {
+        recipe_hash: None,
+        ..request()
+    };
     assert_eq!(Request::decode(&none.encode()), Ok(none));
 }
 
@@ -41,14 +51,29 @@ fn header_round_trips() {
 #[test]
 fn each_malformation_has_its_error() {
     let good = request().encode();
-    assert_eq!(Request::decode(&good[..63]), Err(DecodeError::Length { len: 63, expected: 64 }));
+    assert_eq!(
+        Request::decode(&good[..63]),
+        Err(DecodeError::Length {
+            len: 63,
+            expected: 64
+        })
+    );
     let mut bad = good;
     bad[0] = b'X';
-    assert_eq!(Request::decode(&bad), Err(DecodeError::Magic { found: *b"XSPQ" }));
+    assert_eq!(
+        Request::decode(&bad),
+        Err(DecodeError::Magic { found: *b"XSPQ" })
+    );
     let mut bad = good;
     bad[4] = 2;
-    assert_eq!(Request::decode(&bad), Err(DecodeError::Version { found: 2 }));
-    assert_eq!(DecodeError::Version { found: 2 }.to_string(), "protocol version 2 is not supported (this side speaks version 1)");
+    assert_eq!(
+        Request::decode(&bad),
+        Err(DecodeError::Version { found: 2 })
+    );
+    assert_eq!(
+        DecodeError::Version { found: 2 }.to_string(),
+        "protocol version 2 is not supported (this side speaks version 1)"
+    );
     let mut bad = good;
     bad[6] = 9;
     assert_eq!(Request::decode(&bad), Err(DecodeError::Kind(9)));
@@ -64,9 +89,15 @@ fn doc_starts_round_trip_and_are_checked() {
     let (offsets, starts) = decode_doc_starts(&bytes, 3, 8).unwrap();
     assert_eq!(offsets, vec![0, 2, 2, 3]);
     assert_eq!(starts, vec![0, 5, 3]);
-    assert!(decode_doc_starts(&bytes, 3, 4).is_err(), "a start outside the window");
+    assert!(
+        decode_doc_starts(&bytes, 3, 4).is_err(),
+        "a start outside the window"
+    );
     assert!(decode_doc_starts(&bytes[..8], 3, 8).is_err());
-    assert!(decode_doc_starts(&encode_doc_starts(&[&[4, 2]]), 1, 8).is_err(), "decreasing starts");
+    assert!(
+        decode_doc_starts(&encode_doc_starts(&[&[4, 2]]), 1, 8).is_err(),
+        "decreasing starts"
+    );
 }
 
 /// A small deterministic generator: the fuzz loop below must be repeatable.
@@ -86,7 +117,11 @@ impl XorShift {
 #[test]
 fn decoders_survive_a_million_hostile_inputs() {
     let mut rng = XorShift(0x9e3779b97f4a7c15);
-    let valid = [request().encode().to_vec(), header().encode().to_vec(), encode_doc_starts(&[&[0, 9], &[1]])];
+    let valid = [
+        request().encode().to_vec(),
+        header().encode().to_vec(),
+        encode_doc_starts(&[&[0, 9], &[1]]),
+    ];
     let mut accepted = 0u32;
     for i in 0..1_000_000u32 {
         let mut bytes = if i % 2 == 0 {
@@ -118,7 +153,10 @@ fn decoders_survive_a_million_hostile_inputs() {
         let _ = decode_doc_starts(&bytes, (rng.next() % 4) as usize, 16);
         let _ = Request::salvage_request_id(&bytes);
     }
-    assert!(accepted > 0, "bit flips in the id/rank/step fields still decode");
+    assert!(
+        accepted > 0,
+        "bit flips in the id/rank/step fields still decode"
+    );
 }
 
 proptest! {

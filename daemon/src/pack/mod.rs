@@ -16,7 +16,7 @@ use dsprep_client::format::{
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::Recipe;
-use dsprep_mixers::{Mixer, Packer, Shuffler, TokenizeStage};
+use dsprep_mixers::{EngineChoice, Mixer, Packer, Shuffler, TokenizeStage};
 use indicatif::{ProgressBar, ProgressStyle};
 use output::PackWriter;
 use pipeline::PipelineConfig;
@@ -35,6 +35,8 @@ pub struct PackOptions {
     pub shard_bytes: u64,
     pub force: bool,
     pub progress: bool,
+    /// Which tokenizer engine runs (the output is the same with either).
+    pub engine: EngineChoice,
 }
 
 pub struct PackReport {
@@ -43,6 +45,8 @@ pub struct PackReport {
     pub wall: Duration,
     pub time_to_first_window: Option<Duration>,
     pub threads: usize,
+    /// Which tokenizer engine ran, and why.
+    pub engine: String,
 }
 
 /// A recipe loaded and checked, with everything resolved that needs IO.
@@ -54,7 +58,12 @@ pub struct LoadedRecipe {
     pub stage: TokenizeStage,
 }
 
+/// Load a recipe with the tokenizer engine chosen automatically (the fast path where exact).
 pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
+    load_recipe_with(path, EngineChoice::Auto)
+}
+
+pub fn load_recipe_with(path: &Path, engine: EngineChoice) -> anyhow::Result<LoadedRecipe> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read recipe {}", path.display()))?;
     let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
@@ -67,10 +76,11 @@ pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
             tokenizer_path.display()
         )
     })?;
-    let stage = TokenizeStage::from_json_bytes(
+    let stage = TokenizeStage::from_json_bytes_with(
         &tokenizer_json,
         &recipe.tokenizer,
         &tokenizer_path.display().to_string(),
+        engine,
     )
     .with_context(|| format!("recipe {}", path.display()))?;
     Ok(LoadedRecipe {
@@ -103,7 +113,7 @@ pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> 
 
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
-    let loaded = load_recipe(&options.recipe)?;
+    let loaded = load_recipe_with(&options.recipe, options.engine)?;
     let recipe = &loaded.recipe;
     let stage = &loaded.stage;
     let mixer = build_mixer(&loaded)?;
@@ -147,7 +157,10 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             .unwrap_or_default();
         format!("source {name:?} shard {shard} row {}", pos.row)
     };
-    let config = PipelineConfig { threads: options.threads, shuffle_fill: None };
+    let config = PipelineConfig {
+        threads: options.threads,
+        shuffle_fill: None,
+    };
     let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
     let run = pipeline::run(mixer, shuffler, stage, &config, &locate, |chunk| {
         let mut at = 0usize;
@@ -256,6 +269,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         wall: started.elapsed(),
         time_to_first_window: first_window,
         threads: options.threads,
+        engine: loaded.stage.engine_description(),
     })
 }
 

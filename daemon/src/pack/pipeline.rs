@@ -79,7 +79,13 @@ pub fn run<S: DocSource>(
         let reader = std::thread::Builder::new()
             .name("dsprep-reader".into())
             .spawn_scoped(scope, move || {
-                read_mix_shuffle(mixer, shuffler, doc_tx, permit_rx, config.shuffle_fill.as_deref())
+                read_mix_shuffle(
+                    mixer,
+                    shuffler,
+                    doc_tx,
+                    permit_rx,
+                    config.shuffle_fill.as_deref(),
+                )
             })
             .context("cannot start the reader thread")?;
         for k in 0..threads {

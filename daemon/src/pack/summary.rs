@@ -18,6 +18,7 @@ pub fn print_summary(report: &PackReport) {
         all_tokens as f64 / secs,
         report.threads,
     );
+    println!("tokenizer engine: {}", report.engine);
     if let Some(first) = report.time_to_first_window {
         println!("first window after {:.2} s", first.as_secs_f64());
     }

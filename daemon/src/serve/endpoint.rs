@@ -14,15 +14,22 @@ pub fn prepare(endpoint: &str) -> anyhow::Result<()> {
                 Ok(_) => bail!("endpoint {endpoint} is already in use by another process"),
                 Err(_) => {
                     tracing::warn!(path = %path.display(), "removing a stale socket file left by an earlier daemon");
-                    std::fs::remove_file(path).map_err(|e| anyhow::anyhow!("cannot remove the stale socket {}: {e}", path.display()))?;
+                    std::fs::remove_file(path).map_err(|e| {
+                        anyhow::anyhow!("cannot remove the stale socket {}: {e}", path.display())
+                    })?;
                 }
             }
         }
         return Ok(());
     }
     if let Some(address) = endpoint.strip_prefix("tcp://") {
-        let host = address.rsplit_once(':').map(|(h, _)| h).unwrap_or(address).trim_matches(['[', ']']);
-        let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        let host = address
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(address)
+            .trim_matches(['[', ']']);
+        let loopback =
+            host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
         if !loopback {
             tracing::warn!(
                 endpoint,

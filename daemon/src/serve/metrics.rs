@@ -21,7 +21,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(source_names: Vec<String>, target_fractions: Vec<f64>, shuffle_capacity: u64) -> Self {
+    pub fn new(
+        source_names: Vec<String>,
+        target_fractions: Vec<f64>,
+        shuffle_capacity: u64,
+    ) -> Self {
         let n = source_names.len();
         Self {
             source_names,
@@ -47,41 +51,125 @@ impl Metrics {
         let gauge = |out: &mut String, name: &str, help: &str, kind: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
-        gauge(&mut out, "dsprep_documents_total", "Documents tokenized, per source.", "counter");
+        gauge(
+            &mut out,
+            "dsprep_documents_total",
+            "Documents tokenized, per source.",
+            "counter",
+        );
         for (name, d) in self.source_names.iter().zip(&docs) {
             let _ = writeln!(out, "dsprep_documents_total{{source=\"{name}\"}} {d}");
         }
-        gauge(&mut out, "dsprep_tokens_total", "Tokens produced, per source (BOS/EOS included).", "counter");
+        gauge(
+            &mut out,
+            "dsprep_tokens_total",
+            "Tokens produced, per source (BOS/EOS included).",
+            "counter",
+        );
         for (name, t) in self.source_names.iter().zip(&self.tokens) {
-            let _ = writeln!(out, "dsprep_tokens_total{{source=\"{name}\"}} {}", t.load(Relaxed));
+            let _ = writeln!(
+                out,
+                "dsprep_tokens_total{{source=\"{name}\"}} {}",
+                t.load(Relaxed)
+            );
         }
-        gauge(&mut out, "dsprep_mix_fraction", "Share of documents per source: realized and target.", "gauge");
+        gauge(
+            &mut out,
+            "dsprep_mix_fraction",
+            "Share of documents per source: realized and target.",
+            "gauge",
+        );
         for (i, name) in self.source_names.iter().enumerate() {
-            let realized = if total_docs == 0 { 0.0 } else { docs[i] as f64 / total_docs as f64 };
-            let _ = writeln!(out, "dsprep_mix_fraction{{source=\"{name}\",kind=\"realized\"}} {realized}");
-            let _ = writeln!(out, "dsprep_mix_fraction{{source=\"{name}\",kind=\"target\"}} {}", self.target_fractions[i]);
+            let realized = if total_docs == 0 {
+                0.0
+            } else {
+                docs[i] as f64 / total_docs as f64
+            };
+            let _ = writeln!(
+                out,
+                "dsprep_mix_fraction{{source=\"{name}\",kind=\"realized\"}} {realized}"
+            );
+            let _ = writeln!(
+                out,
+                "dsprep_mix_fraction{{source=\"{name}\",kind=\"target\"}} {}",
+                self.target_fractions[i]
+            );
         }
-        gauge(&mut out, "dsprep_tokens_per_second", "Tokens produced per second since start.", "gauge");
-        let _ = writeln!(out, "dsprep_tokens_per_second {}", total_tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9));
-        gauge(&mut out, "dsprep_shuffle_buffer_documents", "Documents in the shuffle buffer, and its capacity.", "gauge");
-        let _ = writeln!(out, "dsprep_shuffle_buffer_documents{{kind=\"fill\"}} {shuffle_fill}");
-        let _ = writeln!(out, "dsprep_shuffle_buffer_documents{{kind=\"capacity\"}} {}", self.shuffle_capacity);
+        gauge(
+            &mut out,
+            "dsprep_tokens_per_second",
+            "Tokens produced per second since start.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_tokens_per_second {}",
+            total_tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9)
+        );
+        gauge(
+            &mut out,
+            "dsprep_shuffle_buffer_documents",
+            "Documents in the shuffle buffer, and its capacity.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_shuffle_buffer_documents{{kind=\"fill\"}} {shuffle_fill}"
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_shuffle_buffer_documents{{kind=\"capacity\"}} {}",
+            self.shuffle_capacity
+        );
         let s = store.snapshot();
-        gauge(&mut out, "dsprep_steps", "Global steps: produced so far, held in memory (the queue depth), total once known (-1 before).", "gauge");
+        gauge(
+            &mut out,
+            "dsprep_steps",
+            "Global steps: produced so far, held in memory (the queue depth), total once known (-1 before).",
+            "gauge",
+        );
         let _ = writeln!(out, "dsprep_steps{{kind=\"produced\"}} {}", s.produced);
         let _ = writeln!(out, "dsprep_steps{{kind=\"held\"}} {}", s.held);
-        let _ = writeln!(out, "dsprep_steps{{kind=\"total\"}} {}", s.num_steps.map(|n| n as i64).unwrap_or(-1));
-        gauge(&mut out, "dsprep_rank_step", "The step each rank asked for last.", "gauge");
+        let _ = writeln!(
+            out,
+            "dsprep_steps{{kind=\"total\"}} {}",
+            s.num_steps.map(|n| n as i64).unwrap_or(-1)
+        );
+        gauge(
+            &mut out,
+            "dsprep_rank_step",
+            "The step each rank asked for last.",
+            "gauge",
+        );
         for (rank, p) in s.positions.iter().enumerate() {
             let _ = writeln!(out, "dsprep_rank_step{{rank=\"{rank}\"}} {p}");
         }
-        gauge(&mut out, "dsprep_rank_lag_steps", "Steps each rank is behind the fastest rank.", "gauge");
+        gauge(
+            &mut out,
+            "dsprep_rank_lag_steps",
+            "Steps each rank is behind the fastest rank.",
+            "gauge",
+        );
         let fastest = s.positions.iter().copied().max().unwrap_or(0);
         for (rank, p) in s.positions.iter().enumerate() {
-            let _ = writeln!(out, "dsprep_rank_lag_steps{{rank=\"{rank}\"}} {}", fastest - p);
+            let _ = writeln!(
+                out,
+                "dsprep_rank_lag_steps{{rank=\"{rank}\"}} {}",
+                fastest - p
+            );
         }
-        gauge(&mut out, "dsprep_replies_total", "Requests answered, by status.", "counter");
-        for (status, n) in self.replies.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        gauge(
+            &mut out,
+            "dsprep_replies_total",
+            "Requests answered, by status.",
+            "counter",
+        );
+        for (status, n) in self
+            .replies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             let _ = writeln!(out, "dsprep_replies_total{{status=\"{status}\"}} {n}");
         }
         out
@@ -95,14 +183,22 @@ pub fn spawn_http(
     store: Arc<StepStore>,
     shuffle_fill: Arc<AtomicU64>,
 ) -> anyhow::Result<SocketAddr> {
-    let server = tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-    let bound = server.server_addr().to_ip().ok_or_else(|| anyhow::anyhow!("metrics server has no IP address"))?;
-    std::thread::Builder::new().name("dsprep-metrics".into()).spawn(move || {
-        for request in server.incoming_requests() {
-            let body = metrics.render(&store, shuffle_fill.load(Relaxed));
-            let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4").expect("a valid static header");
-            let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
-        }
-    })?;
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| anyhow::anyhow!("metrics server has no IP address"))?;
+    std::thread::Builder::new()
+        .name("dsprep-metrics".into())
+        .spawn(move || {
+            for request in server.incoming_requests() {
+                let body = metrics.render(&store, shuffle_fill.load(Relaxed));
+                let header =
+                    tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
+                        .expect("a valid static header");
+                let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
+            }
+        })?;
     Ok(bound)
 }

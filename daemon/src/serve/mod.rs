@@ -11,11 +11,11 @@ mod server;
 pub mod store;
 
 use crate::pack::pipeline::{self, PipelineConfig};
-use crate::pack::{build_mixer, load_recipe};
+use crate::pack::{build_mixer, load_recipe_with};
 use anyhow::{Context, anyhow};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::doc::DocPos;
-use dsprep_mixers::{Packer, Shuffler};
+use dsprep_mixers::{EngineChoice, Packer, Shuffler};
 use metrics::Metrics;
 use server::{Layout, Server};
 use std::net::SocketAddr;
@@ -35,11 +35,16 @@ pub struct ServeOptions {
     pub prefetch: u64,
     pub threads: usize,
     pub metrics: Option<SocketAddr>,
+    pub engine: EngineChoice,
 }
 
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
-    anyhow::ensure!(options.world_size >= 1 && options.micro_batch >= 1, "--world-size and --micro-batch must be at least 1");
-    let loaded = load_recipe(&options.recipe)?;
+    anyhow::ensure!(
+        options.world_size >= 1 && options.micro_batch >= 1,
+        "--world-size and --micro-batch must be at least 1"
+    );
+    let loaded = load_recipe_with(&options.recipe, options.engine)?;
+    tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
     let mixer = build_mixer(&loaded)?;
     let recipe = &loaded.recipe;
     let recipe_hash_hex = recipe.hash();
@@ -58,7 +63,9 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     let context = zmq::Context::new();
     let router = context.socket(zmq::ROUTER)?;
     router.set_linger(0)?;
-    router.bind(&options.endpoint).map_err(|e| endpoint::bind_error(&options.endpoint, e))?;
+    router
+        .bind(&options.endpoint)
+        .map_err(|e| endpoint::bind_error(&options.endpoint, e))?;
     let wake = context.socket(zmq::PULL)?;
     wake.bind(WAKE_ENDPOINT)?;
 
@@ -66,42 +73,72 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
     let metrics = Arc::new(Metrics::new(
         recipe.sources.iter().map(|s| s.name.clone()).collect(),
-        recipe.sources.iter().map(|s| s.weight / total_weight).collect(),
+        recipe
+            .sources
+            .iter()
+            .map(|s| s.weight / total_weight)
+            .collect(),
         recipe.shuffle.buffer_size as u64,
     ));
     let shuffle_fill = Arc::new(AtomicU64::new(0));
     if let Some(addr) = options.metrics {
-        let bound = metrics::spawn_http(addr, Arc::clone(&metrics), Arc::clone(&store), Arc::clone(&shuffle_fill))?;
+        let bound = metrics::spawn_http(
+            addr,
+            Arc::clone(&metrics),
+            Arc::clone(&store),
+            Arc::clone(&shuffle_fill),
+        )?;
         tracing::info!("metrics on http://{bound}/metrics");
     }
 
     let producer = {
-        let (store, metrics, shutdown, context) = (Arc::clone(&store), Arc::clone(&metrics), Arc::clone(&shutdown), context.clone());
-        let config = PipelineConfig { threads: options.threads, shuffle_fill: Some(shuffle_fill) };
+        let (store, metrics, shutdown, context) = (
+            Arc::clone(&store),
+            Arc::clone(&metrics),
+            Arc::clone(&shutdown),
+            context.clone(),
+        );
+        let config = PipelineConfig {
+            threads: options.threads,
+            shuffle_fill: Some(shuffle_fill),
+        };
         let global_batch = options.world_size as usize * options.micro_batch as usize;
-        std::thread::Builder::new().name("dsprep-producer".into()).spawn(move || {
-            let wake = context.socket(zmq::PUSH).and_then(|s| s.connect(WAKE_ENDPOINT).map(|()| s));
-            let wake = match wake {
-                Ok(wake) => wake,
-                Err(e) => {
-                    store.fail(format!("internal error: cannot signal the server: {e}"));
-                    return;
+        std::thread::Builder::new()
+            .name("dsprep-producer".into())
+            .spawn(move || {
+                let wake = context
+                    .socket(zmq::PUSH)
+                    .and_then(|s| s.connect(WAKE_ENDPOINT).map(|()| s));
+                let wake = match wake {
+                    Ok(wake) => wake,
+                    Err(e) => {
+                        store.fail(format!("internal error: cannot signal the server: {e}"));
+                        return;
+                    }
+                };
+                let result = produce(
+                    &loaded,
+                    mixer,
+                    &store,
+                    &metrics,
+                    &config,
+                    global_batch,
+                    dtype,
+                    &wake,
+                );
+                match result {
+                    Ok(num_steps) => {
+                        store.finish();
+                        tracing::info!(num_steps, "end of data: every rank gets {num_steps} steps");
+                    }
+                    Err(_) if shutdown.load(Ordering::Relaxed) => {}
+                    Err(e) => {
+                        tracing::error!("the pipeline failed: {e:#}");
+                        store.fail(format!("{e:#}"));
+                    }
                 }
-            };
-            let result = produce(&loaded, mixer, &store, &metrics, &config, global_batch, dtype, &wake);
-            match result {
-                Ok(num_steps) => {
-                    store.finish();
-                    tracing::info!(num_steps, "end of data: every rank gets {num_steps} steps");
-                }
-                Err(_) if shutdown.load(Ordering::Relaxed) => {}
-                Err(e) => {
-                    tracing::error!("the pipeline failed: {e:#}");
-                    store.fail(format!("{e:#}"));
-                }
-            }
-            let _ = wake.send(&b""[..], zmq::DONTWAIT);
-        })?
+                let _ = wake.send(&b""[..], zmq::DONTWAIT);
+            })?
     };
 
     tracing::info!(
@@ -113,9 +150,19 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         options.endpoint,
         options.prefetch
     );
-    let served = Server { router, wake, store: Arc::clone(&store), metrics, layout, shutdown }.run();
+    let served = Server {
+        router,
+        wake,
+        store: Arc::clone(&store),
+        metrics,
+        layout,
+        shutdown,
+    }
+    .run();
     store.shutdown();
-    producer.join().map_err(|_| anyhow!("the producer thread panicked"))?;
+    producer
+        .join()
+        .map_err(|_| anyhow!("the producer thread panicked"))?;
     if let Some(path) = options.endpoint.strip_prefix("ipc://") {
         let _ = std::fs::remove_file(path);
     }
@@ -136,16 +183,27 @@ fn produce(
     wake: &zmq::Socket,
 ) -> anyhow::Result<u64> {
     let recipe = &loaded.recipe;
-    let shard_lists: Vec<(String, Vec<PathBuf>)> = mixer.inputs().iter().map(|i| (i.name.clone(), i.source.shards().to_vec())).collect();
+    let shard_lists: Vec<(String, Vec<PathBuf>)> = mixer
+        .inputs()
+        .iter()
+        .map(|i| (i.name.clone(), i.source.shards().to_vec()))
+        .collect();
     let locate = |pos: &DocPos| {
         let (name, shards) = &shard_lists[pos.source as usize];
-        let shard = shards.get(pos.shard as usize).map(|p| p.display().to_string()).unwrap_or_default();
+        let shard = shards
+            .get(pos.shard as usize)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         format!("source {name:?} shard {shard} row {}", pos.row)
     };
     let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
     let mut packer = Packer::new(recipe.packing.window_tokens());
     let mut windows = Vec::new();
-    let mut step = StepData { step: 0, tokens: Vec::new(), doc_starts: Vec::new() };
+    let mut step = StepData {
+        step: 0,
+        tokens: Vec::new(),
+        doc_starts: Vec::new(),
+    };
     pipeline::run(mixer, shuffler, &loaded.stage, config, &locate, |chunk| {
         let mut at = 0usize;
         for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
@@ -157,20 +215,33 @@ fn produce(
         }
         for window in windows.drain(..) {
             match dtype {
-                Dtype::U16 => step.tokens.extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-                Dtype::U32 => step.tokens.extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
+                Dtype::U16 => step
+                    .tokens
+                    .extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
+                Dtype::U32 => step
+                    .tokens
+                    .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
             }
             step.doc_starts.push(window.doc_starts);
             if step.doc_starts.len() == global_batch {
-                let next = StepData { step: step.step + 1, tokens: Vec::with_capacity(step.tokens.len()), doc_starts: Vec::with_capacity(global_batch) };
-                store.push(std::mem::replace(&mut step, next)).map_err(|_| anyhow!("stopped"))?;
+                let next = StepData {
+                    step: step.step + 1,
+                    tokens: Vec::with_capacity(step.tokens.len()),
+                    doc_starts: Vec::with_capacity(global_batch),
+                };
+                store
+                    .push(std::mem::replace(&mut step, next))
+                    .map_err(|_| anyhow!("stopped"))?;
                 let _ = wake.send(&b""[..], zmq::DONTWAIT);
             }
         }
         Ok(())
     })?;
     if !step.doc_starts.is_empty() {
-        tracing::info!(windows = step.doc_starts.len(), "the last, incomplete global batch is not served (every rank gets the same steps)");
+        tracing::info!(
+            windows = step.doc_starts.len(),
+            "the last, incomplete global batch is not served (every rank gets the same steps)"
+        );
     }
     Ok(step.step)
 }

@@ -44,7 +44,10 @@ impl Server {
         let mut parked: Vec<Parked> = Vec::new();
         loop {
             let (router_ready, wake_ready) = {
-                let mut items = [self.router.as_poll_item(zmq::POLLIN), self.wake.as_poll_item(zmq::POLLIN)];
+                let mut items = [
+                    self.router.as_poll_item(zmq::POLLIN),
+                    self.wake.as_poll_item(zmq::POLLIN),
+                ];
                 match zmq::poll(&mut items, POLL_INTERVAL.as_millis() as i64) {
                     Ok(_) | Err(zmq::Error::EINTR) => {}
                     Err(e) => return Err(anyhow::anyhow!("poll failed: {e}")),
@@ -53,7 +56,12 @@ impl Server {
             };
             if self.shutdown.load(Ordering::Relaxed) {
                 for p in parked.drain(..) {
-                    self.reply_error(&p.identity, &p.request, Status::ShuttingDown, "the daemon is shutting down");
+                    self.reply_error(
+                        &p.identity,
+                        &p.request,
+                        Status::ShuttingDown,
+                        "the daemon is shutting down",
+                    );
                 }
                 return Ok(());
             }
@@ -80,7 +88,10 @@ impl Server {
         }
         let identity = frames.remove(0);
         if frames.len() != 1 {
-            let id = frames.first().map(|f| Request::salvage_request_id(f)).unwrap_or(0);
+            let id = frames
+                .first()
+                .map(|f| Request::salvage_request_id(f))
+                .unwrap_or(0);
             let msg = format!("a request is exactly one frame, got {}", frames.len());
             self.send_error(&identity, id, 0, Status::Malformed, &msg);
             return;
@@ -88,8 +99,18 @@ impl Server {
         let request = match Request::decode(&frames[0]) {
             Ok(request) => request,
             Err(e) => {
-                let status = if matches!(e, DecodeError::Version { .. }) { Status::UnsupportedVersion } else { Status::Malformed };
-                self.send_error(&identity, Request::salvage_request_id(&frames[0]), 0, status, &format!("request rejected: {e}"));
+                let status = if matches!(e, DecodeError::Version { .. }) {
+                    Status::UnsupportedVersion
+                } else {
+                    Status::Malformed
+                };
+                self.send_error(
+                    &identity,
+                    Request::salvage_request_id(&frames[0]),
+                    0,
+                    status,
+                    &format!("request rejected: {e}"),
+                );
                 return;
             }
         };
@@ -97,7 +118,11 @@ impl Server {
         if let Some(expected) = request.recipe_hash
             && expected != layout.recipe_hash
         {
-            let msg = format!("the daemon serves recipe {}, the trainer expects {}", hex::encode(layout.recipe_hash), hex::encode(expected));
+            let msg = format!(
+                "the daemon serves recipe {}, the trainer expects {}",
+                hex::encode(layout.recipe_hash),
+                hex::encode(expected)
+            );
             self.reply_error(&identity, &request, Status::RecipeMismatch, &msg);
             return;
         }
@@ -111,22 +136,34 @@ impl Server {
         }
         if parked.len() >= MAX_PARKED {
             let oldest = parked.remove(0);
-            self.reply_error(&oldest.identity, &oldest.request, Status::StepAhead, "too many requests are waiting for steps not produced yet");
+            self.reply_error(
+                &oldest.identity,
+                &oldest.request,
+                Status::StepAhead,
+                "too many requests are waiting for steps not produced yet",
+            );
         }
         self.answer(identity, request, parked);
     }
 
     fn answer(&self, identity: Vec<u8>, request: Request, parked: &mut Vec<Parked>) {
         match self.store.lookup(request.rank, request.step) {
-            Lookup::Ready(step) => self.send_batch(&identity, &request, &step),
+            Lookup::Ready(step, num_steps) => {
+                self.send_batch(&identity, &request, &step, num_steps)
+            }
             Lookup::NotYet => parked.push(Parked { identity, request }),
             Lookup::EndOfData { num_steps } => {
                 let header = self.header(&request, Status::EndOfData, num_steps);
                 self.metrics.count_reply("end_of_data");
-                let _ = self.router.send_multipart([identity.as_slice(), &header.encode()], 0);
+                let _ = self
+                    .router
+                    .send_multipart([identity.as_slice(), &header.encode()], 0);
             }
             Lookup::Gone { oldest } => {
-                let msg = format!("step {} is no longer held: the oldest step held is {oldest} (resume from a checkpoint to go back further)", request.step);
+                let msg = format!(
+                    "step {} is no longer held: the oldest step held is {oldest} (resume from a checkpoint to go back further)",
+                    request.step
+                );
                 self.reply_error(&identity, &request, Status::StepGone, &msg);
             }
             Lookup::Ahead { limit } => {
@@ -136,8 +173,15 @@ impl Server {
                 );
                 self.reply_error(&identity, &request, Status::StepAhead, &msg);
             }
-            Lookup::Failed(message) => self.reply_error(&identity, &request, Status::DaemonFailed, &message),
-            Lookup::ShuttingDown => self.reply_error(&identity, &request, Status::ShuttingDown, "the daemon is shutting down"),
+            Lookup::Failed(message) => {
+                self.reply_error(&identity, &request, Status::DaemonFailed, &message)
+            }
+            Lookup::ShuttingDown => self.reply_error(
+                &identity,
+                &request,
+                Status::ShuttingDown,
+                "the daemon is shutting down",
+            ),
         }
     }
 
@@ -154,31 +198,71 @@ impl Server {
             dtype_bytes: l.dtype_bytes,
             recipe_hash: l.recipe_hash,
             num_steps,
-            first_window: (request.step * u64::from(l.world_size) + u64::from(request.rank)) * u64::from(l.micro_batch),
+            first_window: (request.step * u64::from(l.world_size) + u64::from(request.rank))
+                * u64::from(l.micro_batch),
         }
     }
 
-    fn send_batch(&self, identity: &[u8], request: &Request, step: &super::store::StepData) {
+    fn send_batch(
+        &self,
+        identity: &[u8],
+        request: &Request,
+        step: &super::store::StepData,
+        num_steps: Option<u64>,
+    ) {
         let l = self.layout;
         let mb = l.micro_batch as usize;
         let row_bytes = l.window_tokens as usize * l.dtype_bytes as usize;
         let first_row = request.rank as usize * mb;
         let payload = &step.tokens[first_row * row_bytes..(first_row + mb) * row_bytes];
-        let rows: Vec<&[u32]> = step.doc_starts[first_row..first_row + mb].iter().map(Vec::as_slice).collect();
-        let header = self.header(request, Status::Ok, self.store.snapshot().num_steps.unwrap_or(u64::MAX));
+        let rows: Vec<&[u32]> = step.doc_starts[first_row..first_row + mb]
+            .iter()
+            .map(Vec::as_slice)
+            .collect();
+        let header = self.header(request, Status::Ok, num_steps.unwrap_or(u64::MAX));
         self.metrics.count_reply("ok");
-        let _ = self.router.send_multipart([identity, &header.encode(), payload, &encode_doc_starts(&rows)], 0);
+        let _ = self.router.send_multipart(
+            [
+                identity,
+                &header.encode(),
+                payload,
+                &encode_doc_starts(&rows),
+            ],
+            0,
+        );
     }
 
     fn reply_error(&self, identity: &[u8], request: &Request, status: Status, message: &str) {
         let header = self.header(request, status, u64::MAX);
         self.metrics.count_reply(status_name(status));
-        tracing::debug!(rank = request.rank, step = request.step, ?status, message, "refused a request");
-        let _ = self.router.send_multipart([identity, &header.encode(), message.as_bytes()], 0);
+        tracing::debug!(
+            rank = request.rank,
+            step = request.step,
+            ?status,
+            message,
+            "refused a request"
+        );
+        let _ = self
+            .router
+            .send_multipart([identity, &header.encode(), message.as_bytes()], 0);
     }
 
-    fn send_error(&self, identity: &[u8], request_id: u64, step: u64, status: Status, message: &str) {
-        let request = Request { kind: dsprep_client::protocol::RequestKind::Batch, request_id, rank: 0, world_size: 0, step, recipe_hash: None };
+    fn send_error(
+        &self,
+        identity: &[u8],
+        request_id: u64,
+        step: u64,
+        status: Status,
+        message: &str,
+    ) {
+        let request = Request {
+            kind: dsprep_client::protocol::RequestKind::Batch,
+            request_id,
+            rank: 0,
+            world_size: 0,
+            step,
+            recipe_hash: None,
+        };
         tracing::warn!(?status, message, "malformed request");
         self.reply_error(identity, &request, status, message);
     }

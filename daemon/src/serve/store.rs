@@ -27,16 +27,23 @@ pub struct StepData {
 /// What a rank's request for a step finds.
 #[derive(Debug)]
 pub enum Lookup {
-    Ready(Arc<StepData>),
+    /// The step, and the total number of steps once the end of the data is known.
+    Ready(Arc<StepData>, Option<u64>),
     /// The stream ended with `num_steps` steps; the step asked for is not one of them.
-    EndOfData { num_steps: u64 },
+    EndOfData {
+        num_steps: u64,
+    },
     /// Not produced yet, but will be without any other rank moving: wait.
     NotYet,
     /// Already dropped: the oldest step held is `oldest`.
-    Gone { oldest: u64 },
+    Gone {
+        oldest: u64,
+    },
     /// Further ahead than will be produced until slower ranks move (`limit` is the first step
     /// refused).
-    Ahead { limit: u64 },
+    Ahead {
+        limit: u64,
+    },
     Failed(String),
     ShuttingDown,
 }
@@ -88,12 +95,18 @@ impl StepStore {
             failed: None,
             shutdown: false,
         };
-        Self { state: Mutex::new(state), room: Condvar::new(), prefetch: prefetch.max(1) }
+        Self {
+            state: Mutex::new(state),
+            room: Condvar::new(),
+            prefetch: prefetch.max(1),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving it.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Add the next step, waiting while the producer is `prefetch` steps ahead of the slowest rank.
@@ -138,9 +151,17 @@ impl StepStore {
             return Lookup::EndOfData { num_steps };
         }
         if step < state.first {
-            return Lookup::Gone { oldest: state.first };
+            return Lookup::Gone {
+                oldest: state.first,
+            };
         }
-        let others = state.positions.iter().enumerate().filter(|(r, _)| *r != rank as usize).map(|(_, p)| *p).min();
+        let others = state
+            .positions
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| *r != rank as usize)
+            .map(|(_, p)| *p)
+            .min();
         let limit = others.unwrap_or(step).min(step) + self.prefetch;
         if step >= limit && step >= state.produced {
             return Lookup::Ahead { limit };
@@ -149,7 +170,10 @@ impl StepStore {
         state.evict();
         self.room.notify_all();
         if step < state.produced {
-            return Lookup::Ready(Arc::clone(&state.steps[(step - state.first) as usize]));
+            return Lookup::Ready(
+                Arc::clone(&state.steps[(step - state.first) as usize]),
+                state.end,
+            );
         }
         match &state.failed {
             Some(message) => Lookup::Failed(message.clone()),
@@ -184,12 +208,16 @@ mod tests {
     use super::*;
 
     fn step(i: u64) -> StepData {
-        StepData { step: i, tokens: vec![i as u8], doc_starts: vec![] }
+        StepData {
+            step: i,
+            tokens: vec![i as u8],
+            doc_starts: vec![],
+        }
     }
 
     fn ready(l: Lookup) -> u64 {
         match l {
-            Lookup::Ready(d) => d.step,
+            Lookup::Ready(d, _) => d.step,
             other => panic!("not ready: {other:?}"),
         }
     }
@@ -199,16 +227,29 @@ mod tests {
         let store = Arc::new(StepStore::new(2, 3));
         let producer = {
             let store = Arc::clone(&store);
-            std::thread::spawn(move || (0..10).map(|i| store.push(step(i))).take_while(Result::is_ok).count())
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|i| store.push(step(i)))
+                    .take_while(Result::is_ok)
+                    .count()
+            })
         };
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(store.snapshot().produced, 3, "three steps ahead of position 0");
+        assert_eq!(
+            store.snapshot().produced,
+            3,
+            "three steps ahead of position 0"
+        );
         assert_eq!(ready(store.lookup(0, 2)), 2);
         assert_eq!(store.snapshot().produced, 3, "rank 1 is still at 0");
         assert_eq!(ready(store.lookup(1, 1)), 1);
         std::thread::sleep(std::time::Duration::from_millis(50));
         let s = store.snapshot();
-        assert_eq!((s.oldest, s.produced, s.held), (0, 4, 4), "one step of history below the slowest");
+        assert_eq!(
+            (s.oldest, s.produced, s.held),
+            (0, 4, 4),
+            "one step of history below the slowest"
+        );
         store.shutdown();
         assert_eq!(producer.join().unwrap(), 4);
     }
@@ -224,12 +265,22 @@ mod tests {
         assert!(matches!(store.lookup(0, 2), Lookup::NotYet));
         store.push(step(2)).unwrap();
         assert_eq!(ready(store.lookup(1, 2)), 2);
-        assert!(matches!(store.lookup(0, 0), Lookup::Gone { oldest: 1 }), "one step of history below the slowest rank");
-        assert_eq!(ready(store.lookup(0, 1)), 1, "a rank may ask again for the step before");
+        assert!(
+            matches!(store.lookup(0, 0), Lookup::Gone { oldest: 1 }),
+            "one step of history below the slowest rank"
+        );
+        assert_eq!(
+            ready(store.lookup(0, 1)),
+            1,
+            "a rank may ask again for the step before"
+        );
         assert_eq!(ready(store.lookup(0, 2)), 2);
         store.push(step(3)).unwrap();
         store.finish();
-        assert!(matches!(store.lookup(1, 4), Lookup::EndOfData { num_steps: 4 }));
+        assert!(matches!(
+            store.lookup(1, 4),
+            Lookup::EndOfData { num_steps: 4 }
+        ));
         assert_eq!(ready(store.lookup(0, 3)), 3);
     }
 }

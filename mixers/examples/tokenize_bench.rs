@@ -1,0 +1,194 @@
+//! Tokenize-stage throughput, HF engine vs fast path, on local text:
+//!
+//! ```text
+//! cargo run --release -p dsprep-mixers --example tokenize_bench -- \
+//!     --tokenizer PATH --text-dir DIR-or-FILE --engine hf|fast --threads N --max-mb M
+//! ```
+//!
+//! Reads JSON-lines gzip files (`.json.gz`, field `text`, one document per row) and plain text
+//! files (cut into ~4 KB documents at line ends), encodes every document with `encode_doc` on
+//! N threads (documents dealt round-robin), and prints one JSON line. Only encoding is timed.
+
+use std::error::Error;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
+use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+
+const DOC_BYTES: usize = 4096;
+const TEXT_EXTENSIONS: &[&str] = &["txt", "py", "md", "rs", "rst", "c", "h", "json"];
+
+struct Args {
+    tokenizer: PathBuf,
+    text: PathBuf,
+    engine: String,
+    threads: usize,
+    max_bytes: usize,
+}
+
+fn parse_args() -> Result<Args, Box<dyn Error>> {
+    let mut tokenizer = None;
+    let mut text = None;
+    let mut engine = "fast".to_string();
+    let mut threads = 1;
+    let mut max_mb = 20.0;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--tokenizer" => tokenizer = Some(PathBuf::from(value()?)),
+            "--text-dir" => text = Some(PathBuf::from(value()?)),
+            "--engine" => engine = value()?,
+            "--threads" => threads = value()?.parse()?,
+            "--max-mb" => max_mb = value()?.parse()?,
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    if !["hf", "fast"].contains(&engine.as_str()) {
+        return Err(format!("--engine {engine}: expected hf or fast").into());
+    }
+    Ok(Args {
+        tokenizer: tokenizer.ok_or("--tokenizer PATH is required")?,
+        text: text.ok_or("--text-dir DIR-or-FILE is required")?,
+        engine,
+        threads: threads.max(1),
+        max_bytes: (max_mb * 1e6) as usize,
+    })
+}
+
+fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    if path.is_file() {
+        out.push(path.to_path_buf());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect_files(&entry, out)?;
+        } else {
+            let name = entry.to_string_lossy();
+            let text_ext = entry
+                .extension()
+                .is_some_and(|e| TEXT_EXTENSIONS.iter().any(|t| e == *t));
+            if name.ends_with(".json.gz") || text_ext {
+                out.push(entry);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Documents from one file: gzip JSON lines by row, anything else cut at line ends.
+fn read_docs(path: &Path, docs: &mut Vec<String>) -> Result<(), Box<dyn Error>> {
+    if path.to_string_lossy().ends_with(".json.gz") {
+        let gz = flate2::read::GzDecoder::new(std::fs::File::open(path)?);
+        for (n, line) in BufReader::new(gz).lines().enumerate() {
+            let row: serde_json::Value = serde_json::from_str(&line?)?;
+            let text = row["text"].as_str().ok_or_else(|| {
+                format!("{} line {}: no string field `text`", path.display(), n + 1)
+            })?;
+            docs.push(text.to_string());
+        }
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&std::fs::read(path)?).into_owned();
+    let mut doc = String::new();
+    for line in text.split_inclusive('\n') {
+        doc.push_str(line);
+        if doc.len() >= DOC_BYTES {
+            docs.push(std::mem::take(&mut doc));
+        }
+    }
+    if !doc.is_empty() {
+        docs.push(doc);
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args = parse_args()?;
+    let json = std::fs::read(&args.tokenizer)?;
+    let spec = TokenizerSpec {
+        path: args.tokenizer.display().to_string(),
+        eos: TokenRef::Id(0),
+        bos: None,
+    };
+    let choice = if args.engine == "hf" {
+        EngineChoice::Hf
+    } else {
+        EngineChoice::Auto
+    };
+    let built = Instant::now();
+    let stage = TokenizeStage::from_json_bytes_with(&json, &spec, &spec.path, choice)?;
+    let build_seconds = built.elapsed().as_secs_f64();
+    let description = stage.engine_description();
+    if args.engine == "fast" && !description.starts_with("fast path") {
+        return Err(format!("no fast path for this tokenizer: {description}").into());
+    }
+
+    let mut files = Vec::new();
+    collect_files(&args.text, &mut files)?;
+    let mut docs = Vec::new();
+    for file in &files {
+        read_docs(file, &mut docs)?;
+        if docs.iter().map(String::len).sum::<usize>() >= args.max_bytes {
+            break;
+        }
+    }
+    let mut total = 0;
+    docs.retain(|d| {
+        total += d.len();
+        total <= args.max_bytes
+    });
+    let bytes: usize = docs.iter().map(String::len).sum();
+
+    let started = Instant::now();
+    let per_thread: Vec<Result<usize, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.threads)
+            .map(|t| {
+                let (stage, docs) = (&stage, &docs);
+                scope.spawn(move || {
+                    let mut ids = Vec::new();
+                    let mut tokens = 0;
+                    for doc in docs.iter().skip(t).step_by(args.threads) {
+                        ids.clear();
+                        stage.encode_doc(doc, &mut ids).map_err(|e| e.to_string())?;
+                        tokens += ids.len();
+                    }
+                    Ok(tokens)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a thread panicked".to_string()))
+            })
+            .collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let mut tokens = 0;
+    for result in per_thread {
+        tokens += result?;
+    }
+    let line = serde_json::json!({
+        "engine": args.engine,
+        "threads": args.threads,
+        "docs": docs.len(),
+        "bytes": bytes,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens as f64 / seconds,
+        "mb_per_s": bytes as f64 / 1e6 / seconds,
+        "build_seconds": build_seconds,
+        "tokenizer": args.tokenizer.display().to_string(),
+    });
+    println!("{line}");
+    Ok(())
+}

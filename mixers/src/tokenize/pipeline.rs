@@ -1,0 +1,233 @@
+//! The pipeline half of the fast path's exactness check: reads what HF loaded from the
+//! `tokenizer.json` (normalizer, pre-tokenizer, model flags, added tokens, post-processor,
+//! truncation, padding) and either describes a pipeline the fast path reproduces step for step,
+//! or says which setting it does not reproduce. Anything not known to be reproduced is refused:
+//! HF then runs, so a refusal costs speed, never ids.
+
+use tokenizers::models::ModelWrapper;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::split::SplitPattern;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{SplitDelimiterBehavior, Tokenizer};
+
+/// Why the fast path is not used; shown in `engine_description()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal(String);
+
+impl Refusal {
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// HF `ByteLevel`'s own splitting regex (`use_regex: true`), copied from tokenizers 0.23's
+/// `pre_tokenizers/byte_level.rs`, where it is private. The differential tests pin it.
+pub(crate) const GPT2_PATTERN: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// How text between added tokens is cut into pieces for BPE, as HF's `NormalizedString::split`
+/// does it: a regex's matches and the gaps between them, each kept or dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct PieceSplit {
+    pub pattern: String,
+    pub keep_matches: bool,
+    pub keep_gaps: bool,
+}
+
+/// An added token as the fast path matches it: `pattern` is what HF's tries hold (normalized
+/// content for `normalized` tokens), `skip` mirrors HF's `encode_special_tokens`.
+#[derive(Debug, Clone)]
+pub(crate) struct AddedSpec {
+    pub id: u32,
+    pub pattern: String,
+    pub normalized: bool,
+    pub skip: bool,
+}
+
+/// A pipeline the fast path reproduces.
+pub(crate) struct Pipeline<'t> {
+    pub nfc: bool,
+    pub split: PieceSplit,
+    pub added: Vec<AddedSpec>,
+    pub bpe: &'t BPE,
+}
+
+/// The `type` HF writes for a component, for messages.
+fn type_name<T: serde::Serialize>(component: &T) -> String {
+    serde_json::to_value(component)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "?".to_string())
+}
+
+pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
+    if tokenizer.get_truncation().is_some() {
+        return Err(Refusal::new("truncation is set in the tokenizer.json"));
+    }
+    if tokenizer.get_padding().is_some() {
+        return Err(Refusal::new("padding is set in the tokenizer.json"));
+    }
+    let bpe = bpe_model(tokenizer)?;
+    let nfc = match tokenizer.get_normalizer() {
+        None => false,
+        Some(NormalizerWrapper::NFC(_)) => true,
+        Some(other) => {
+            return Err(Refusal::new(format!(
+                "normalizer {} is not reproduced by the fast path",
+                type_name(other)
+            )));
+        }
+    };
+    let split = piece_split(tokenizer.get_pre_tokenizer())?;
+    if let Some(post) = tokenizer.get_post_processor() {
+        check_post_processor(post)?;
+    }
+    let added = added_tokens(tokenizer, nfc)?;
+    Ok(Pipeline {
+        nfc,
+        split,
+        added,
+        bpe,
+    })
+}
+
+fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
+    let ModelWrapper::BPE(bpe) = tokenizer.get_model() else {
+        return Err(Refusal::new(format!(
+            "model {} is not BPE",
+            type_name(tokenizer.get_model())
+        )));
+    };
+    // HF only draws random numbers for a non-zero dropout.
+    if let Some(p) = bpe.dropout.filter(|p| *p != 0.0) {
+        return Err(Refusal::new(format!("BPE dropout {p} is random")));
+    }
+    if bpe.byte_fallback {
+        return Err(Refusal::new(
+            "BPE byte_fallback is not reproduced by the fast path",
+        ));
+    }
+    // An empty prefix/suffix is what HF pastes around pieces: nothing (Qwen's files set "").
+    let affix_set = |affix: &Option<String>| affix.as_deref().is_some_and(|a| !a.is_empty());
+    if affix_set(&bpe.continuing_subword_prefix) || affix_set(&bpe.end_of_word_suffix) {
+        return Err(Refusal::new(
+            "BPE continuing_subword_prefix/end_of_word_suffix is not reproduced by the fast path",
+        ));
+    }
+    Ok(bpe)
+}
+
+fn flatten<'a>(pre: &'a PreTokenizerWrapper, steps: &mut Vec<&'a PreTokenizerWrapper>) {
+    match pre {
+        PreTokenizerWrapper::Sequence(seq) => seq.as_ref().iter().for_each(|p| flatten(p, steps)),
+        other => steps.push(other),
+    }
+}
+
+/// Byte-level pre-tokenization the fast path reproduces: `ByteLevel` with its own regex, or one
+/// regex `Split` followed by `ByteLevel` without one. Both without `add_prefix_space`.
+fn piece_split(pre: Option<&PreTokenizerWrapper>) -> Result<PieceSplit, Refusal> {
+    let Some(pre) = pre else {
+        return Err(Refusal::new(
+            "no pre-tokenizer: the fast path needs byte-level pre-tokenization",
+        ));
+    };
+    let mut steps = Vec::new();
+    flatten(pre, &mut steps);
+    let refuse = || {
+        let names: Vec<String> = steps.iter().map(|s| type_name(*s)).collect();
+        Refusal::new(format!(
+            "pre-tokenizer [{}] is not reproduced by the fast path",
+            names.join(", ")
+        ))
+    };
+    match steps.as_slice() {
+        [PreTokenizerWrapper::ByteLevel(b)] if b.use_regex && !b.add_prefix_space => {
+            Ok(PieceSplit {
+                pattern: GPT2_PATTERN.to_string(),
+                keep_matches: true,
+                keep_gaps: true,
+            })
+        }
+        [
+            PreTokenizerWrapper::Split(split),
+            PreTokenizerWrapper::ByteLevel(b),
+        ] if !b.use_regex && !b.add_prefix_space => {
+            let SplitPattern::Regex(pattern) = &split.pattern else {
+                return Err(Refusal::new(
+                    "pre-tokenizer Split with a string pattern is not reproduced by the fast path",
+                ));
+            };
+            // `invert` swaps which spans count as matches; Isolated keeps every span and
+            // Removed drops the spans that count as matches.
+            let (keep_matches, keep_gaps) = match (split.behavior, split.invert) {
+                (SplitDelimiterBehavior::Isolated, _) => (true, true),
+                (SplitDelimiterBehavior::Removed, false) => (false, true),
+                (SplitDelimiterBehavior::Removed, true) => (true, false),
+                (other, _) => {
+                    return Err(Refusal::new(format!(
+                        "pre-tokenizer Split behavior {other:?} is not reproduced by the fast path"
+                    )));
+                }
+            };
+            Ok(PieceSplit {
+                pattern: pattern.clone(),
+                keep_matches,
+                keep_gaps,
+            })
+        }
+        _ => Err(refuse()),
+    }
+}
+
+/// With `add_special_tokens = false` (all the stage ever asks for), ByteLevel only moves
+/// offsets and TemplateProcessing adds nothing; other processors are not vouched for.
+fn check_post_processor(post: &PostProcessorWrapper) -> Result<(), Refusal> {
+    match post {
+        PostProcessorWrapper::ByteLevel(_) | PostProcessorWrapper::Template(_) => Ok(()),
+        PostProcessorWrapper::Sequence(seq) => {
+            seq.as_ref().iter().try_for_each(check_post_processor)
+        }
+        other => Err(Refusal::new(format!(
+            "post-processor {} is not reproduced by the fast path",
+            type_name(other)
+        ))),
+    }
+}
+
+/// HF finds added tokens before anything else, even with `add_special_tokens = false`: the
+/// non-normalized ones in the raw text, the normalized ones (by their normalized content) in the
+/// normalized text between those. The whitespace/word flags are not reproduced.
+fn added_tokens(tokenizer: &Tokenizer, nfc: bool) -> Result<Vec<AddedSpec>, Refusal> {
+    let vocabulary = tokenizer.get_added_vocabulary();
+    let skip_special = vocabulary.get_encode_special_tokens();
+    let mut added = Vec::new();
+    for (&id, token) in vocabulary.get_added_tokens_decoder() {
+        if token.single_word || token.lstrip || token.rstrip {
+            return Err(Refusal::new(format!(
+                "added token {:?} has single_word/lstrip/rstrip, not reproduced by the fast path",
+                token.content
+            )));
+        }
+        let pattern = if token.normalized && nfc {
+            super::fast_bpe::nfc(&token.content).into_owned()
+        } else {
+            token.content.clone()
+        };
+        added.push(AddedSpec {
+            id,
+            pattern,
+            normalized: token.normalized,
+            skip: skip_special && vocabulary.is_special_token(&token.content),
+        });
+    }
+    Ok(added)
+}

@@ -1,0 +1,384 @@
+//! Differential proof of the tokenize stage's fast path: for GPT-2 and Qwen3, `encode_doc` with
+//! the tiktoken-rs engine must give exactly the ids of the HF engine, on real C4 rows, source
+//! code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC vs NFD, every
+//! added token inside text) and random strings. A mismatch is fixed in the fast path or in when
+//! it is chosen, never by loosening these tests.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::LazyLock;
+
+use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
+use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+use proptest::prelude::*;
+
+const GPT2: &str = "../../shared/tokenizers/gpt2/tokenizer.json";
+const GPT2_IN_REPO: &str = "../config/tokenizers/gpt2/tokenizer.json";
+const QWEN3: &str = "../../shared/tokenizers/qwen3/tokenizer.json";
+const C4_DIR: &str = "../config/samples/c4/en";
+const PYTHON_STDLIB: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11";
+
+/// The same tokenizer.json under both engines.
+struct Pair {
+    name: &'static str,
+    fast: TokenizeStage,
+    hf: TokenizeStage,
+    added: Vec<String>,
+}
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e} (tests run from mixers/)"))
+}
+
+fn spec() -> TokenizerSpec {
+    TokenizerSpec {
+        path: "tokenizer.json".into(),
+        eos: TokenRef::Text("<|endoftext|>".into()),
+        bos: None,
+    }
+}
+
+fn stage(json: &[u8], choice: EngineChoice) -> TokenizeStage {
+    TokenizeStage::from_json_bytes_with(json, &spec(), "test", choice).expect("tokenizer builds")
+}
+
+fn pair(name: &'static str, path: &str) -> Pair {
+    let json = read(path);
+    let fast = stage(&json, EngineChoice::Auto);
+    let description = fast.engine_description();
+    assert!(
+        description.starts_with("fast path"),
+        "{name}: {description}"
+    );
+    let value: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    let added = value["added_tokens"]
+        .as_array()
+        .expect("added_tokens")
+        .iter()
+        .filter_map(|t| t["content"].as_str().map(str::to_string))
+        .collect();
+    Pair {
+        name,
+        fast,
+        hf: stage(&json, EngineChoice::Hf),
+        added,
+    }
+}
+
+static GPT2_PAIR: LazyLock<Pair> = LazyLock::new(|| pair("gpt2", GPT2));
+static QWEN3_PAIR: LazyLock<Pair> = LazyLock::new(|| pair("qwen3", QWEN3));
+
+fn pairs() -> [&'static Pair; 2] {
+    [&GPT2_PAIR, &QWEN3_PAIR]
+}
+
+fn encode(stage: &TokenizeStage, text: &str) -> Vec<u32> {
+    let mut ids = Vec::new();
+    stage.encode_doc(text, &mut ids).expect("encodes");
+    ids
+}
+
+/// Compare both engines on `text`; on a mismatch, show where it starts.
+fn check(pair: &Pair, label: &str, text: &str) -> Result<(), String> {
+    let fast = encode(&pair.fast, text);
+    let hf = encode(&pair.hf, text);
+    if fast == hf {
+        return Ok(());
+    }
+    let at = fast.iter().zip(&hf).take_while(|(a, b)| a == b).count();
+    let window = |ids: &[u32]| ids[at.saturating_sub(3)..(at + 5).min(ids.len())].to_vec();
+    let excerpt: String = text.chars().take(200).collect();
+    Err(format!(
+        "{} {label}: ids differ at {at}: fast {:?} hf {:?} (lengths {} vs {}); text starts {excerpt:?}",
+        pair.name,
+        window(&fast),
+        window(&hf),
+        fast.len(),
+        hf.len()
+    ))
+}
+
+/// Compare every doc under both tokenizers; returns how many docs were compared per tokenizer.
+fn check_all(docs: &[(String, String)]) -> usize {
+    let failures: Vec<String> = pairs()
+        .iter()
+        .flat_map(|pair| {
+            docs.iter()
+                .filter_map(|(label, text)| check(pair, label, text).err())
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    docs.len()
+}
+
+fn c4_rows() -> Vec<(String, String)> {
+    let mut files: Vec<_> = std::fs::read_dir(C4_DIR)
+        .expect("c4 samples")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+        .collect();
+    files.sort();
+    let mut rows = Vec::new();
+    for file in files {
+        let gz = flate2::read::GzDecoder::new(std::fs::File::open(&file).expect("open"));
+        for (n, line) in BufReader::new(gz).lines().enumerate() {
+            let line = line.expect("gzip line");
+            let row: serde_json::Value = serde_json::from_str(&line).expect("json row");
+            let text = row["text"].as_str().expect("text field").to_string();
+            rows.push((format!("{}:{}", file.display(), n + 1), text));
+        }
+    }
+    rows
+}
+
+/// Source code: this crate's own Rust files always, Python's standard library when installed.
+fn source_files() -> Vec<(String, String)> {
+    fn walk(dir: &Path, ext: &str, out: &mut Vec<(String, String)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths {
+            if path.is_dir() && ext == "rs" {
+                walk(&path, ext, out);
+            } else if path.extension().is_some_and(|e| e == ext)
+                && let Ok(text) = std::fs::read_to_string(&path)
+            {
+                out.push((path.display().to_string(), text));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(Path::new("src"), "rs", &mut files);
+    let rust = files.len();
+    walk(Path::new(PYTHON_STDLIB), "py", &mut files);
+    assert!(rust > 5, "expected the crate's sources under src/");
+    if files.len() == rust {
+        eprintln!("{PYTHON_STDLIB} not found: source-code corpus is this crate's Rust files only");
+    }
+    files
+}
+
+fn edge_cases(added: &[String]) -> Vec<(String, String)> {
+    let lossy =
+        String::from_utf8_lossy(b"abc\xff\xfe def \xc3\x28 x\xe2\x82 end\xf0\x9f").into_owned();
+    let mut docs: Vec<String> = vec![
+        String::new(),
+        " ".into(),
+        "\n".into(),
+        "  hello world  ".into(),
+        "   leading spaces".into(),
+        "trailing spaces   ".into(),
+        "Let $f(x) = 3x^2 + 2x - 7$. Then f'(x) = 6x+2; ∫₀¹ f(x) dx = -5. 2+2=4, 10/3≈3.333…, \
+         e^{iπ}+1=0, x≤y≥z≠w, ∑_{n=1}^{∞} 1/n² = π²/6, (a+b)^2=a^2+2ab+b^2, 1e-9*3.5E+10"
+            .into(),
+        "I ❤️ Rust 🦀🦀 👨‍👩‍👧‍👦 family; flags 🇺🇸🇯🇵; thumbs 👍🏽👍🏿 ok👌".into(),
+        "日本語のテキストです。中文文本，包含标点！한국어 텍스트입니다. 混合 mixed 文字 text"
+            .into(),
+        "العربية עברית हिन्दी के साथ ไทยภาษา Ελληνικά Русский".into(),
+        lossy,
+        "\u{FFFD}\u{FFFD}x\u{FFFD} \u{FFFD}".into(),
+        " ".repeat(1000),
+        format!("a{}b", " ".repeat(20_000)),
+        "\t".repeat(300),
+        "\n".repeat(500),
+        " \t\n\r\n  \u{a0}\u{3000}\u{2028}x".repeat(40),
+        "x \n \n\n  \t y\r\n\r\nz   \n".repeat(30),
+        "1".repeat(5000),
+        "0123456789".repeat(200),
+        "3.14159265358979323846264338327950288419716939937510 and 1,000,000.00".into(),
+        "१२३४ ٠١٢٣ ①②③ ½ ¼ Ⅻ 𝟙𝟚𝟛".into(),
+        "a".repeat(10_000),
+        "!!!!".repeat(1000),
+        "-".repeat(2000),
+        "=".repeat(300) + "\n" + &"#".repeat(300),
+        "I'm, you're, they've, she'll, he'd, it's; IT'S, DON'T, We'Ll 's 'S ''s".into(),
+        "café cafe\u{301} CAFÉ CAFE\u{301} \u{212b} A\u{30a} \u{1e9b}\u{323} q\u{307}\u{323}"
+            .into(),
+        "\u{1100}\u{1161}\u{11a8} 각 \u{ac00}\u{11a8}".into(),
+        "e\u{301}<|endoftext|>\u{301}x".into(),
+        "\u{0}\u{1}\u{7f} zero\u{200d}width \u{feff}bom \u{200b}".into(),
+        "aGVsbG8gd29ybGQgdGhpcyBpcyBiYXNlNjQ=".repeat(50),
+        "<|endoftext|".into(),
+        "<|endoftext|>>".into(),
+        "<<|endoftext|>".into(),
+        "|endoftext|>".into(),
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>ok<|im_end|>"
+            .into(),
+    ];
+    for token in added {
+        docs.extend([
+            token.clone(),
+            format!("before{token}after"),
+            format!(" {token} "),
+            format!("{token}{token}"),
+            format!("text\n\n{token}\n\nmore text"),
+            format!("é{token}e\u{301}"),
+        ]);
+    }
+    docs.into_iter()
+        .enumerate()
+        .map(|(i, d)| (format!("edge case #{i}"), d))
+        .collect()
+}
+
+#[test]
+fn repo_copy_of_gpt2_takes_the_fast_path() {
+    let description = stage(&read(GPT2_IN_REPO), EngineChoice::Auto).engine_description();
+    assert!(description.starts_with("fast path"), "{description}");
+    assert!(
+        description.contains("50257 tokens, 50000 merges"),
+        "{description}"
+    );
+}
+
+#[test]
+fn forced_hf_says_so() {
+    let description = stage(&read(GPT2), EngineChoice::Hf).engine_description();
+    assert_eq!(description, "HF tokenizers (engine Hf was asked for)");
+}
+
+#[test]
+fn literal_end_of_text_is_its_added_token_in_both_engines() {
+    // HF matches added tokens even with add_special_tokens=false; the EOS follows it.
+    let pair = &*GPT2_PAIR;
+    assert_eq!(encode(&pair.hf, "<|endoftext|>"), [50256, 50256]);
+    assert_eq!(encode(&pair.fast, "<|endoftext|>"), [50256, 50256]);
+    assert_eq!(
+        encode(&pair.fast, "a<|endoftext|>b"),
+        encode(&pair.hf, "a<|endoftext|>b")
+    );
+}
+
+#[test]
+fn c4_rows_match() {
+    let rows = c4_rows();
+    assert!(rows.len() >= 30, "{} rows", rows.len());
+    eprintln!("c4: {} rows compared per tokenizer", check_all(&rows));
+}
+
+#[test]
+fn source_code_matches() {
+    let files = source_files();
+    eprintln!(
+        "source code: {} files compared per tokenizer",
+        check_all(&files)
+    );
+}
+
+#[test]
+fn edge_cases_match() {
+    for pair in pairs() {
+        let docs = edge_cases(&pair.added);
+        let failures: Vec<String> = docs
+            .iter()
+            .filter_map(|(label, text)| check(pair, label, text).err())
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        eprintln!("{}: {} edge cases compared", pair.name, docs.len());
+    }
+}
+
+/// Fragments that sit on the boundaries the fast path must get right.
+fn fragment() -> impl Strategy<Value = String> {
+    let fixed = prop::sample::select(vec![
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\r",
+        "\u{a0}",
+        "\u{3000}",
+        "a",
+        "Z",
+        "é",
+        "e\u{301}",
+        "\u{301}",
+        "\u{212b}",
+        "1",
+        "42",
+        "٣",
+        "'s",
+        "'S",
+        "'ll",
+        "'",
+        "!",
+        "?!",
+        "...",
+        "<|",
+        "|>",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<think>",
+        "</think>",
+        "<|endoftext",
+        "中文",
+        "한",
+        "🦀",
+        "👍🏽",
+        "\u{200d}",
+        "\u{FFFD}",
+        "\u{0}",
+        "ÿ",
+        "Ġ",
+        "_",
+        "$",
+        "𝟙",
+    ]);
+    prop_oneof![
+        4 => fixed.prop_map(str::to_string),
+        1 => "[a-z]{1,12}",
+        1 => "[0-9]{1,12}",
+        1 => "[ \t\n]{1,8}",
+        1 => any::<char>().prop_map(|c| c.to_string()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        // Integration tests have no lib.rs for proptest's regression files; failures print the case.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_unicode_strings_match(text in any::<String>()) {
+        for pair in pairs() {
+            prop_assert!(check(pair, "random string", &text).is_ok(), "{:?}", check(pair, "random", &text));
+        }
+    }
+
+    #[test]
+    fn random_fragment_mixes_match(parts in prop::collection::vec(fragment(), 0..40)) {
+        let text = parts.concat();
+        for pair in pairs() {
+            prop_assert!(check(pair, "fragments", &text).is_ok(), "{:?}", check(pair, "fragments", &text));
+        }
+    }
+}
+
+/// Regression: fancy-regex gives up (backtrack limit) on a whitespace run of about a million
+/// characters, and HF's `SysRegex` then stops splitting: the rest of the text is one piece. The
+/// fast path uses the same `SysRegex`, so it must cut the same one huge piece.
+#[test]
+fn regex_backtrack_limit_hit_is_reproduced() {
+    let text = format!("intro words {}tail words\n", " ".repeat(1_000_000));
+    let gpt2 = tokenizers::utils::SysRegex::new(
+        r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    )
+    .expect("regex");
+    let covered: usize = gpt2.find_iter(&text).map(|(start, end)| end - start).sum();
+    assert!(
+        covered < text.len(),
+        "the regex no longer gives up here; find a longer run"
+    );
+    check_all(&[("million spaces".to_string(), text)]);
+}

@@ -1,0 +1,248 @@
+//! When the tokenize stage takes its fast path and when it refuses: GPT-2's tokenizer.json edited
+//! into variants (other normalizers, split behaviours, added-token flags, merge orders, …) and
+//! tiny hand-made vocabularies. A variant the fast path accepts must give HF's ids; one it
+//! refuses must name the reason in `engine_description()` and still encode (with HF).
+
+use std::sync::LazyLock;
+
+use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
+use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+use serde_json::{Value, json};
+
+const GPT2: &str = "../config/tokenizers/gpt2/tokenizer.json";
+
+static GPT2_JSON: LazyLock<Value> = LazyLock::new(|| {
+    let bytes = std::fs::read(GPT2).expect("gpt2 tokenizer.json (tests run from mixers/)");
+    serde_json::from_slice(&bytes).expect("json")
+});
+
+/// Texts that reach splits, gaps, added tokens, NFC and long pieces.
+const TEXTS: &[&str] = &[
+    "",
+    "Hello, World! It's 2024: 3.14 + 2 = 5.14\n\n\tdone  ",
+    "café cafe\u{301} \u{212b} ǅ ﬁ ⅷ ① Straße İstanbul",
+    "  spaces   and\ttabs\r\n\r\nnewlines   ",
+    "<|endoftext|>text<|endoftext|> <|endoftext|>\n",
+    "abc abcabc xyz xyzab bcbc ab",
+    "日本語 🦀 \u{FFFD} 1234567890123",
+];
+
+fn spec() -> TokenizerSpec {
+    TokenizerSpec {
+        path: "tokenizer.json".into(),
+        eos: TokenRef::Id(0),
+        bos: None,
+    }
+}
+
+fn stage(json: &Value, choice: EngineChoice) -> TokenizeStage {
+    let bytes = serde_json::to_vec(json).expect("serialize");
+    TokenizeStage::from_json_bytes_with(&bytes, &spec(), "variant", choice).expect("builds")
+}
+
+fn encode(stage: &TokenizeStage, text: &str) -> Vec<u32> {
+    let mut ids = Vec::new();
+    stage.encode_doc(text, &mut ids).expect("encodes");
+    ids
+}
+
+/// The variant takes the fast path and agrees with HF on every text.
+fn assert_fast_and_equal(json: &Value, texts: &[&str]) {
+    let fast = stage(json, EngineChoice::Auto);
+    let hf = stage(json, EngineChoice::Hf);
+    let description = fast.engine_description();
+    assert!(description.starts_with("fast path"), "{description}");
+    for text in texts {
+        assert_eq!(encode(&fast, text), encode(&hf, text), "{text:?}");
+    }
+}
+
+/// The variant runs HF, and says why.
+fn assert_refused(json: &Value, reason: &str) {
+    let auto = stage(json, EngineChoice::Auto);
+    let description = auto.engine_description();
+    assert!(description.starts_with("HF tokenizers: "), "{description}");
+    assert!(
+        description.contains(reason),
+        "{description:?} lacks {reason:?}"
+    );
+    let hf = stage(json, EngineChoice::Hf);
+    for text in TEXTS {
+        assert_eq!(encode(&auto, text), encode(&hf, text), "{text:?}");
+    }
+}
+
+fn gpt2_with(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut json = GPT2_JSON.clone();
+    edit(&mut json);
+    json
+}
+
+#[test]
+fn lowercase_normalizer_falls_back_to_hf() {
+    let json = gpt2_with(|j| j["normalizer"] = json!({"type": "Lowercase"}));
+    assert_refused(
+        &json,
+        "normalizer Lowercase is not reproduced by the fast path",
+    );
+}
+
+#[test]
+fn nfkc_normalizer_falls_back_to_hf() {
+    let json = gpt2_with(|j| j["normalizer"] = json!({"type": "NFKC"}));
+    assert_refused(
+        &json,
+        "HF tokenizers: normalizer NFKC is not reproduced by the fast path",
+    );
+}
+
+#[test]
+fn nfc_normalizer_is_reproduced() {
+    let json = gpt2_with(|j| j["normalizer"] = json!({"type": "NFC"}));
+    assert_fast_and_equal(&json, TEXTS);
+}
+
+#[test]
+fn normalized_added_token_matches_its_nfc_form() {
+    // A normalized added token is looked for, by its NFC form, in the NFC'd text.
+    let json = gpt2_with(|j| {
+        j["normalizer"] = json!({"type": "NFC"});
+        j["added_tokens"].as_array_mut().expect("list").push(json!({
+            "id": 50257, "content": "cafe\u{301}!", "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": true, "special": false
+        }));
+    });
+    assert_fast_and_equal(&json, &["café! cafe\u{301}! cafe!", "xcafé!!"]);
+    let ids = encode(&stage(&json, EngineChoice::Auto), "café!");
+    assert_eq!(ids, [50257, 0]);
+}
+
+#[test]
+fn added_token_flags_fall_back_to_hf() {
+    for flag in ["lstrip", "rstrip", "single_word"] {
+        let json = gpt2_with(|j| j["added_tokens"][0][flag] = json!(true));
+        assert_refused(&json, "has single_word/lstrip/rstrip");
+    }
+}
+
+#[test]
+fn split_behaviours_with_gaps_are_reproduced() {
+    // A regex that leaves gaps (everything but letters): Isolated keeps both, Removed keeps the
+    // gaps, and invert swaps which is which.
+    for (behavior, invert) in [
+        ("Isolated", false),
+        ("Isolated", true),
+        ("Removed", false),
+        ("Removed", true),
+    ] {
+        let json = gpt2_with(|j| {
+            j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "\\p{L}+"}, "behavior": behavior, "invert": invert},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+            ]});
+        });
+        assert_fast_and_equal(&json, TEXTS);
+    }
+}
+
+#[test]
+fn other_pre_tokenizers_fall_back_to_hf() {
+    let merged = gpt2_with(|j| {
+        j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "MergedWithPrevious", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+        ]});
+    });
+    assert_refused(&merged, "Split behavior MergedWithPrevious");
+    let prefix = gpt2_with(|j| j["pre_tokenizer"]["add_prefix_space"] = json!(true));
+    assert_refused(&prefix, "pre-tokenizer [ByteLevel] is not reproduced");
+    let whitespace = gpt2_with(|j| j["pre_tokenizer"] = json!({"type": "Whitespace"}));
+    assert_refused(&whitespace, "pre-tokenizer [Whitespace] is not reproduced");
+}
+
+#[test]
+fn model_and_tokenizer_settings_fall_back_to_hf() {
+    let dropout = gpt2_with(|j| j["model"]["dropout"] = json!(0.1));
+    let description = stage(&dropout, EngineChoice::Auto).engine_description();
+    assert!(description.contains("dropout"), "{description}");
+    let fallback = gpt2_with(|j| j["model"]["byte_fallback"] = json!(true));
+    assert_refused(&fallback, "byte_fallback");
+    let truncation = gpt2_with(|j| {
+        j["truncation"] =
+            json!({"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0});
+    });
+    assert_refused(&truncation, "truncation is set");
+}
+
+#[test]
+fn ignore_merges_is_reproduced() {
+    let json = gpt2_with(|j| j["model"]["ignore_merges"] = json!(true));
+    assert_fast_and_equal(&json, TEXTS);
+}
+
+#[test]
+fn merges_out_of_id_order_fall_back_to_hf() {
+    // Swap merges #1 ("Ġ a" → 257) and #2 ("h e" → 258): HF's order no longer follows the ids.
+    let json = gpt2_with(|j| {
+        let merges = j["model"]["merges"].as_array_mut().expect("merges");
+        merges.swap(1, 2);
+    });
+    assert_refused(&json, "HF's merge order and tiktoken's rank order differ");
+}
+
+/// A byte-level BPE from GPT-2's 256 byte tokens (ids 0–255) plus `extra` tokens (ids from 256)
+/// and `merges`.
+fn tiny_bpe(extra: &[&str], merges: &[&str], ignore_merges: bool) -> Value {
+    let mut vocab: serde_json::Map<String, Value> = GPT2_JSON["model"]["vocab"]
+        .as_object()
+        .expect("vocab")
+        .iter()
+        .filter(|(_, id)| id.as_u64().is_some_and(|id| id < 256))
+        .map(|(t, id)| (t.clone(), id.clone()))
+        .collect();
+    for (i, token) in extra.iter().enumerate() {
+        vocab.insert(token.to_string(), json!(256 + i));
+    }
+    let mut json = GPT2_JSON.clone();
+    json["added_tokens"] = json!([]);
+    json["model"] = json!({
+        "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+        "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+        "ignore_merges": ignore_merges, "vocab": vocab, "merges": merges,
+    });
+    json
+}
+
+#[test]
+fn rank_order_that_merges_differently_is_refused() {
+    // Ids rise along the merges, yet tiktoken would join "a" + "bc" into "abc" (a token), which
+    // HF never merges: HF gives [a, bc].
+    let json = tiny_bpe(&["bc", "ab", "abc"], &["b c", "a b", "ab c"], false);
+    assert_refused(
+        &json,
+        "tiktoken builds it from \"a\" + \"bc\", HF merges \"ab\" + \"c\"",
+    );
+    let a = GPT2_JSON["model"]["vocab"]["a"].as_u64().expect("a");
+    assert_eq!(
+        encode(&stage(&json, EngineChoice::Hf), "abc"),
+        [a as u32, 256, 0]
+    );
+}
+
+#[test]
+fn token_no_merge_reaches_is_left_out_unless_ignore_merges() {
+    // "xyz" is in the vocabulary but no merge builds it: HF gives x, y, z unless
+    // ignore_merges, when it looks the whole piece up.
+    let texts = ["xyz", "abxyz", " xyz xyzab", "ab"];
+    let strict = tiny_bpe(&["ab", "xyz"], &["a b"], false);
+    assert_fast_and_equal(&strict, &texts);
+    assert!(
+        stage(&strict, EngineChoice::Auto)
+            .engine_description()
+            .contains("1 tokens no merge reaches")
+    );
+    assert_eq!(encode(&stage(&strict, EngineChoice::Auto), "xyz").len(), 4);
+    let lookup = tiny_bpe(&["ab", "xyz"], &["a b"], true);
+    assert_fast_and_equal(&lookup, &texts);
+    assert_eq!(encode(&stage(&lookup, EngineChoice::Auto), "xyz"), [257, 0]);
+}
