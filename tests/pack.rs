@@ -362,7 +362,10 @@ fn every_shipped_recipe_loads_and_lists_its_files() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let loaded = load_recipe(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
-            build_mixer(&loaded).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            // Hub presets are listed against a fake Hub in tests/hub.rs: no network here.
+            if !loaded.recipe.needs_network() {
+                build_mixer(&loaded).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            }
             names.push(path.file_name().unwrap().to_string_lossy().into_owned());
         }
     }

@@ -100,10 +100,22 @@ pub struct OutputFile {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InputFile {
     pub source: String,
-    /// As matched by the recipe's glob, relative to the recipe's folder when below it.
+    /// As matched by the recipe's glob, relative to the recipe's folder when below it; for a Hub
+    /// file, its path inside `repo`.
     pub path: String,
     pub size_bytes: u64,
+    /// sha256 of the bytes; for a Hub file, its LFS sha256 (empty for a small file kept in git,
+    /// which `etag` identifies).
     pub sha256: String,
+    /// Hub files only: the dataset repo (`owner/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Hub files only: the commit sha the recipe's revision resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Hub files only: the git blob id (the Hub's `ETag` for files kept in git).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

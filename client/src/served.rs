@@ -324,11 +324,11 @@ impl Client {
             if header.request_id != request_id {
                 continue; // a late reply to a request we gave up on
             }
-            return Ok(Some(self.to_batch(header, frames)));
+            return Ok(Some(self.batch_from_reply(header, frames)));
         }
     }
 
-    fn to_batch(
+    fn batch_from_reply(
         &self,
         header: ReplyHeader,
         mut frames: Vec<zmq::Message>,

@@ -1,11 +1,15 @@
-//! The drivers around dsprep's pipeline core: local-file sources, the offline packer
+//! The drivers around dsprep's pipeline core: sources (local files and the Hugging Face Hub),
+//! the offline packer
 //! (`dsprep pack`), the loader daemon (`dsprep serve`) and its stand-in trainer (`dsprep tap`),
 //! and the checks on packed output (`verify`, `inspect`). The `dsprep` binary in
 //! `main.rs` only parses arguments and calls into here.
 
+pub mod checkpoint;
 pub mod files;
+pub mod hub;
 pub mod inspect;
 pub mod pack;
+pub mod plan;
 pub mod serve;
 pub mod sources;
 pub mod tap;

@@ -74,6 +74,20 @@ enum Command {
         /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
         #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
         tokenizer_engine: String,
+        /// Directory for checkpoints (exact resume); none: no checkpoints.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Write a checkpoint every N steps produced, and on SIGINT/SIGTERM.
+        #[arg(long, default_value_t = 500)]
+        checkpoint_every: u64,
+        /// Checkpoints kept in --state-dir. Keep enough to reach back to the trainers' own
+        /// checkpoint interval: the daemon runs up to --prefetch steps ahead of them.
+        #[arg(long, default_value_t = 4)]
+        keep_checkpoints: usize,
+        /// "latest": continue from --state-dir. The daemon starts at the step the trainers ask
+        /// for first, from the newest checkpoint at or below it.
+        #[arg(long, value_parser = ["latest"], requires = "state_dir")]
+        resume: Option<String>,
     },
     /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
     Tap {
@@ -96,6 +110,13 @@ enum Command {
         /// Seconds to wait for each reply before reconnecting.
         #[arg(long, default_value_t = 30)]
         timeout_s: u64,
+    },
+    /// Show what a recipe would read: Hub revisions resolved, shards and sizes listed, nothing
+    /// downloaded.
+    Plan {
+        /// The recipe (TOML).
+        #[arg(long)]
+        recipe: PathBuf,
     },
     /// Check a packed directory against its manifest (sizes, checksums, index, token ids).
     Verify { dir: PathBuf },
@@ -155,6 +176,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             metrics,
             tokenizer_engine,
+            state_dir,
+            checkpoint_every,
+            keep_checkpoints,
+            resume,
         } => {
             let metrics =
                 match metrics.as_str() {
@@ -179,6 +204,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 threads,
                 metrics,
                 engine,
+                state_dir,
+                checkpoint_every,
+                keep_checkpoints,
+                resume: resume.is_some(),
             };
             dsprep::serve::serve(&options, shutdown)?;
         }
@@ -208,6 +237,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 options.out.display()
             );
         }
+        Command::Plan { recipe } => print!("{}", dsprep::plan::plan(&recipe)?),
         Command::Verify { dir } => {
             let report = dsprep::verify::verify(&dir)?;
             println!(

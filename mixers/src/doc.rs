@@ -2,7 +2,9 @@
 
 /// Where a document came from: enough to read it again (resume re-reads shuffle-buffer members
 /// by position instead of storing their text).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct DocPos {
     /// Index of the source in the recipe.
     pub source: u16,
@@ -39,6 +41,18 @@ pub struct SourceCounters {
 /// The boxed error sources return; the mixer wraps it with the source's name.
 pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Where a source stands: the next row it will read is `row` of shard `shard` in pass `pass`.
+/// With the source's counters this is its whole state, so a freshly opened source that
+/// [`DocSource::seek`]s to it continues exactly where the original was. A `shard` at or past the
+/// shard count means the pass has been read to its end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceCursor {
+    pub pass: u32,
+    pub shard: u64,
+    pub row: u64,
+    pub counters: SourceCounters,
+}
+
 /// A stream of documents in a fixed, deterministic order.
 pub trait DocSource: Send {
     /// The next non-empty document that passes the row filter, or `None` at the end of the
@@ -47,6 +61,15 @@ pub trait DocSource: Send {
     /// Start the next pass from the first document, in the same order.
     fn restart(&mut self) -> Result<(), SourceError>;
     fn counters(&self) -> SourceCounters;
+    /// Where the source stands (see [`SourceCursor`]).
+    fn cursor(&self) -> SourceCursor;
+    /// Continue from `cursor`, taken from a source over the same shards. Called on a source that
+    /// has not been read yet.
+    fn seek(&mut self, cursor: &SourceCursor) -> Result<(), SourceError>;
+    /// The texts of the documents at `positions` (all of this source), in the order given,
+    /// without moving the cursor: how resume rebuilds the shuffle buffer from references. A
+    /// position that is not a document of this source is an error.
+    fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError>;
 }
 
 /// A source over documents held in memory: for tests and for callers that already have text.
@@ -108,5 +131,36 @@ impl DocSource for VecSource {
 
     fn counters(&self) -> SourceCounters {
         self.counters
+    }
+
+    fn cursor(&self) -> SourceCursor {
+        SourceCursor {
+            pass: self.pass,
+            shard: 0,
+            row: self.next as u64,
+            counters: self.counters,
+        }
+    }
+
+    fn seek(&mut self, cursor: &SourceCursor) -> Result<(), SourceError> {
+        if cursor.shard != 0 || cursor.row > self.texts.len() as u64 + 1 {
+            return Err(format!("cursor {cursor:?} is past the source's end").into());
+        }
+        self.pass = cursor.pass;
+        self.next = cursor.row as usize;
+        self.counters = cursor.counters;
+        Ok(())
+    }
+
+    fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError> {
+        positions
+            .iter()
+            .map(|pos| match self.texts.get(pos.row as usize) {
+                Some(text) if pos.source == self.source && pos.shard == 0 && !text.is_empty() => {
+                    Ok(text.clone())
+                }
+                _ => Err(format!("{pos:?} is not a document of this source").into()),
+            })
+            .collect()
     }
 }

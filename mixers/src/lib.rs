@@ -8,17 +8,20 @@
 //! their state in plain fields; `TokenizeStage` is `&self` and runs in parallel, the driver puts
 //! its results back in order.
 
+pub mod checkpoint;
 pub mod doc;
 pub mod mixer;
 pub mod packer;
 pub mod recipe;
 pub mod rng;
 pub mod shuffle;
+pub mod stream;
 pub mod tokenize;
 
-pub use doc::{Doc, DocPos, DocSource, SourceCounters};
+pub use doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor};
 pub use mixer::{MixError, Mixer};
-pub use packer::{PackedWindow, Packer};
+pub use packer::{PackedWindow, Packer, PackerState};
 pub use recipe::{Recipe, RecipeError};
 pub use shuffle::Shuffler;
+pub use stream::{DocStream, StreamState};
 pub use tokenize::{EngineChoice, TokenizeError, TokenizeStage};

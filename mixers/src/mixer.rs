@@ -12,7 +12,7 @@
 //!   ends right after the moment every source has emitted its last document at least once.
 //!   Sources that ran out early are therefore oversampled, as in HF.
 
-use crate::doc::{Doc, DocSource, SourceError};
+use crate::doc::{Doc, DocPos, DocSource, SourceError};
 use crate::recipe::Stopping;
 use crate::rng::StageRng;
 
@@ -22,6 +22,20 @@ pub enum MixError {
     Source { name: String, error: SourceError },
     #[error("source {name:?} has no documents (every row was empty or filtered out)")]
     EmptySource { name: String },
+    #[error("cannot restore the stream: {0}")]
+    Restore(String),
+}
+
+/// The mixer's state besides its sources' cursors: its documents of look-ahead are kept as
+/// references (re-read on restore), not text.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MixerState {
+    pub rng_word_pos: u64,
+    pub peeked: Vec<Option<DocPos>>,
+    pub exhausted: Vec<bool>,
+    pub emitted: Vec<u64>,
+    pub started: bool,
+    pub done: bool,
 }
 
 /// One source as the mixer sees it.
@@ -155,6 +169,45 @@ impl<S: DocSource> Mixer<S> {
 
     pub fn inputs(&self) -> &[MixInput<S>] {
         &self.inputs
+    }
+
+    pub fn inputs_mut(&mut self) -> &mut [MixInput<S>] {
+        &mut self.inputs
+    }
+
+    pub fn state(&self) -> MixerState {
+        MixerState {
+            rng_word_pos: u64::try_from(self.rng.word_pos())
+                .expect("2^64 random words are never drawn"),
+            peeked: self
+                .peeked
+                .iter()
+                .map(|d| d.as_ref().map(|d| d.pos))
+                .collect(),
+            exhausted: self.exhausted.clone(),
+            emitted: self.emitted.clone(),
+            started: self.started,
+            done: self.done,
+        }
+    }
+
+    /// Take `state` over, with the look-ahead documents it refers to (already re-read, in input
+    /// order). The sources must already be at their cursors.
+    pub fn restore(&mut self, state: &MixerState, peeked: Vec<Option<Doc>>) {
+        let n = self.inputs.len();
+        assert!(
+            state.peeked.len() == n
+                && peeked.len() == n
+                && state.exhausted.len() == n
+                && state.emitted.len() == n,
+            "a mixer state for {n} inputs"
+        );
+        self.rng.set_word_pos(u128::from(state.rng_word_pos));
+        self.peeked = peeked;
+        self.exhausted = state.exhausted.clone();
+        self.emitted = state.emitted.clone();
+        self.started = state.started;
+        self.done = state.done;
     }
 }
 

@@ -13,6 +13,14 @@ pub struct PackedWindow {
     pub doc_starts: Vec<u32>,
 }
 
+/// The packer's whole state: the tokens of the window being filled and their document starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PackerState {
+    pub pending: Vec<u32>,
+    pub pending_starts: Vec<u32>,
+    pub windows_emitted: u64,
+}
+
 pub struct Packer {
     window_tokens: usize,
     /// Tokens of the window being filled (always fewer than `window_tokens`).
@@ -62,6 +70,35 @@ impl Packer {
 
     pub fn windows_emitted(&self) -> u64 {
         self.windows_emitted
+    }
+
+    pub fn state(&self) -> PackerState {
+        PackerState {
+            pending: self.pending.clone(),
+            pending_starts: self.pending_starts.clone(),
+            windows_emitted: self.windows_emitted,
+        }
+    }
+
+    /// A packer that continues from `state`; `None` if the state cannot belong to a packer of
+    /// this window size.
+    pub fn from_state(window_tokens: usize, state: PackerState) -> Option<Self> {
+        let starts_ok = state.pending_starts.windows(2).all(|w| w[0] < w[1])
+            && state
+                .pending_starts
+                .last()
+                .is_none_or(|&s| (s as usize) < state.pending.len());
+        if window_tokens == 0 || state.pending.len() >= window_tokens || !starts_ok {
+            return None;
+        }
+        let mut pending = state.pending;
+        pending.reserve(window_tokens - pending.len());
+        Some(Self {
+            window_tokens,
+            pending,
+            pending_starts: state.pending_starts,
+            windows_emitted: state.windows_emitted,
+        })
     }
 }
 

@@ -53,6 +53,25 @@ impl<T> Shuffler<T> {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+
+    /// The residents, slot by slot: with [`Shuffler::rng_word_pos`], the whole state.
+    pub fn residents(&self) -> &[T] {
+        &self.buffer
+    }
+
+    pub fn rng_word_pos(&self) -> u64 {
+        u64::try_from(self.rng.word_pos()).expect("2^64 random words are never drawn")
+    }
+
+    /// Take over a state taken with [`Shuffler::residents`] and [`Shuffler::rng_word_pos`].
+    pub fn restore(&mut self, rng_word_pos: u64, residents: Vec<T>) {
+        assert!(
+            residents.len() <= self.capacity,
+            "more residents than slots"
+        );
+        self.rng.set_word_pos(u128::from(rng_word_pos));
+        self.buffer = residents;
+    }
 }
 
 #[cfg(test)]

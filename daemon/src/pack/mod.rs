@@ -8,7 +8,8 @@ mod summary;
 pub use summary::print_summary;
 
 use crate::files::sha256_file;
-use crate::sources::{LocalSource, list_shards};
+use crate::hub::HubClient;
+use crate::sources::{LocalSource, Shard, SourceContext, list_source};
 use anyhow::{Context, anyhow};
 use dsprep_client::format::{
     self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
@@ -16,11 +17,12 @@ use dsprep_client::format::{
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::Recipe;
-use dsprep_mixers::{EngineChoice, Mixer, Packer, Shuffler, TokenizeStage};
+use dsprep_mixers::{DocStream, EngineChoice, Mixer, Packer, Shuffler, TokenizeStage};
 use indicatif::{ProgressBar, ProgressStyle};
 use output::PackWriter;
 use pipeline::PipelineConfig;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default target size of one token shard.
@@ -91,17 +93,37 @@ pub fn load_recipe_with(path: &Path, engine: EngineChoice) -> anyhow::Result<Loa
     })
 }
 
-/// The mixer over the recipe's local sources (0-weight sources are not listed or read).
+/// The mixer over the recipe's sources (0-weight sources are not listed or read). A Hub client
+/// (from the environment: `HF_ENDPOINT`, `HF_TOKEN`, …) is made only when a source reads the
+/// network; Hub revisions are resolved and folders listed here, nothing is downloaded yet.
 pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> {
+    let hub = if loaded.recipe.needs_network() {
+        Some(Arc::new(HubClient::from_env()?))
+    } else {
+        None
+    };
+    build_mixer_with(loaded, hub)
+}
+
+/// [`build_mixer`] with a given Hub client (or none: then a Hub source is an error).
+pub fn build_mixer_with(
+    loaded: &LoadedRecipe,
+    hub: Option<Arc<HubClient>>,
+) -> anyhow::Result<Mixer<LocalSource>> {
     let recipe = &loaded.recipe;
+    let context = SourceContext {
+        base: loaded.base.clone(),
+        hub,
+    };
     let mut inputs = Vec::with_capacity(recipe.sources.len());
     for (i, spec) in recipe.sources.iter().enumerate() {
         let shards = if spec.weight > 0.0 {
-            list_shards(recipe, spec, &loaded.base)?
+            list_source(recipe, spec, &loaded.base, context.hub.as_ref())?
         } else {
             Vec::new()
         };
-        let source = LocalSource::new(i as u16, spec.clone(), shards);
+        let source = LocalSource::with_shards(i as u16, spec.clone(), shards, &context)
+            .map_err(|e| anyhow!(e))?;
         inputs.push(MixInput {
             name: spec.name.clone(),
             weight: spec.weight,
@@ -111,22 +133,69 @@ pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> 
     Ok(Mixer::new(inputs, recipe.mix.stopping, recipe.shuffle.seed))
 }
 
+/// The recipe's document stream: its mixer (see [`build_mixer`]) feeding its shuffle buffer.
+pub fn build_stream(loaded: &LoadedRecipe) -> anyhow::Result<DocStream<LocalSource>> {
+    let shuffle = &loaded.recipe.shuffle;
+    Ok(DocStream::new(
+        build_mixer(loaded)?,
+        Shuffler::new(shuffle.buffer_size, shuffle.seed),
+    ))
+}
+
+/// Names a document's origin in messages: `source "c4" shard PATH row N`.
+pub struct Locator {
+    shards: Vec<(String, Vec<PathBuf>)>,
+}
+
+impl Locator {
+    pub fn new(mixer: &Mixer<LocalSource>) -> Self {
+        Self {
+            shards: mixer
+                .inputs()
+                .iter()
+                .map(|i| (i.name.clone(), i.source.shards().to_vec()))
+                .collect(),
+        }
+    }
+
+    pub fn locate(&self, pos: &DocPos) -> String {
+        let Some((name, shards)) = self.shards.get(pos.source as usize) else {
+            return format!("source {} row {}", pos.source, pos.row);
+        };
+        let shard = shards
+            .get(pos.shard as usize)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        format!("source {name:?} shard {shard} row {}", pos.row)
+    }
+
+    /// Per source, its shards' display paths in reading order (what a checkpoint must match).
+    pub fn shard_names(&self) -> Vec<Vec<String>> {
+        self.shards
+            .iter()
+            .map(|(_, shards)| shards.iter().map(|p| p.display().to_string()).collect())
+            .collect()
+    }
+}
+
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
     let loaded = load_recipe_with(&options.recipe, options.engine)?;
     let recipe = &loaded.recipe;
     let stage = &loaded.stage;
-    let mixer = build_mixer(&loaded)?;
-    let shard_lists: Vec<(String, Vec<PathBuf>)> = mixer
+    let stream = build_stream(&loaded)?;
+    let locator = Locator::new(stream.mixer());
+    let input_lists: Vec<(String, Vec<Shard>)> = stream
+        .mixer()
         .inputs()
         .iter()
-        .map(|i| (i.name.clone(), i.source.shards().to_vec()))
+        .map(|i| (i.name.clone(), i.source.shard_list().to_vec()))
         .collect();
     // Input checksums are computed beside the pipeline: same bytes, no extra wall time.
     let hashing = std::thread::Builder::new()
         .name("dsprep-hash-inputs".into())
         .spawn({
-            let lists = shard_lists.clone();
+            let lists = input_lists;
             let base = loaded.base.clone();
             move || hash_inputs(&lists, &base)
         })
@@ -149,20 +218,14 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let mut tokens_per_source = vec![0u64; recipe.sources.len()];
     let mut first_window = None;
     let (mut num_docs, mut num_tokens) = (0u64, 0u64);
-    let locate = |pos: &DocPos| {
-        let (name, shards) = &shard_lists[pos.source as usize];
-        let shard = shards
-            .get(pos.shard as usize)
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        format!("source {name:?} shard {shard} row {}", pos.row)
-    };
+    let locate = |pos: &DocPos| locator.locate(pos);
     let config = PipelineConfig {
         threads: options.threads,
         shuffle_fill: None,
+        snapshot: None,
+        chunk_text_bytes: pipeline::CHUNK_TEXT_BYTES,
     };
-    let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
-    let run = pipeline::run(mixer, shuffler, stage, &config, &locate, |chunk| {
+    let run = pipeline::run(stream, stage, &config, &locate, |chunk| {
         let mut at = 0usize;
         for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
             let len = len as usize;
@@ -273,12 +336,30 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     })
 }
 
-fn hash_inputs(lists: &[(String, Vec<PathBuf>)], base: &Path) -> anyhow::Result<Vec<InputFile>> {
+/// Every input with its size and checksum: local files are hashed (on their own thread, beside
+/// the pipeline); Hub files are recorded as listed (repo, commit, path, size, LFS sha256, etag),
+/// which pins the exact bytes without downloading them twice.
+fn hash_inputs(lists: &[(String, Vec<Shard>)], base: &Path) -> anyhow::Result<Vec<InputFile>> {
     let mut inputs = Vec::new();
     for (source, shards) in lists {
-        let mut sorted = shards.clone();
-        sorted.sort();
-        for path in sorted {
+        let mut sorted: Vec<&Shard> = shards.iter().collect();
+        sorted.sort_by_cached_key(|s| s.display_path());
+        for shard in sorted {
+            let path = match shard {
+                Shard::Local(path) => path.clone(),
+                Shard::Hub(file) => {
+                    inputs.push(InputFile {
+                        source: source.clone(),
+                        path: file.path.clone(),
+                        size_bytes: file.size,
+                        sha256: file.sha256.clone().unwrap_or_default(),
+                        repo: Some(file.repo.clone()),
+                        commit: Some(file.commit.clone()),
+                        etag: file.oid.clone(),
+                    });
+                    continue;
+                }
+            };
             let (size_bytes, sha256) = sha256_file(&path)
                 .with_context(|| format!("cannot read input {}", path.display()))?;
             let shown = path
@@ -291,6 +372,9 @@ fn hash_inputs(lists: &[(String, Vec<PathBuf>)], base: &Path) -> anyhow::Result<
                 path: shown,
                 size_bytes,
                 sha256,
+                repo: None,
+                commit: None,
+                etag: None,
             });
         }
     }

@@ -15,21 +15,27 @@
 use anyhow::{Context, anyhow};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
-use dsprep_mixers::{Mixer, Shuffler, TokenizeStage};
+use dsprep_mixers::{DocStream, StreamState, TokenizeStage};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Documents per chunk at most.
 const CHUNK_DOCS: usize = 128;
-/// Text bytes per chunk at most (a chunk closes once it passes this).
-const CHUNK_TEXT_BYTES: usize = 256 * 1024;
+/// Text bytes per chunk at most (a chunk closes once it passes this), unless configured.
+pub const CHUNK_TEXT_BYTES: usize = 256 * 1024;
 
 pub struct PipelineConfig {
     /// Tokenizer threads.
     pub threads: usize,
     /// Where the reader thread publishes the shuffle buffer's fill (documents), for metrics.
     pub shuffle_fill: Option<Arc<AtomicU64>>,
+    /// Set by the sink to ask for a checkpoint: the reader clears it and attaches the stream's
+    /// state to the next chunk it closes ([`TokenizedChunk::state`]).
+    pub snapshot: Option<Arc<AtomicBool>>,
+    /// A chunk closes once its text passes this many bytes (or at 128 documents). Smaller chunks
+    /// cost a little more channel traffic and give finer snapshot points.
+    pub chunk_text_bytes: usize,
 }
 
 impl PipelineConfig {
@@ -41,6 +47,7 @@ impl PipelineConfig {
 struct DocChunk {
     seq: u64,
     docs: Vec<Doc>,
+    state: Option<Box<StreamState>>,
 }
 
 /// A chunk of documents in stream order, tokenized.
@@ -51,6 +58,8 @@ pub struct TokenizedChunk {
     pub doc_lens: Vec<u32>,
     /// All documents' tokens, concatenated.
     pub tokens: Vec<u32>,
+    /// When a snapshot was asked for: the stream's state right after this chunk's last document.
+    pub state: Option<Box<StreamState>>,
 }
 
 type WorkerResult = anyhow::Result<TokenizedChunk>;
@@ -58,8 +67,7 @@ type WorkerResult = anyhow::Result<TokenizedChunk>;
 /// Run the pipeline to the end of the stream, handing tokenized chunks to `sink` in order.
 /// Returns each source's counters.
 pub fn run<S: DocSource>(
-    mixer: Mixer<S>,
-    shuffler: Shuffler<Doc>,
+    stream: DocStream<S>,
     stage: &TokenizeStage,
     config: &PipelineConfig,
     locate: &(dyn Fn(&DocPos) -> String + Sync),
@@ -80,11 +88,12 @@ pub fn run<S: DocSource>(
             .name("dsprep-reader".into())
             .spawn_scoped(scope, move || {
                 read_mix_shuffle(
-                    mixer,
-                    shuffler,
+                    stream,
+                    config.chunk_text_bytes,
                     doc_tx,
                     permit_rx,
                     config.shuffle_fill.as_deref(),
+                    config.snapshot.as_deref(),
                 )
             })
             .context("cannot start the reader thread")?;
@@ -110,61 +119,60 @@ pub fn run<S: DocSource>(
 }
 
 fn read_mix_shuffle<S: DocSource>(
-    mut mixer: Mixer<S>,
-    mut shuffler: Shuffler<Doc>,
+    mut stream: DocStream<S>,
+    chunk_text_bytes: usize,
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
     shuffle_fill: Option<&AtomicU64>,
+    snapshot: Option<&AtomicBool>,
 ) -> anyhow::Result<Vec<SourceCounters>> {
     let mut chunker = Chunker {
         seq: 0,
         docs: Vec::with_capacity(CHUNK_DOCS),
         text_bytes: 0,
+        max_text_bytes: chunk_text_bytes.max(1),
         doc_tx,
         permits,
     };
-    while let Some(doc) = mixer.next_doc()? {
+    let state_if_asked = |stream: &DocStream<S>| {
+        snapshot
+            .is_some_and(|asked| asked.swap(false, Ordering::AcqRel))
+            .then(|| Box::new(stream.state()))
+    };
+    while let Some(doc) = stream.next_doc()? {
         if let Some(fill) = shuffle_fill {
-            fill.store(shuffler.len() as u64, Ordering::Relaxed);
+            fill.store(stream.buffered() as u64, Ordering::Relaxed);
         }
-        if let Some(out) = shuffler.push(doc)
-            && !chunker.push(out)
-        {
-            return Ok(counters(&mixer));
+        if chunker.push(doc) && !chunker.send(state_if_asked(&stream)) {
+            return Ok(counters(&stream));
         }
     }
-    for doc in shuffler.flush() {
-        if !chunker.push(doc) {
-            return Ok(counters(&mixer));
-        }
-    }
-    chunker.send();
-    Ok(counters(&mixer))
+    chunker.send(state_if_asked(&stream));
+    Ok(counters(&stream))
 }
 
-/// Groups documents into chunks and sends each once it is full.
+/// Groups documents into chunks.
 struct Chunker {
     seq: u64,
     docs: Vec<Doc>,
     text_bytes: usize,
+    max_text_bytes: usize,
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
 }
 
 impl Chunker {
-    /// Returns false once the downstream has gone (it failed, and reports why).
+    /// Add a document; true once the chunk is full and should be sent.
     fn push(&mut self, doc: Doc) -> bool {
         self.text_bytes += doc.text.len();
         self.docs.push(doc);
-        if self.docs.len() >= CHUNK_DOCS || self.text_bytes >= CHUNK_TEXT_BYTES {
-            self.send()
-        } else {
-            true
-        }
+        self.docs.len() >= CHUNK_DOCS || self.text_bytes >= self.max_text_bytes
     }
 
-    fn send(&mut self) -> bool {
-        if self.docs.is_empty() {
+    /// Send the chunk (with the stream's state after it, if asked for). Returns false once the
+    /// downstream has gone (it failed, and reports why).
+    fn send(&mut self, state: Option<Box<StreamState>>) -> bool {
+        if self.docs.is_empty() && state.is_none() {
             return true;
         }
         self.text_bytes = 0;
@@ -175,6 +183,7 @@ impl Chunker {
                 .send(DocChunk {
                     seq: self.seq,
                     docs,
+                    state,
                 })
                 .is_ok();
         self.seq += 1;
@@ -182,8 +191,13 @@ impl Chunker {
     }
 }
 
-fn counters<S: DocSource>(mixer: &Mixer<S>) -> Vec<SourceCounters> {
-    mixer.inputs().iter().map(|i| i.source.counters()).collect()
+fn counters<S: DocSource>(stream: &DocStream<S>) -> Vec<SourceCounters> {
+    stream
+        .mixer()
+        .inputs()
+        .iter()
+        .map(|i| i.source.counters())
+        .collect()
 }
 
 fn tokenize_chunks(
@@ -192,12 +206,13 @@ fn tokenize_chunks(
     doc_rx: Receiver<DocChunk>,
     tok_tx: Sender<WorkerResult>,
 ) {
-    for DocChunk { seq, docs } in doc_rx {
+    for DocChunk { seq, docs, state } in doc_rx {
         let mut out = TokenizedChunk {
             seq,
             doc_sources: Vec::with_capacity(docs.len()),
             doc_lens: Vec::with_capacity(docs.len()),
             tokens: Vec::new(),
+            state,
         };
         let mut result = Ok(());
         for doc in &docs {

@@ -7,22 +7,24 @@
 
 pub mod endpoint;
 mod metrics;
+mod producer;
 mod server;
 pub mod store;
 
+use crate::checkpoint::{CheckpointDir, RunIdentity};
 use crate::pack::pipeline::{self, PipelineConfig};
-use crate::pack::{build_mixer, load_recipe_with};
-use anyhow::{Context, anyhow};
+use crate::pack::{Locator, build_stream, load_recipe_with};
+use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
-use dsprep_mixers::doc::DocPos;
-use dsprep_mixers::{EngineChoice, Packer, Shuffler};
+use dsprep_mixers::EngineChoice;
 use metrics::Metrics;
+use producer::{Checkpointing, Ended, Producer, Start};
 use server::{Layout, Server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use store::{StepData, StepStore};
+use store::StepStore;
 
 const WAKE_ENDPOINT: &str = "inproc://dsprep-step-ready";
 
@@ -36,6 +38,14 @@ pub struct ServeOptions {
     pub threads: usize,
     pub metrics: Option<SocketAddr>,
     pub engine: EngineChoice,
+    /// Where checkpoints go (none: no checkpoints).
+    pub state_dir: Option<PathBuf>,
+    /// Checkpoint every this many steps produced (and on graceful shutdown).
+    pub checkpoint_every: u64,
+    /// Checkpoints kept in the state directory.
+    pub keep_checkpoints: usize,
+    /// Continue from the state directory's checkpoints, at the step the trainers ask for.
+    pub resume: bool,
 }
 
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
@@ -43,9 +53,13 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         options.world_size >= 1 && options.micro_batch >= 1,
         "--world-size and --micro-batch must be at least 1"
     );
+    anyhow::ensure!(
+        options.checkpoint_every >= 1,
+        "--checkpoint-every must be at least 1"
+    );
     let loaded = load_recipe_with(&options.recipe, options.engine)?;
     tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
-    let mixer = build_mixer(&loaded)?;
+    let stream = build_stream(&loaded)?;
     let recipe = &loaded.recipe;
     let recipe_hash_hex = recipe.hash();
     let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
@@ -58,6 +72,21 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         dtype_bytes: dtype.size_bytes() as u8,
         recipe_hash,
     };
+    let global_batch = u64::from(options.world_size) * u64::from(options.micro_batch);
+    let checkpoints = match &options.state_dir {
+        None if options.resume => bail!("--resume needs --state-dir (where the checkpoints are)"),
+        None => None,
+        Some(dir) => {
+            let run = RunIdentity {
+                recipe_hash: recipe_hash_hex.clone(),
+                global_batch,
+                world_size: options.world_size,
+                micro_batch: options.micro_batch,
+                shards: Locator::new(stream.mixer()).shard_names(),
+            };
+            Some(open_state_dir(dir, options, run)?)
+        }
+    };
 
     endpoint::prepare(&options.endpoint)?;
     let context = zmq::Context::new();
@@ -69,7 +98,11 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     let wake = context.socket(zmq::PULL)?;
     wake.bind(WAKE_ENDPOINT)?;
 
-    let store = Arc::new(StepStore::new(options.world_size, options.prefetch));
+    let store = Arc::new(if options.resume {
+        StepStore::unplaced(options.world_size, options.prefetch)
+    } else {
+        StepStore::new(options.world_size, options.prefetch)
+    });
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
     let metrics = Arc::new(Metrics::new(
         recipe.sources.iter().map(|s| s.name.clone()).collect(),
@@ -91,6 +124,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         tracing::info!("metrics on http://{bound}/metrics");
     }
 
+    let resume = options.resume;
     let producer = {
         let (store, metrics, shutdown, context) = (
             Arc::clone(&store),
@@ -101,8 +135,12 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         let config = PipelineConfig {
             threads: options.threads,
             shuffle_fill: Some(shuffle_fill),
+            snapshot: None,
+            // About half a step of text per chunk (~4 bytes per token): snapshots, hence
+            // checkpoints, can be taken at least twice per step.
+            chunk_text_bytes: (global_batch as usize * layout.window_tokens as usize * 2)
+                .clamp(16 << 10, pipeline::CHUNK_TEXT_BYTES),
         };
-        let global_batch = options.world_size as usize * options.micro_batch as usize;
         std::thread::Builder::new()
             .name("dsprep-producer".into())
             .spawn(move || {
@@ -116,21 +154,29 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                         return;
                     }
                 };
-                let result = produce(
-                    &loaded,
-                    mixer,
-                    &store,
-                    &metrics,
-                    &config,
-                    global_batch,
-                    dtype,
-                    &wake,
-                );
+                let result =
+                    starting_point(resume, &store, checkpoints.as_ref()).and_then(|start| {
+                        match start {
+                            None => Ok(Ended::Stopped),
+                            Some(start) => Producer {
+                                loaded: &loaded,
+                                store: &store,
+                                metrics: &metrics,
+                                config,
+                                global_batch,
+                                dtype,
+                                wake: &wake,
+                                checkpoints,
+                            }
+                            .run(stream, start),
+                        }
+                    });
                 match result {
-                    Ok(num_steps) => {
+                    Ok(Ended::EndOfData(num_steps)) => {
                         store.finish();
                         tracing::info!(num_steps, "end of data: every rank gets {num_steps} steps");
                     }
+                    Ok(Ended::Stopped) => {}
                     Err(_) if shutdown.load(Ordering::Relaxed) => {}
                     Err(e) => {
                         tracing::error!("the pipeline failed: {e:#}");
@@ -142,13 +188,18 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     };
 
     tracing::info!(
-        "serving recipe {} to {} ranks × micro batch {} ({} tokens per row) on {}; prefetch {} steps",
+        "serving recipe {} to {} ranks × micro batch {} ({} tokens per row) on {}; prefetch {} steps{}",
         recipe_hash_hex,
         options.world_size,
         options.micro_batch,
         layout.window_tokens,
         options.endpoint,
-        options.prefetch
+        options.prefetch,
+        if options.resume {
+            "; resuming at the first step asked for"
+        } else {
+            ""
+        }
     );
     let served = Server {
         router,
@@ -170,78 +221,63 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     served
 }
 
-/// Run the pipeline, cutting windows into global steps for the store. Returns the step count.
-#[allow(clippy::too_many_arguments)]
-fn produce(
-    loaded: &crate::pack::LoadedRecipe,
-    mixer: dsprep_mixers::Mixer<crate::sources::LocalSource>,
-    store: &StepStore,
-    metrics: &Metrics,
-    config: &PipelineConfig,
-    global_batch: usize,
-    dtype: Dtype,
-    wake: &zmq::Socket,
-) -> anyhow::Result<u64> {
-    let recipe = &loaded.recipe;
-    let shard_lists: Vec<(String, Vec<PathBuf>)> = mixer
-        .inputs()
-        .iter()
-        .map(|i| (i.name.clone(), i.source.shards().to_vec()))
-        .collect();
-    let locate = |pos: &DocPos| {
-        let (name, shards) = &shard_lists[pos.source as usize];
-        let shard = shards
-            .get(pos.shard as usize)
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        format!("source {name:?} shard {shard} row {}", pos.row)
-    };
-    let shuffler = Shuffler::new(recipe.shuffle.buffer_size, recipe.shuffle.seed);
-    let mut packer = Packer::new(recipe.packing.window_tokens());
-    let mut windows = Vec::new();
-    let mut step = StepData {
-        step: 0,
-        tokens: Vec::new(),
-        doc_starts: Vec::new(),
-    };
-    pipeline::run(mixer, shuffler, &loaded.stage, config, &locate, |chunk| {
-        let mut at = 0usize;
-        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
-            let len = len as usize;
-            packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
-            at += len;
-            metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
-            metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);
+/// Open the state directory: a fresh run refuses one that holds checkpoints (it would mix two
+/// runs); a resuming run refuses checkpoints it cannot continue from, before serving anything.
+fn open_state_dir(
+    dir: &std::path::Path,
+    options: &ServeOptions,
+    run: RunIdentity,
+) -> anyhow::Result<Checkpointing> {
+    let checkpoints = CheckpointDir::open(dir, options.keep_checkpoints)?;
+    let existing = checkpoints.list()?;
+    if options.resume {
+        checkpoints.check_newest(&run)?;
+        match existing.last() {
+            Some((step, path)) => tracing::info!(
+                "{} checkpoints in {} (newest: step {step}, {})",
+                existing.len(),
+                dir.display(),
+                path.display()
+            ),
+            None => tracing::warn!(
+                "--resume: {} holds no checkpoint; the stream starts from its beginning",
+                dir.display()
+            ),
         }
-        for window in windows.drain(..) {
-            match dtype {
-                Dtype::U16 => step
-                    .tokens
-                    .extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-                Dtype::U32 => step
-                    .tokens
-                    .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
-            }
-            step.doc_starts.push(window.doc_starts);
-            if step.doc_starts.len() == global_batch {
-                let next = StepData {
-                    step: step.step + 1,
-                    tokens: Vec::with_capacity(step.tokens.len()),
-                    doc_starts: Vec::with_capacity(global_batch),
-                };
-                store
-                    .push(std::mem::replace(&mut step, next))
-                    .map_err(|_| anyhow!("stopped"))?;
-                let _ = wake.send(&b""[..], zmq::DONTWAIT);
-            }
-        }
-        Ok(())
-    })?;
-    if !step.doc_starts.is_empty() {
-        tracing::info!(
-            windows = step.doc_starts.len(),
-            "the last, incomplete global batch is not served (every rank gets the same steps)"
+    } else if let Some((step, _)) = existing.last() {
+        bail!(
+            "{} holds checkpoints of an earlier run (newest: step {step}); pass --resume latest to \
+             continue it, or give an empty --state-dir",
+            dir.display()
         );
     }
-    Ok(step.step)
+    Ok(Checkpointing {
+        dir: checkpoints,
+        run,
+        every: options.checkpoint_every,
+    })
+}
+
+/// Where production starts: step 0, or (resuming) the first step a rank asks for, reached from
+/// the newest checkpoint at or below it. `None` when shut down while waiting.
+fn starting_point(
+    resume: bool,
+    store: &StepStore,
+    checkpoints: Option<&Checkpointing>,
+) -> anyhow::Result<Option<Start>> {
+    let (true, Some(c)) = (resume, checkpoints) else {
+        return Ok(Some(Start {
+            step: 0,
+            resume: None,
+        }));
+    };
+    let Ok(step) = store.wait_first_request() else {
+        return Ok(None);
+    };
+    tracing::info!("the first request is for step {step}");
+    let loaded = c.dir.newest_for(step, &c.run)?;
+    Ok(Some(Start {
+        step,
+        resume: loaded,
+    }))
 }

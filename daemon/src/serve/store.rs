@@ -58,6 +58,10 @@ struct State {
     positions: Vec<u64>,
     failed: Option<String>,
     shutdown: bool,
+    /// False while a resuming daemon waits for the first request to know where to start.
+    placed: bool,
+    /// The lowest step asked for before placement.
+    first_request: Option<u64>,
 }
 
 impl State {
@@ -85,7 +89,16 @@ pub struct StepStore {
 pub struct Stopped;
 
 impl StepStore {
+    /// A store whose first step is 0.
     pub fn new(world_size: u32, prefetch: u64) -> Self {
+        let store = Self::unplaced(world_size, prefetch);
+        store.place(0);
+        store
+    }
+
+    /// A store that learns its first step from the first request (a resuming daemon continues at
+    /// whatever step the trainers ask for): see [`StepStore::wait_first_request`].
+    pub fn unplaced(world_size: u32, prefetch: u64) -> Self {
         let state = State {
             steps: VecDeque::new(),
             first: 0,
@@ -94,6 +107,8 @@ impl StepStore {
             positions: vec![0; world_size as usize],
             failed: None,
             shutdown: false,
+            placed: false,
+            first_request: None,
         };
         Self {
             state: Mutex::new(state),
@@ -107,6 +122,32 @@ impl StepStore {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Wait for the first request to an unplaced store; returns the step asked for (the lowest,
+    /// if several came at once).
+    pub fn wait_first_request(&self) -> Result<u64, Stopped> {
+        let mut state = self.lock();
+        loop {
+            if state.shutdown {
+                return Err(Stopped);
+            }
+            if let Some(step) = state.first_request {
+                return Ok(step);
+            }
+            state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Start the store at `step`: the producer's first push is `step`, every rank is taken to be
+    /// there, and earlier steps are gone.
+    pub fn place(&self, step: u64) {
+        let mut state = self.lock();
+        state.first = step;
+        state.produced = step;
+        state.positions.iter_mut().for_each(|p| *p = step);
+        state.placed = true;
+        self.room.notify_all();
     }
 
     /// Add the next step, waiting while the producer is `prefetch` steps ahead of the slowest rank.
@@ -145,6 +186,14 @@ impl StepStore {
         if state.shutdown {
             return Lookup::ShuttingDown;
         }
+        if !state.placed {
+            if let Some(message) = &state.failed {
+                return Lookup::Failed(message.clone());
+            }
+            state.first_request = Some(state.first_request.map_or(step, |s| s.min(step)));
+            self.room.notify_all();
+            return Lookup::NotYet;
+        }
         if let Some(num_steps) = state.end
             && step >= num_steps
         {
@@ -179,6 +228,11 @@ impl StepStore {
             Some(message) => Lookup::Failed(message.clone()),
             None => Lookup::NotYet,
         }
+    }
+
+    /// The slowest rank's position: the lowest step a rank asked for last.
+    pub fn slowest(&self) -> u64 {
+        self.lock().slowest()
     }
 
     /// (oldest step held, steps produced, steps held, end) for metrics.
@@ -252,6 +306,28 @@ mod tests {
         );
         store.shutdown();
         assert_eq!(producer.join().unwrap(), 4);
+    }
+
+    #[test]
+    fn an_unplaced_store_starts_where_the_first_request_asks() {
+        let store = Arc::new(StepStore::unplaced(2, 2));
+        assert!(matches!(store.lookup(1, 7), Lookup::NotYet));
+        assert!(matches!(store.lookup(0, 5), Lookup::NotYet));
+        assert_eq!(
+            store.wait_first_request().unwrap(),
+            5,
+            "the lowest step asked for"
+        );
+        store.place(5);
+        store.push(step(5)).unwrap();
+        assert_eq!(ready(store.lookup(0, 5)), 5);
+        assert!(matches!(store.lookup(1, 4), Lookup::Gone { oldest: 5 }));
+        let waiting = StepStore::unplaced(1, 1);
+        waiting.shutdown();
+        assert!(
+            waiting.wait_first_request().is_err(),
+            "shutdown ends the wait"
+        );
     }
 
     #[test]

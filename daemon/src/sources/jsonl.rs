@@ -1,5 +1,6 @@
 //! JSON-lines shards (plain or gzip, e.g. C4's `.json.gz`), streamed line by line: a gzip shard is
-//! never decompressed whole, and a line is held only while its document is taken out.
+//! never decompressed whole, and a line is held only while its document is taken out. The line
+//! reader works over any `BufRead`: a local file, or a Hub download streamed through gzip.
 
 use super::{RowText, ShardError, ShardReader};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
@@ -38,14 +39,32 @@ impl JsonlShard {
         } else {
             Box::new(BufReader::with_capacity(1 << 16, file))
         };
-        Ok(Self {
-            path: path.to_path_buf(),
+        Ok(Self::from_reader(path.to_path_buf(), lines, spec))
+    }
+
+    /// Lines from any reader; `path` names the shard in messages.
+    pub(crate) fn from_reader(
+        path: PathBuf,
+        lines: Box<dyn BufRead + Send>,
+        spec: &SourceSpec,
+    ) -> Self {
+        Self {
+            path,
             lines,
             text: spec.text.clone(),
             filter: spec.filter.clone(),
             buf: Vec::new(),
             row: 0,
-        })
+        }
+    }
+
+    /// Gzip-compressed lines from any byte reader (a streamed download).
+    pub(crate) fn from_gzip(path: PathBuf, bytes: Box<dyn Read + Send>, spec: &SourceSpec) -> Self {
+        let lines = BufReader::with_capacity(
+            1 << 16,
+            MultiGzDecoder::new(BufReader::with_capacity(1 << 16, bytes)),
+        );
+        Self::from_reader(path, Box::new(lines), spec)
     }
 
     fn at_line(&self, message: impl Into<String>) -> ShardError {

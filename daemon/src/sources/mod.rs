@@ -1,17 +1,28 @@
-//! Local-file sources: a recipe `[[source]]` becomes a [`LocalSource`] that lists its shards
-//! (globs, sorted, then a seeded shuffle), reads them one after another with the reader of their
-//! format, applies the row filter, counts and skips empty documents, and hands documents to the
-//! mixer in a fixed order.
+//! File sources: a recipe `[[source]]` becomes a [`LocalSource`] that lists its shards (local
+//! globs, or Hub listings at a pinned commit; sorted, then a seeded shuffle), reads them one
+//! after another with the reader of their format, applies the row filter, counts and skips empty
+//! documents, and hands documents to the mixer in a fixed order. Where the bytes come from never
+//! changes the documents: a Hub shard yields exactly what the same file read locally yields.
+//!
+//! Hub shards are opened one ahead: while shard k is read, shard k+1's footer and first row
+//! groups (or first body chunks) are already on their way.
 
+mod content;
+mod hub_parquet;
+mod hub_stream;
 mod jsonl;
 mod listing;
 mod parquet;
 
-pub use listing::{ListError, list_shards};
+pub use content::FILE_BITS;
+pub use listing::{ListError, list_shards, list_source};
 
-use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceError};
+use crate::hub::{Download, HubClient, HubError, HubFile};
+use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
+use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor, SourceError};
 use dsprep_mixers::recipe::{Format, SourceSpec};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// An error inside one shard: names the file and, where known, the row or line.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +44,28 @@ impl ShardError {
     }
 }
 
+/// How a Hub error reads inside a shard error.
+pub(crate) fn hub_error(error: HubError) -> String {
+    format!("cannot read: {error}")
+}
+
+/// One shard of a source: a local file or a Hub file at a pinned commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Shard {
+    Local(PathBuf),
+    Hub(Arc<HubFile>),
+}
+
+impl Shard {
+    /// The local path, or `hf://datasets/{repo}@{sha}/{path}`: how messages and positions name it.
+    pub fn display_path(&self) -> PathBuf {
+        match self {
+            Shard::Local(path) => path.clone(),
+            Shard::Hub(file) => PathBuf::from(file.location()),
+        }
+    }
+}
+
 /// One row as a shard reader sees it, before counting.
 pub(crate) enum RowText {
     /// The row fails the recipe's filter (or its filter column is null).
@@ -48,40 +81,233 @@ pub(crate) trait ShardReader: Send {
     fn next_row(&mut self) -> Result<Option<(u64, RowText)>, ShardError>;
 }
 
-fn open_shard(path: &Path, spec: &SourceSpec) -> Result<Box<dyn ShardReader>, ShardError> {
-    Ok(match spec.format {
-        Format::Parquet => Box::new(parquet::ParquetShard::open(path, spec)?),
-        Format::Jsonl => Box::new(jsonl::JsonlShard::open(path, spec, false)?),
-        Format::JsonlGz => Box::new(jsonl::JsonlShard::open(path, spec, true)?),
-    })
+/// What a source needs to open its shards besides the recipe: where relative paths start, the
+/// Hub client (when the recipe reads the network) and the content resolver (Stack v2 ids).
+#[derive(Clone, Default)]
+pub struct SourceContext {
+    pub base: PathBuf,
+    pub hub: Option<Arc<HubClient>>,
 }
 
+/// Open a shard for reading. `from_row` is a hint: readers that can start later (local parquet,
+/// at the row group holding it) do, and every reader still numbers rows from the file's start, so
+/// the caller skips what remains below `from_row`.
+fn open_shard(
+    shard: &Shard,
+    download: Option<&Arc<Download>>,
+    spec: &SourceSpec,
+    hub: Option<&Arc<HubClient>>,
+    content: Option<&Arc<ContentResolver>>,
+    from_row: u64,
+) -> Result<Box<dyn ShardReader>, ShardError> {
+    let batch_rows = if content.is_some() {
+        CONTENT_BATCH_ROWS
+    } else {
+        parquet::BATCH_ROWS
+    };
+    let parquet_reader = |batches: Box<dyn parquet::BatchSource>,
+                          label: PathBuf,
+                          first_row: u64|
+     -> Box<dyn ShardReader> {
+        match content {
+            Some(resolver) => Box::new(
+                BlobShard::new(label, batches, spec, resolver.clone()).starting_at(first_row),
+            ),
+            None => Box::new(parquet::ParquetShard::new(batches, spec).starting_at(first_row)),
+        }
+    };
+    match shard {
+        Shard::Local(path) => Ok(match spec.format {
+            Format::Parquet => {
+                let from = match content {
+                    Some(_) => {
+                        BlobShard::<Box<dyn parquet::BatchSource>>::repository_row(spec, from_row)
+                    }
+                    None => from_row,
+                };
+                let (batches, first_row) =
+                    parquet::LocalBatches::open(path, spec, batch_rows, from)?;
+                parquet_reader(Box::new(batches), path.clone(), first_row)
+            }
+            Format::Jsonl => Box::new(jsonl::JsonlShard::open(path, spec, false)?),
+            Format::JsonlGz => Box::new(jsonl::JsonlShard::open(path, spec, true)?),
+        }),
+        Shard::Hub(file) => {
+            let label = PathBuf::from(file.location());
+            let (Some(client), Some(download)) = (hub, download) else {
+                return Err(ShardError::new(
+                    &label,
+                    None,
+                    "a Hub shard needs a Hub client",
+                ));
+            };
+            let download = download.clone();
+            Ok(match spec.format {
+                Format::Parquet => parquet_reader(
+                    Box::new(hub_parquet::HubBatches::start(
+                        client.clone(),
+                        download,
+                        spec,
+                        batch_rows,
+                    )),
+                    label,
+                    0,
+                ),
+                Format::Jsonl => Box::new(jsonl::JsonlShard::from_reader(
+                    label,
+                    Box::new(std::io::BufReader::with_capacity(
+                        1 << 16,
+                        hub_stream::ChannelRead::start(client, download),
+                    )),
+                    spec,
+                )),
+                Format::JsonlGz => Box::new(jsonl::JsonlShard::from_gzip(
+                    label,
+                    Box::new(hub_stream::ChannelRead::start(client, download)),
+                    spec,
+                )),
+            })
+        }
+    }
+}
+
+impl parquet::BatchSource for Box<dyn parquet::BatchSource> {
+    fn next_batch(
+        &mut self,
+        next_row: u64,
+    ) -> Result<Option<arrow_array::RecordBatch>, ShardError> {
+        self.as_mut().next_batch(next_row)
+    }
+}
+
+/// A recipe source over files, local or on the Hub.
 pub struct LocalSource {
     index: u16,
     spec: SourceSpec,
     /// In reading order (already shuffled).
-    shards: Vec<PathBuf>,
+    shards: Vec<Shard>,
+    /// `shards`' display paths, for positions and messages.
+    paths: Vec<PathBuf>,
+    /// Per Hub shard, its download: resolved once, reused by every pass.
+    downloads: Vec<Option<Arc<Download>>>,
+    hub: Option<Arc<HubClient>>,
+    content: Option<Arc<ContentResolver>>,
     next_shard: usize,
     current: Option<(u32, Box<dyn ShardReader>)>,
+    /// The next row of `current` to hand out (the row after the last one read).
+    current_row: u64,
+    /// A row already read from `current` (by [`DocSource::seek`]) and not yet handed out.
+    held: Option<(u64, RowText)>,
+    /// A Hub shard opened ahead of its turn: (index in `shards`, reader).
+    ahead: Option<(usize, Box<dyn ShardReader>)>,
     pass: u32,
     counters: SourceCounters,
 }
 
 impl LocalSource {
+    /// A source over local files only.
     pub fn new(index: u16, spec: SourceSpec, shards: Vec<PathBuf>) -> Self {
-        Self {
-            index,
-            spec,
-            shards,
-            next_shard: 0,
-            current: None,
-            pass: 0,
-            counters: SourceCounters::default(),
-        }
+        let shards = shards.into_iter().map(Shard::Local).collect();
+        Self::with_shards(index, spec, shards, &SourceContext::default())
+            .unwrap_or_else(|e| unreachable!("no content resolver without content: {e}"))
     }
 
+    /// A source over any shards; fails when its `[source.content]` cannot be served.
+    pub fn with_shards(
+        index: u16,
+        spec: SourceSpec,
+        shards: Vec<Shard>,
+        context: &SourceContext,
+    ) -> Result<Self, String> {
+        let content = ContentResolver::for_source(&spec, &context.base, context.hub.as_ref())
+            .map_err(|e| format!("source {:?}: {e}", spec.name))?;
+        let downloads = shards
+            .iter()
+            .map(|shard| match (shard, &context.hub) {
+                (Shard::Hub(file), Some(hub)) => {
+                    Some(Arc::new(Download::new(hub.inner().clone(), file.clone())))
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(Self {
+            index,
+            paths: shards.iter().map(Shard::display_path).collect(),
+            downloads,
+            spec,
+            shards,
+            hub: context.hub.clone(),
+            content,
+            next_shard: 0,
+            current: None,
+            current_row: 0,
+            held: None,
+            ahead: None,
+            pass: 0,
+            counters: SourceCounters::default(),
+        })
+    }
+
+    /// Display paths of the shards, in reading order.
     pub fn shards(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// The shards, in reading order.
+    pub fn shard_list(&self) -> &[Shard] {
         &self.shards
+    }
+
+    fn open(&mut self, at: usize) -> Result<Box<dyn ShardReader>, ShardError> {
+        if let Some((ahead_at, reader)) = self.ahead.take()
+            && ahead_at == at
+        {
+            return Ok(reader);
+        }
+        self.open_fresh(at, 0)
+    }
+
+    fn open_fresh(&self, at: usize, from_row: u64) -> Result<Box<dyn ShardReader>, ShardError> {
+        open_shard(
+            &self.shards[at],
+            self.downloads[at].as_ref(),
+            &self.spec,
+            self.hub.as_ref(),
+            self.content.as_ref(),
+            from_row,
+        )
+    }
+
+    /// The row of `reader` at or after `row`, reading past the ones before it (uncounted: they
+    /// were counted before the checkpoint); `None` at the shard's end.
+    fn skip_to(
+        reader: &mut dyn ShardReader,
+        row: u64,
+    ) -> Result<Option<(u64, RowText)>, ShardError> {
+        while let Some((at, outcome)) = reader.next_row()? {
+            if at >= row {
+                return Ok(Some((at, outcome)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Start the next Hub shard now (opening it only starts its fetches; errors come when it
+    /// is read).
+    fn open_ahead(&mut self, at: usize) {
+        if self.ahead.is_none()
+            && let Some(shard @ Shard::Hub(_)) = self.shards.get(at)
+            && let Ok(reader) = open_shard(
+                shard,
+                self.downloads[at].as_ref(),
+                &self.spec,
+                self.hub.as_ref(),
+                self.content.as_ref(),
+                0,
+            )
+        {
+            self.ahead = Some((at, reader));
+        }
     }
 }
 
@@ -89,22 +315,30 @@ impl DocSource for LocalSource {
     fn next_doc(&mut self) -> Result<Option<Doc>, SourceError> {
         loop {
             if self.current.is_none() {
-                let Some(path) = self.shards.get(self.next_shard) else {
+                if self.next_shard >= self.shards.len() {
                     if self.next_shard == self.shards.len() {
                         self.next_shard += 1; // the end of a pass is counted once
                         self.counters.passes_completed += 1;
                     }
                     return Ok(None);
-                };
-                let reader = open_shard(path, &self.spec)?;
-                self.current = Some((self.next_shard as u32, reader));
+                }
+                let at = self.next_shard;
+                let reader = self.open(at)?;
+                self.current = Some((at as u32, reader));
+                self.current_row = 0;
                 self.next_shard += 1;
+                self.open_ahead(at + 1);
             }
             let (shard, reader) = self.current.as_mut().expect("opened above");
-            let Some((row, outcome)) = reader.next_row()? else {
+            let next = match self.held.take() {
+                Some(held) => Some(held),
+                None => reader.next_row()?,
+            };
+            let Some((row, outcome)) = next else {
                 self.current = None;
                 continue;
             };
+            self.current_row = row + 1;
             self.counters.rows_read += 1;
             match outcome {
                 RowText::Filtered => self.counters.rows_filtered += 1,
@@ -126,11 +360,94 @@ impl DocSource for LocalSource {
     fn restart(&mut self) -> Result<(), SourceError> {
         self.next_shard = 0;
         self.current = None;
+        self.held = None;
+        self.ahead = None;
         self.pass += 1;
         Ok(())
     }
 
     fn counters(&self) -> SourceCounters {
         self.counters
+    }
+
+    fn cursor(&self) -> SourceCursor {
+        let (shard, row) = match &self.current {
+            Some((shard, _)) => (u64::from(*shard), self.current_row),
+            None => (self.next_shard as u64, 0),
+        };
+        SourceCursor {
+            pass: self.pass,
+            shard,
+            row,
+            counters: self.counters,
+        }
+    }
+
+    fn seek(&mut self, cursor: &SourceCursor) -> Result<(), SourceError> {
+        let shards = self.shards.len() as u64;
+        if cursor.shard > shards + 1 {
+            return Err(format!(
+                "the checkpoint's cursor is at shard {} of {shards}: the shard list has changed",
+                cursor.shard
+            )
+            .into());
+        }
+        self.pass = cursor.pass;
+        self.counters = cursor.counters;
+        self.ahead = None;
+        self.held = None;
+        self.current = None;
+        self.next_shard = cursor.shard as usize;
+        if cursor.shard < shards {
+            let at = cursor.shard as usize;
+            let mut reader = self.open_fresh(at, cursor.row)?;
+            self.held = Self::skip_to(reader.as_mut(), cursor.row)?;
+            self.current = Some((at as u32, reader));
+            self.current_row = cursor.row;
+            self.next_shard = at + 1;
+            self.open_ahead(at + 1);
+        }
+        Ok(())
+    }
+
+    fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError> {
+        // Shard by shard, each read once from its first wanted row.
+        let mut order: Vec<usize> = (0..positions.len()).collect();
+        order.sort_by_key(|&k| (positions[k].shard, positions[k].row));
+        let mut texts = vec![String::new(); positions.len()];
+        let mut k = 0;
+        while k < order.len() {
+            let shard = positions[order[k]].shard as usize;
+            let Some(path) = self.paths.get(shard) else {
+                return Err(format!(
+                    "the checkpoint refers to shard {shard}, the source has {}",
+                    self.shards.len()
+                )
+                .into());
+            };
+            let path = path.clone();
+            let mut reader = self.open_fresh(shard, positions[order[k]].row)?;
+            let mut last: Option<(u64, String)> = None;
+            while k < order.len() && positions[order[k]].shard as usize == shard {
+                let row = positions[order[k]].row;
+                if last.as_ref().is_none_or(|(at, _)| *at != row) {
+                    last = match Self::skip_to(reader.as_mut(), row)? {
+                        Some((at, RowText::Text(text))) if at == row => Some((at, text)),
+                        _ => {
+                            return Err(ShardError::new(
+                                &path,
+                                Some(format!("row {row}")),
+                                "the checkpoint refers to a document that is not there \
+                                 (has the file changed since?)",
+                            )
+                            .into());
+                        }
+                    };
+                }
+                texts[order[k]] = last.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
+                k += 1;
+            }
+        }
+        Ok(texts)
     }
 }

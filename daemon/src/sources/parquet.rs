@@ -1,5 +1,7 @@
-//! Parquet shards, read row group by row group with column projection: only the text column (and
-//! the filter column) is decoded, and at most one batch of rows is held at a time.
+//! Parquet shards, read row group by row group with column projection: only the leaves a source
+//! needs (its text column or list field, its filter column) are decoded, and at most one batch of
+//! rows is held at a time. Where the batches come from — a local file, or range reads from the
+//! Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into documents is shared.
 
 use super::{RowText, ShardError, ShardReader};
 use arrow_array::cast::AsArray;
@@ -9,26 +11,36 @@ use arrow_schema::{DataType, Schema};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::schema::types::SchemaDescriptor;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Rows decoded per batch: small enough to keep memory flat with 100 KB documents.
-const BATCH_ROWS: usize = 256;
+pub(crate) const BATCH_ROWS: usize = 256;
 
-pub(crate) struct ParquetShard {
-    path: PathBuf,
-    reader: ParquetRecordBatchReader,
-    text: TextField,
-    filter: Option<RowFilter>,
-    batch: Option<RecordBatch>,
-    batch_row: usize,
-    /// Index in the file of the next row.
-    row: u64,
+/// Batches of one shard, in row order.
+pub(crate) trait BatchSource: Send {
+    /// The next batch; `next_row` (the index of its first row) is for error messages.
+    fn next_batch(&mut self, next_row: u64) -> Result<Option<RecordBatch>, ShardError>;
 }
 
-impl ParquetShard {
-    pub(crate) fn open(path: &Path, spec: &SourceSpec) -> Result<Self, ShardError> {
+/// A local parquet file.
+pub(crate) struct LocalBatches {
+    path: PathBuf,
+    reader: ParquetRecordBatchReader,
+}
+
+impl LocalBatches {
+    /// Open `path` at the start of the row group that holds row `from_row` (row groups before it
+    /// are never read: resume skips most of a shard this way). Returns the batches and the index
+    /// of their first row; a `from_row` at the end gives no batches.
+    pub(crate) fn open(
+        path: &Path,
+        spec: &SourceSpec,
+        batch_rows: usize,
+        from_row: u64,
+    ) -> Result<(Self, u64), ShardError> {
         let fail = |message: String| ShardError::new(path, None, message);
         let mut file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
         let mut magic = [0u8; 4];
@@ -39,42 +51,129 @@ impl ParquetShard {
         }
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
-        let schema = builder.schema().clone();
-        let mut wanted = vec![text_column_index(&schema, &spec.text).map_err(fail)?];
-        if let Some(filter) = &spec.filter {
-            wanted.push(filter_column_index(&schema, filter).map_err(fail)?);
-        }
-        wanted.sort_unstable();
-        wanted.dedup();
-        let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+        let mask = projection(builder.schema(), builder.parquet_schema(), spec).map_err(fail)?;
+        let (groups, first_row) = row_groups_from(builder.metadata().row_groups(), from_row)
+            .ok_or_else(|| {
+                fail(format!(
+                    "has {} rows, row {from_row} was asked for (has the file changed?)",
+                    builder.metadata().file_metadata().num_rows()
+                ))
+            })?;
         let reader = builder
+            .with_row_groups(groups)
             .with_projection(mask)
-            .with_batch_size(BATCH_ROWS)
+            .with_batch_size(batch_rows)
             .build()
             .map_err(|e| fail(format!("cannot read: {e}")))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            reader,
-            text: spec.text.clone(),
-            filter: spec.filter.clone(),
-            batch: None,
-            batch_row: 0,
-            row: 0,
+        Ok((
+            Self {
+                path: path.to_path_buf(),
+                reader,
+            },
+            first_row,
+        ))
+    }
+}
+
+/// The row groups from the one holding `row` to the end, and the index of its first row; `None`
+/// when the file has fewer than `row` rows.
+fn row_groups_from(
+    groups: &[parquet::file::metadata::RowGroupMetaData],
+    row: u64,
+) -> Option<(Vec<usize>, u64)> {
+    let mut start = 0u64;
+    for (i, group) in groups.iter().enumerate() {
+        let rows = group.num_rows().max(0) as u64;
+        if row < start + rows {
+            return Some(((i..groups.len()).collect(), start));
+        }
+        start += rows;
+    }
+    (row == start).then_some((Vec::new(), start))
+}
+
+impl BatchSource for LocalBatches {
+    fn next_batch(&mut self, next_row: u64) -> Result<Option<RecordBatch>, ShardError> {
+        self.reader.next().transpose().map_err(|e| {
+            ShardError::new(
+                &self.path,
+                Some(format!("row {next_row}")),
+                format!("cannot decode: {e}"),
+            )
         })
     }
 }
 
-fn text_column_index(schema: &Schema, text: &TextField) -> Result<usize, String> {
+/// The leaves of `spec`'s columns (text or list field, filter, content encoding), checked
+/// against the file's schema. Nothing else is fetched or decoded: Zyda-2's components and
+/// FineMath's configs differ in their other columns, and that never matters.
+pub(crate) fn projection(
+    schema: &Schema,
+    parquet_schema: &SchemaDescriptor,
+    spec: &SourceSpec,
+) -> Result<ProjectionMask, String> {
+    check_text_column(schema, &spec.text)?;
+    let mut leaves = Vec::new();
+    match &spec.text {
+        TextField::Column(name) => leaves.extend(leaves_of(parquet_schema, name, None)),
+        TextField::Join(join) => {
+            leaves.extend(leaves_of(parquet_schema, &join.list, Some(&join.field)));
+            if let Some(content) = &spec.content {
+                // Optional: without an encoding field every blob is read as UTF-8.
+                leaves.extend(leaves_of(
+                    parquet_schema,
+                    &join.list,
+                    Some(&content.encoding_field),
+                ));
+            }
+        }
+    }
+    if let Some(filter) = &spec.filter {
+        check_filter_column(schema, filter)?;
+        leaves.extend(leaves_of(parquet_schema, &filter.column, None));
+    }
+    leaves.sort_unstable();
+    leaves.dedup();
+    Ok(ProjectionMask::leaves(parquet_schema, leaves))
+}
+
+/// Leaf indices of root column `root`, or of its nested field `field` (the shallowest match).
+fn leaves_of(schema: &SchemaDescriptor, root: &str, field: Option<&str>) -> Vec<usize> {
+    let matches: Vec<(usize, usize)> = schema
+        .columns()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let parts = c.path().parts();
+            let hit = parts.first().is_some_and(|p| p == root)
+                && field.is_none_or(|f| parts.len() > 1 && parts.last().is_some_and(|p| p == f));
+            hit.then_some((i, parts.len()))
+        })
+        .collect();
+    match field {
+        None => matches.into_iter().map(|(i, _)| i).collect(),
+        Some(_) => {
+            let depth = matches.iter().map(|&(_, d)| d).min().unwrap_or(0);
+            matches
+                .into_iter()
+                .filter(|&(_, d)| d == depth)
+                .map(|(i, _)| i)
+                .collect()
+        }
+    }
+}
+
+fn check_text_column(schema: &Schema, text: &TextField) -> Result<(), String> {
     let name = match text {
         TextField::Column(name) => name,
         TextField::Join(join) => &join.list,
     };
-    let (index, field) = schema.column_with_name(name).ok_or_else(|| {
+    let (_, field) = schema.column_with_name(name).ok_or_else(|| {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         format!("has no column `{name}` (columns: {})", names.join(", "))
     })?;
     match text {
-        TextField::Column(_) if is_string(field.data_type()) => Ok(index),
+        TextField::Column(_) if is_string(field.data_type()) => Ok(()),
         TextField::Column(_) => Err(format!(
             "column `{name}` has type {}, expected a string",
             field.data_type()
@@ -95,7 +194,7 @@ fn text_column_index(schema: &Schema, text: &TextField) -> Result<usize, String>
                 ));
             };
             match members.iter().find(|m| m.name() == &join.field) {
-                Some(m) if is_string(m.data_type()) => Ok(index),
+                Some(m) if is_string(m.data_type()) => Ok(()),
                 Some(m) => Err(format!(
                     "field `{name}[].{}` has type {}, expected a string",
                     join.field,
@@ -110,15 +209,15 @@ fn text_column_index(schema: &Schema, text: &TextField) -> Result<usize, String>
     }
 }
 
-fn filter_column_index(schema: &Schema, filter: &RowFilter) -> Result<usize, String> {
-    let (index, field) = schema.column_with_name(&filter.column).ok_or_else(|| {
+fn check_filter_column(schema: &Schema, filter: &RowFilter) -> Result<(), String> {
+    let (_, field) = schema.column_with_name(&filter.column).ok_or_else(|| {
         format!(
             "has no column `{}` (needed by the filter `{filter}`)",
             filter.column
         )
     })?;
     if field.data_type().is_numeric() {
-        Ok(index)
+        Ok(())
     } else {
         Err(format!(
             "column `{}` has type {}, the filter `{filter}` needs a number",
@@ -133,7 +232,7 @@ fn is_string(t: &DataType) -> bool {
 }
 
 /// The string at `row`, or `None` for a null.
-fn string_at(array: &dyn Array, row: usize) -> Option<&str> {
+pub(crate) fn string_at(array: &dyn Array, row: usize) -> Option<&str> {
     if array.is_null(row) {
         return None;
     }
@@ -164,17 +263,61 @@ fn number_at(array: &dyn Array, row: usize) -> Option<f64> {
     })
 }
 
-fn column<'a>(batch: &'a RecordBatch, name: &str) -> &'a ArrayRef {
+pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> &'a ArrayRef {
     batch
         .column_by_name(name)
         .expect("projected columns are present in every batch")
 }
 
-impl ParquetShard {
+/// Whether row `i` passes `filter` (always, without one).
+pub(crate) fn keeps(filter: Option<&RowFilter>, batch: &RecordBatch, i: usize) -> bool {
+    filter.is_none_or(|f| f.keeps(number_at(column(batch, &f.column).as_ref(), i)))
+}
+
+/// The items of list column `list` at row `i`, as a struct array (`None` for a null list).
+pub(crate) fn list_items(batch: &RecordBatch, list: &str, i: usize) -> Option<ArrayRef> {
+    let list = column(batch, list);
+    if list.is_null(i) {
+        return None;
+    }
+    Some(match list.data_type() {
+        DataType::LargeList(_) => list.as_list::<i64>().value(i),
+        _ => list.as_list::<i32>().value(i),
+    })
+}
+
+/// Rows of a parquet shard as documents: a text column, or a list of structs whose string field
+/// is joined (a Stack v2 repository row with its files' contents).
+pub(crate) struct ParquetShard<B> {
+    batches: B,
+    text: TextField,
+    filter: Option<RowFilter>,
+    batch: Option<RecordBatch>,
+    batch_row: usize,
+    /// Index in the file of the next row.
+    row: u64,
+}
+
+impl<B: BatchSource> ParquetShard<B> {
+    pub(crate) fn new(batches: B, spec: &SourceSpec) -> Self {
+        Self {
+            batches,
+            text: spec.text.clone(),
+            filter: spec.filter.clone(),
+            batch: None,
+            batch_row: 0,
+            row: 0,
+        }
+    }
+
+    /// The batches begin at row `row` of the file (not at its first row).
+    pub(crate) fn starting_at(mut self, row: u64) -> Self {
+        self.row = row;
+        self
+    }
+
     fn row_text(&self, batch: &RecordBatch, i: usize) -> RowText {
-        if let Some(filter) = &self.filter
-            && !filter.keeps(number_at(column(batch, &filter.column).as_ref(), i))
-        {
+        if !keeps(self.filter.as_ref(), batch, i) {
             return RowText::Filtered;
         }
         let text = match &self.text {
@@ -182,13 +325,8 @@ impl ParquetShard {
                 .unwrap_or_default()
                 .to_string(),
             TextField::Join(join) => {
-                let list = column(batch, &join.list);
-                if list.is_null(i) {
+                let Some(items) = list_items(batch, &join.list, i) else {
                     return RowText::Empty;
-                }
-                let items = match list.data_type() {
-                    DataType::LargeList(_) => list.as_list::<i64>().value(i),
-                    _ => list.as_list::<i32>().value(i),
                 };
                 let members = items
                     .as_struct()
@@ -209,7 +347,7 @@ impl ParquetShard {
     }
 }
 
-impl ShardReader for ParquetShard {
+impl<B: BatchSource> ShardReader for ParquetShard<B> {
     fn next_row(&mut self) -> Result<Option<(u64, RowText)>, ShardError> {
         loop {
             if let Some(batch) = &self.batch
@@ -221,16 +359,9 @@ impl ShardReader for ParquetShard {
                 self.row += 1;
                 return Ok(Some((row, outcome)));
             }
-            match self.reader.next() {
+            match self.batches.next_batch(self.row)? {
                 None => return Ok(None),
-                Some(Err(e)) => {
-                    return Err(ShardError::new(
-                        &self.path,
-                        Some(format!("row {}", self.row)),
-                        format!("cannot decode: {e}"),
-                    ));
-                }
-                Some(Ok(batch)) => {
+                Some(batch) => {
                     self.batch = Some(batch);
                     self.batch_row = 0;
                 }

@@ -7,9 +7,11 @@
 //! the bytes.
 
 mod filter;
+mod location;
 mod validate;
 
 pub use filter::{CompareOp, RowFilter};
+pub use location::{DEFAULT_REVISION, HUB_SCHEME, HubLocation};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -129,7 +131,8 @@ pub struct SourceSpec {
     /// tokens). 0 drops the source.
     #[serde(default = "default_weight")]
     pub weight: f64,
-    /// Glob patterns, relative to the recipe file's folder.
+    /// Glob patterns, relative to the recipe file's folder, or Hub patterns
+    /// `hf://datasets/OWNER/NAME[@REVISION]/GLOB` (see [`HubLocation`]).
     pub files: Vec<String>,
     pub format: Format,
     /// Where the document text is in a row.
@@ -138,6 +141,58 @@ pub struct SourceSpec {
     /// Keep only rows where a numeric column passes, e.g. `"int_score >= 3"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<RowFilter>,
+    /// Rows that hold content ids instead of text (The Stack v2 `*-ids`): where to fetch each
+    /// blob. `text` then names the list and its id field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<ContentSpec>,
+}
+
+/// `[source.content]`: fetch each file's content by its blob id (The Stack v2 smol-ids has
+/// repository rows whose `files` carry `blob_id` and `src_encoding` but no content).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ContentSpec {
+    /// URL of one blob, with `{blob_id}` in it. Default (when `mirror_dir` is not set either):
+    /// [`DEFAULT_CONTENT_URL`]. Blobs may be gzip-compressed (they are on Software Heritage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_template: Option<String>,
+    /// A local folder holding one file per blob, named by its id (gzip-compressed or plain);
+    /// relative to the recipe file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_dir: Option<String>,
+    /// One document per repository row (its files joined with `text.separator`) or per file.
+    #[serde(default)]
+    pub per: ContentPer,
+    /// The struct field naming each file's encoding (`UTF-8`, `ISO-8859-1`, …); a null or
+    /// missing value means UTF-8.
+    #[serde(default = "default_encoding_field")]
+    pub encoding_field: String,
+    /// Blobs fetched at once. A speed setting: it never changes the bytes, so it is not part of
+    /// the canonical form (nor of the recipe hash).
+    #[serde(default = "default_content_concurrency", skip_serializing)]
+    pub concurrency: usize,
+}
+
+/// Software Heritage's bucket, as the Stack v2 card reads it (anonymous access is not
+/// guaranteed: see the README on mirrors and presigned templates).
+pub const DEFAULT_CONTENT_URL: &str = "https://softwareheritage.s3.amazonaws.com/content/{blob_id}";
+
+fn default_encoding_field() -> String {
+    "src_encoding".to_string()
+}
+
+fn default_content_concurrency() -> usize {
+    16
+}
+
+/// What one document is when content is fetched per blob.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentPer {
+    /// A repository row's files, joined with the separator of `text`.
+    #[default]
+    Repository,
+    /// Each file alone.
+    File,
 }
 
 fn default_weight() -> f64 {
@@ -231,10 +286,32 @@ impl Recipe {
             .collect();
         errors.extend(validate::validate(&recipe));
         if errors.is_empty() {
+            let mut recipe = recipe;
+            recipe.fill_defaults();
             Ok(recipe)
         } else {
             Err(RecipeError::Invalid(errors))
         }
+    }
+
+    /// Defaults that depend on other fields, filled in so the canonical form spells them out.
+    fn fill_defaults(&mut self) {
+        for source in &mut self.sources {
+            if let Some(content) = &mut source.content
+                && content.url_template.is_none()
+                && content.mirror_dir.is_none()
+            {
+                content.url_template = Some(DEFAULT_CONTENT_URL.to_string());
+            }
+        }
+    }
+
+    /// Whether any source that takes part reads from the Hub or fetches content over HTTP.
+    pub fn needs_network(&self) -> bool {
+        self.active_sources().any(|(_, s)| {
+            s.files.iter().any(|f| HubLocation::is_hub(f))
+                || s.content.as_ref().is_some_and(|c| c.url_template.is_some())
+        })
     }
 
     /// The canonical form: JSON of the parsed recipe with every default filled in, so two

@@ -161,3 +161,80 @@ fn unknown_keys_inside_a_join_are_refused() {
     let text = GOOD.replace("separator = \"\\n\"", "sep = \"\\n\"");
     assert!(!messages(&text).is_empty());
 }
+
+const STACK_IDS: &str = "[[source]]\nname = \"stack\"\nfiles = [\"hf://datasets/bigcode/the-stack-v2-train-smol-ids/data/*.parquet\"]\n\
+                         format = \"parquet\"\ntext = { list = \"files\", field = \"blob_id\" }\n";
+
+fn with_source(source: &str) -> String {
+    format!(
+        "version = 1\n[tokenizer]\npath = \"t.json\"\neos = 0\n[packing]\nseq_len = 8\n{source}"
+    )
+}
+
+#[test]
+fn content_defaults_to_the_software_heritage_template_and_concurrency_is_not_hashed() {
+    let text = with_source(&format!("{STACK_IDS}[source.content]\nper = \"file\"\n"));
+    let recipe = Recipe::parse(&text).unwrap();
+    let content = recipe.sources[0].content.as_ref().unwrap();
+    assert_eq!(content.url_template.as_deref(), Some(DEFAULT_CONTENT_URL));
+    assert_eq!(content.per, ContentPer::File);
+    assert_eq!(content.concurrency, 16);
+    assert_eq!(content.encoding_field, "src_encoding");
+    assert!(recipe.needs_network());
+    let faster = Recipe::parse(&text.replace("per = ", "concurrency = 64\nper = ")).unwrap();
+    assert_eq!(
+        recipe.hash(),
+        faster.hash(),
+        "concurrency never changes the bytes"
+    );
+    let spelled = text.replace(
+        "per = ",
+        "url_template = \"https://softwareheritage.s3.amazonaws.com/content/{blob_id}\"\nper = ",
+    );
+    assert_eq!(recipe.hash(), Recipe::parse(&spelled).unwrap().hash());
+    let mirrored =
+        Recipe::parse(&text.replace("per = ", "mirror_dir = \"blobs\"\nper = ")).unwrap();
+    assert_ne!(recipe.hash(), mirrored.hash());
+    assert!(
+        Recipe::parse(&with_source(STACK_IDS))
+            .unwrap()
+            .needs_network()
+    );
+}
+
+#[test]
+fn recipes_without_content_keep_their_hash() {
+    // The canonical form of a recipe without [source.content] is what it was before content
+    // existed: no `content` key at all.
+    let recipe = Recipe::parse(GOOD).unwrap();
+    assert!(!recipe.canonical_json().contains("content\":{"));
+    assert!(!recipe.needs_network());
+}
+
+#[test]
+fn bad_content_and_hub_locations_are_reported_with_their_paths() {
+    let text = with_source(
+        "[[source]]\nname = \"stack\"\nfiles = [\"hf://models/gpt2/*.bin\", \"hf://datasets/bigcode/x@/data/*.parquet\"]\n\
+         format = \"jsonl\"\ntext = \"content\"\n\
+         [source.content]\nurl_template = \"https://example.org/blobs\"\nconcurrency = 0\nsize = 3\n",
+    );
+    assert_eq!(
+        messages(&text),
+        vec![
+            "source[0].content.size: unknown key",
+            "source[0].files[0]: only dataset repos can be read (expected hf://datasets/OWNER/NAME[@REVISION]/PATH_GLOB)",
+            "source[0].files[1]: has an empty revision after '@' (expected hf://datasets/OWNER/NAME[@REVISION]/PATH_GLOB)",
+            "source[0].content.url_template: must contain {blob_id}, got \"https://example.org/blobs\"",
+            "source[0].content.concurrency: must be between 1 and 1024, got 0",
+            "source[0].content: needs text = { list = \"files\", field = \"blob_id\" }: the list of files and their id field",
+            "source[0].content: needs format = \"parquet\"",
+        ]
+    );
+    let both = with_source(&format!(
+        "{STACK_IDS}[source.content]\nurl_template = \"x/{{blob_id}}\"\nmirror_dir = \"m\"\n"
+    ));
+    assert_eq!(
+        messages(&both),
+        vec!["source[0].content: set either url_template or mirror_dir, not both"]
+    );
+}

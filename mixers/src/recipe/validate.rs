@@ -1,6 +1,8 @@
 //! Recipe validation without IO: every problem is collected, each with its field path.
 
-use super::{FieldError, RECIPE_VERSION, Recipe, TextField, TokenRef};
+use super::{
+    ContentSpec, FieldError, Format, HubLocation, RECIPE_VERSION, Recipe, TextField, TokenRef,
+};
 use std::collections::HashSet;
 
 /// Largest `seq_len` accepted: windows are indexed with `u32` token offsets.
@@ -96,6 +98,15 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
         for (j, pattern) in source.files.iter().enumerate() {
             if pattern.trim().is_empty() {
                 fail(format!("source[{i}].files[{j}]"), "is empty".into());
+            } else if HubLocation::is_hub(pattern)
+                && let Err(message) = HubLocation::parse(pattern)
+            {
+                fail(format!("source[{i}].files[{j}]"), message);
+            }
+        }
+        if let Some(content) = &source.content {
+            for (field, message) in content_problems(content, &source.text, source.format) {
+                fail(format!("source[{i}].content{field}"), message);
             }
         }
         match &source.text {
@@ -118,6 +129,55 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
         );
     }
     errors
+}
+
+/// Largest `content.concurrency` accepted.
+const MAX_CONTENT_CONCURRENCY: usize = 1024;
+
+/// Problems of a `[source.content]` table, as (field suffix, message).
+fn content_problems(
+    content: &ContentSpec,
+    text: &TextField,
+    format: Format,
+) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    match (&content.url_template, &content.mirror_dir) {
+        (Some(_), Some(_)) => problems.push((
+            "",
+            "set either url_template or mirror_dir, not both".to_string(),
+        )),
+        (Some(template), None) if !template.contains("{blob_id}") => problems.push((
+            ".url_template",
+            format!("must contain {{blob_id}}, got {template:?}"),
+        )),
+        (None, Some(dir)) if dir.trim().is_empty() => {
+            problems.push((".mirror_dir", "is empty".to_string()))
+        }
+        _ => {}
+    }
+    if content.concurrency == 0 || content.concurrency > MAX_CONTENT_CONCURRENCY {
+        problems.push((
+            ".concurrency",
+            format!(
+                "must be between 1 and {MAX_CONTENT_CONCURRENCY}, got {}",
+                content.concurrency
+            ),
+        ));
+    }
+    if content.encoding_field.is_empty() {
+        problems.push((".encoding_field", "must name a field".to_string()));
+    }
+    if !matches!(text, TextField::Join(_)) {
+        problems.push((
+            "",
+            "needs text = { list = \"files\", field = \"blob_id\" }: the list of files and their id field"
+                .to_string(),
+        ));
+    }
+    if format != Format::Parquet {
+        problems.push(("", "needs format = \"parquet\"".to_string()));
+    }
+    problems
 }
 
 /// `source.2.weights` (serde_ignored's path) → `source[2].weights`.

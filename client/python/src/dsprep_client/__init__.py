@@ -1,0 +1,54 @@
+"""Python trainer client of dsprep: `Client` speaks wire protocol v1 to `dsprep serve` (one rank),
+`PackedDataset` reads a `dsprep pack` directory with the same batch API, and
+`DsprepIterableDataset` wraps either for torch (imported lazily: torch is optional).
+"""
+
+from typing import Any
+
+from .batch import Batch
+from .client import Client
+from .errors import (
+    ConfigError,
+    DaemonFailed,
+    DaemonGone,
+    DsprepError,
+    LayoutMismatch,
+    Malformed,
+    ProtocolError,
+    RecipeMismatch,
+    ShuttingDown,
+    StatusError,
+    StepAhead,
+    StepGone,
+    UnsupportedVersion,
+)
+from .packed import PackedDataset, PackedFormatError
+
+__all__ = [
+    "Batch",
+    "Client",
+    "ConfigError",
+    "DaemonFailed",
+    "DaemonGone",
+    "DsprepError",
+    "DsprepIterableDataset",
+    "LayoutMismatch",
+    "Malformed",
+    "PackedDataset",
+    "PackedFormatError",
+    "ProtocolError",
+    "RecipeMismatch",
+    "ShuttingDown",
+    "StatusError",
+    "StepAhead",
+    "StepGone",
+    "UnsupportedVersion",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DsprepIterableDataset":  # imports torch, only when asked for
+        from .torch_dataset import DsprepIterableDataset
+
+        return DsprepIterableDataset
+    raise AttributeError(f"module 'dsprep_client' has no attribute {name!r}")

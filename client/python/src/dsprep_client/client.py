@@ -1,0 +1,190 @@
+"""One trainer rank's connection to `dsprep serve`: `next_batch()` / `batch_at(step)` over a
+ZeroMQ DEALER socket, with a timeout per attempt, reconnect, and the 20 ms step-ahead retry of
+the Rust client (client/src/served.rs). Batches are numpy views of the received frames.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import zmq
+
+from .batch import Batch
+from .errors import ConfigError, DaemonGone, StepAhead
+from .protocol import UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
+
+#: How often a rank that is ahead of the others asks again.
+AHEAD_RETRY_S = 0.020
+
+
+def layout_from_env(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """Rank and world size: as given, else `RANK`/`WORLD_SIZE` (as torchrun sets them), else 0 of 1."""
+
+    def read(name: str) -> Optional[int]:
+        value = os.environ.get(name)
+        if value is None:
+            return None
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ConfigError(f"{name}={value!r} is not a whole number") from None
+
+    if rank is None and world_size is None:
+        rank, world_size = read("RANK"), read("WORLD_SIZE")
+        if (rank is None) != (world_size is None):
+            raise ConfigError("set both RANK and WORLD_SIZE, or neither")
+        if rank is None:
+            rank, world_size = 0, 1
+    if rank is None or world_size is None:
+        raise ConfigError("pass both rank= and world_size=, or neither (then RANK/WORLD_SIZE are read)")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is not below world size {world_size}")
+    return rank, world_size
+
+
+def parse_recipe_hash(text: Optional[str]) -> Optional[bytes]:
+    if text is None:
+        return None
+    try:
+        raw = bytes.fromhex(text.strip())
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise ConfigError(f"recipe hash {text!r} is not 64 hex digits")
+    return raw
+
+
+class Client:
+    """A rank of the daemon at `endpoint` (`ipc://PATH` or `tcp://HOST:PORT`).
+
+    `timeout` (seconds) bounds one attempt; after `attempts` attempts without a reply,
+    `DaemonGone` is raised. `recipe_hash` (hex) refuses a daemon serving another recipe.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        recipe_hash: Optional[str] = None,
+        timeout: float = 30.0,
+        attempts: int = 4,
+    ):
+        self.endpoint = endpoint
+        self.rank, self.world_size = layout_from_env(rank, world_size)
+        self._expected_hash = parse_recipe_hash(recipe_hash)
+        self.timeout = float(timeout)
+        self.attempts = max(1, int(attempts))
+        #: The step `next_batch` asks for next.
+        self.next_step = 0
+        #: Learned from the daemon's first reply.
+        self.micro_batch: Optional[int] = None
+        self.seq_len: Optional[int] = None
+        self.num_steps: Optional[int] = None
+        self.served_recipe_hash: Optional[str] = None
+        self._next_request_id = 1
+        # The process-wide context: it outlives every client, so garbage collection never has to
+        # terminate a context whose sockets are still open (that blocks forever).
+        self._context = zmq.Context.instance()
+        self._socket = self._open()
+
+    # -- the batch API (shared with PackedDataset) --------------------------------------------
+
+    @property
+    def recipe_hash(self) -> Optional[str]:
+        """The recipe hash expected, else the one the daemon served, else None."""
+        if self._expected_hash is not None:
+            return self._expected_hash.hex()
+        return self.served_recipe_hash
+
+    def next_batch(self) -> Optional[Batch]:
+        """The next step's batch, or None once the stream has ended (the same step for every rank)."""
+        return self.batch_at(self.next_step)
+
+    def batch_at(self, step: int) -> Optional[Batch]:
+        """The batch of `step`; `next_batch` continues after it.
+
+        A step beyond the daemon's prefetch window (other ranks are slower) is asked for again
+        every 20 ms until `timeout × attempts` has passed; then `StepAhead` is raised.
+        """
+        if step < 0:
+            raise ConfigError(f"step {step} is negative")
+        patience = self.timeout * self.attempts
+        started = time.monotonic()
+        while True:
+            try:
+                batch = self._request(step)
+            except StepAhead:
+                if time.monotonic() - started >= patience:
+                    raise
+                time.sleep(AHEAD_RETRY_S)
+                continue
+            if batch is not None:
+                self.next_step = step + 1
+                self.micro_batch, self.seq_len = batch.micro_batch, batch.seq_len
+                self.served_recipe_hash = batch.recipe_hash
+            return batch
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"next_step": self.next_step, "recipe_hash": self.recipe_hash}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from the saved step; a saved recipe hash must match the daemon's from now on."""
+        self.next_step = int(state["next_step"])
+        if state.get("recipe_hash"):
+            self._expected_hash = parse_recipe_hash(state["recipe_hash"])
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport ------------------------------------------------------------------------------
+
+    def _open(self) -> zmq.Socket:
+        socket = self._context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.connect(self.endpoint)
+        except zmq.ZMQError as e:
+            socket.close(linger=0)
+            raise ConfigError(f"cannot connect to {self.endpoint}: {e}") from e
+        return socket
+
+    def _request(self, step: int) -> Optional[Batch]:
+        started = time.monotonic()
+        for attempt in range(1, self.attempts + 1):
+            request_id = self._next_request_id
+            self._next_request_id += 1
+            frame = encode_request(request_id, self.rank, self.world_size, step, self._expected_hash)
+            self._socket.send(frame)
+            reply = self._wait_reply(request_id)
+            if reply is not None:
+                header, frames = reply
+                if header.num_steps != UNKNOWN_STEPS:
+                    self.num_steps = header.num_steps
+                return decode_reply(frames, header)
+            # No reply in time: the daemon may have restarted; a new socket drops stale replies.
+            if attempt < self.attempts:
+                self._socket.close(linger=0)
+                self._socket = self._open()
+        raise DaemonGone(self.endpoint, time.monotonic() - started, self.attempts)
+
+    def _wait_reply(self, request_id: int) -> Optional[Tuple[ReplyHeader, List[zmq.Frame]]]:
+        """The reply to `request_id` (header and frames), or None when none came within the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not self._socket.poll(max(left_ms, 1), zmq.POLLIN):
+                return None
+            frames = self._socket.recv_multipart(copy=False)
+            header = decode_header(frames[0])
+            if header.request_id == request_id:
+                return header, frames
+            # else: a late reply to a request given up on

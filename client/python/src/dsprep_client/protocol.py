@@ -1,0 +1,131 @@
+"""Wire protocol v1 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
+
+A request is one 64-byte frame. A reply is a 96-byte header, then the token frame and the
+document-boundary frame (ok), nothing (end of data) or one UTF-8 message (an error status, raised
+as its exception class). Token and boundary frames become numpy views without a copy.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from .batch import Batch
+from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
+
+PROTOCOL_VERSION = 1
+REQUEST_MAGIC = b"DSPQ"
+REPLY_MAGIC = b"DSPR"
+REQUEST_LEN = 64
+REPLY_HEADER_LEN = 96
+KIND_BATCH = 1
+STATUS_OK = 0
+STATUS_END_OF_DATA = 1
+#: `num_steps` while the end of the data is not known yet.
+UNKNOWN_STEPS = 2**64 - 1
+
+_REQUEST = struct.Struct("<4sHHQIIQ32s")
+_HEADER = struct.Struct("<4sHHQQIIIIB7s32sQQ")
+assert _REQUEST.size == REQUEST_LEN and _HEADER.size == REPLY_HEADER_LEN
+
+
+class ReplyHeader(NamedTuple):
+    """The first frame of every reply (PROTOCOL.md, "Reply")."""
+
+    status: int
+    request_id: int
+    step: int
+    rank: int
+    world_size: int
+    micro_batch: int
+    window_tokens: int
+    dtype_bytes: int
+    recipe_hash: bytes
+    num_steps: int
+    first_window: int
+
+    def payload_bytes(self) -> int:
+        return self.micro_batch * self.window_tokens * self.dtype_bytes
+
+
+def encode_request(request_id: int, rank: int, world_size: int, step: int, recipe_hash: Optional[bytes] = None) -> bytes:
+    """One batch request; `recipe_hash` (32 bytes) or None to accept the daemon's recipe."""
+    expected = recipe_hash if recipe_hash is not None else bytes(32)
+    if len(expected) != 32:
+        raise ValueError(f"a recipe hash is 32 bytes, got {len(expected)}")
+    return _REQUEST.pack(REQUEST_MAGIC, PROTOCOL_VERSION, KIND_BATCH, request_id, rank, world_size, step, expected)
+
+
+def frame_view(frame: Any) -> memoryview:
+    """The bytes of a received frame (a zmq.Frame from recv(copy=False), or bytes) without copying."""
+    buffer = getattr(frame, "buffer", None)
+    return buffer if buffer is not None else memoryview(frame)
+
+
+def decode_header(frame: Any) -> ReplyHeader:
+    view = frame_view(frame)
+    if len(view) != REPLY_HEADER_LEN:
+        raise ProtocolError(f"reply header is {len(view)} bytes, expected {REPLY_HEADER_LEN}")
+    magic, version, status, *rest = _HEADER.unpack_from(view)
+    if magic != REPLY_MAGIC:
+        raise ProtocolError(f"bad magic bytes {magic!r} in the reply header")
+    if version != PROTOCOL_VERSION:
+        raise UnsupportedVersion(f"the daemon replied in protocol version {version}; this client speaks version {PROTOCOL_VERSION}")
+    request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, _reserved, recipe_hash, num_steps, first_window = rest
+    if status not in (STATUS_OK, STATUS_END_OF_DATA) and status not in STATUS_ERRORS:
+        raise ProtocolError(f"unknown reply status {status}")
+    if status == STATUS_OK and dtype_bytes not in (2, 4):
+        raise ProtocolError(f"dtype of {dtype_bytes} bytes per token is not 2 or 4")
+    return ReplyHeader(status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window)
+
+
+def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) -> Optional[Batch]:
+    """A whole reply: the batch (ok), None (end of data), or the status's exception raised."""
+    header = header if header is not None else decode_header(frames[0])
+    if header.status == STATUS_END_OF_DATA:
+        return None
+    if header.status != STATUS_OK:
+        message = bytes(frame_view(frames[1])).decode("utf-8", "replace") if len(frames) > 1 else ""
+        raise STATUS_ERRORS[header.status](message, header)
+    if len(frames) != 3:
+        raise ProtocolError(f"an ok reply has 3 frames, got {len(frames)}")
+    tokens_view, docs_view = frame_view(frames[1]), frame_view(frames[2])
+    if len(tokens_view) != header.payload_bytes():
+        raise ProtocolError(f"token frame is {len(tokens_view)} bytes, the header says {header.payload_bytes()}")
+    dtype = np.dtype("<u2") if header.dtype_bytes == 2 else np.dtype("<u4")
+    tokens = np.frombuffer(tokens_view, dtype=dtype).reshape(header.micro_batch, header.window_tokens)
+    tokens.flags.writeable = False  # a view of the received frame: the same bytes the daemon sent
+    doc_starts = decode_doc_starts(docs_view, header.micro_batch, header.window_tokens)
+    num_steps = None if header.num_steps == UNKNOWN_STEPS else header.num_steps
+    return Batch(
+        step=header.step,
+        rank=header.rank,
+        world_size=header.world_size,
+        first_window=header.first_window,
+        tokens=tokens,
+        doc_starts=doc_starts,
+        num_steps=num_steps,
+        recipe_hash=header.recipe_hash.hex(),
+    )
+
+
+def decode_doc_starts(view: memoryview, rows: int, window_tokens: int) -> list:
+    """The document-boundary frame: `rows + 1` u32 offsets, then the starts; checked, then one
+    `uint32` view per row (no copy)."""
+    if len(view) % 4 != 0 or len(view) < 4 * (rows + 1):
+        raise ProtocolError("document-boundary frame: too short or not whole u32s")
+    words = np.frombuffer(view, dtype="<u4")
+    words.flags.writeable = False
+    offsets, starts = words[: rows + 1].astype(np.int64), words[rows + 1 :]
+    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != len(starts):
+        raise ProtocolError("document-boundary frame: offsets are not a valid index of the starts")
+    out = []
+    for i in range(rows):
+        row = starts[offsets[i] : offsets[i + 1]]
+        if np.any(np.diff(row.astype(np.int64)) <= 0) or np.any(row >= window_tokens):
+            raise ProtocolError(f"document-boundary frame: row {i}'s starts are not increasing offsets inside the window")
+        out.append(row)
+    return out

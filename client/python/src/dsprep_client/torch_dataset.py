@@ -1,0 +1,88 @@
+"""A torch `IterableDataset` over this rank's batches, served (`ipc://`/`tcp://` endpoint) or
+packed (a directory), yielding dicts of torch tensors. torch is imported only when this module
+is, so the rest of the package works without it.
+
+`state_dict()` / `load_state_dict()` hold the next step and the recipe hash, which is the
+protocol torchdata's `StatefulDataLoader` calls on a dataset. Use it with `batch_size=None`
+(every item already is this rank's micro batch) and `num_workers=0`: the daemon already does
+the loading, and worker processes would each replay the same steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Optional, Union
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .batch import Batch
+from .client import Client
+from .errors import ConfigError
+from .packed import PackedDataset
+
+Source = Union[Client, PackedDataset]
+
+
+def to_tensors(batch: Batch) -> Dict[str, Any]:
+    """A batch as torch tensors: ids, labels and positions as int64 `[micro_batch, seq_len]`,
+    `cu_seqlens` per row and `cu_seqlens_flat` (int32), `step` as an int."""
+    as_long = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+    return {
+        "input_ids": as_long(batch.input_ids),
+        "labels": as_long(batch.labels),
+        "position_ids": torch.from_numpy(batch.position_ids),
+        "cu_seqlens": [torch.from_numpy(cu) for cu in batch.cu_seqlens],
+        "cu_seqlens_flat": torch.from_numpy(batch.cu_seqlens_flat),
+        "step": batch.step,
+    }
+
+
+class DsprepIterableDataset(IterableDataset):
+    """This rank's batches from `source`: an endpoint string (then `Client(source, **kwargs)`
+    connects lazily, in the process that iterates), a packed directory path
+    (`PackedDataset(source, **kwargs)`), or a ready `Client`/`PackedDataset`."""
+
+    def __init__(self, source: Union[str, Source], **kwargs: Any):
+        super().__init__()
+        self._spec = source
+        self._kwargs = kwargs
+        self._source: Optional[Source] = source if isinstance(source, (Client, PackedDataset)) else None
+        self._state: Dict[str, Any] = {"next_step": 0, "recipe_hash": None}
+
+    def source(self) -> Source:
+        if self._source is None:
+            spec = str(self._spec)
+            if spec.startswith(("ipc://", "tcp://", "inproc://")):
+                self._source = Client(spec, **self._kwargs)
+            else:
+                self._source = PackedDataset(spec, **self._kwargs)
+            self._source.load_state_dict(self._state)
+        return self._source
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        info = get_worker_info()
+        if info is not None and info.num_workers > 1:
+            raise ConfigError(
+                f"DsprepIterableDataset under {info.num_workers} DataLoader workers would serve every batch "
+                f"{info.num_workers} times: use num_workers=0 (the daemon already does the loading)"
+            )
+        source = self.source()
+        while True:
+            batch = source.next_batch()
+            if batch is None:
+                return
+            self._state = source.state_dict()
+            yield to_tensors(batch)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The next step to yield and the recipe hash of what was yielded."""
+        if self._source is not None:
+            self._state = self._source.state_dict()
+        return dict(self._state)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from the saved step; a different recipe is refused (`RecipeMismatch`)."""
+        self._state = {"next_step": int(state["next_step"]), "recipe_hash": state.get("recipe_hash")}
+        if self._source is not None:
+            self._source.load_state_dict(self._state)

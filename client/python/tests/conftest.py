@@ -1,0 +1,143 @@
+"""Fixtures for the Python client's tests: the real `dsprep` binary (`DSPREP_BIN`, default
+`<repo>/target/debug/dsprep`), a `dsprep serve` process on an ipc socket in a temp dir, and the
+quickstart packed once per session by `dsprep pack`. No mocks: real processes, real sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+QUICKSTART = REPO / "config" / "quickstart.toml"
+
+
+def dsprep_bin() -> Path:
+    path = Path(os.environ.get("DSPREP_BIN", REPO / "target" / "debug" / "dsprep"))
+    if not path.is_file():
+        pytest.fail(
+            f"the dsprep binary is missing at {path}: build it with `cargo build -p dsprep` "
+            "(or point DSPREP_BIN at one); these tests run the real daemon",
+            pytrace=False,
+        )
+    return path
+
+
+class Daemon:
+    """`dsprep serve` on `ipc://<dir>/d.sock`, ready once it logs that it serves; stopped by `stop()`."""
+
+    def __init__(self, tmp: Path, recipe: Path, world_size: int, micro_batch: int, prefetch: int = 4, metrics: bool = False):
+        self.endpoint = f"ipc://{tmp / 'd.sock'}"
+        args = [str(dsprep_bin()), "serve", "--recipe", str(recipe), "--endpoint", self.endpoint]
+        args += ["--world-size", str(world_size), "--micro-batch", str(micro_batch), "--prefetch", str(prefetch)]
+        args += ["--metrics", "127.0.0.1:0" if metrics else "off"]
+        env = dict(os.environ, DSPREP_LOG="info")
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+        self.log: List[str] = []
+        self._ready = threading.Event()
+        threading.Thread(target=self._read_log, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not self._ready.wait(0.05):
+            if self.process.poll() is not None:
+                time.sleep(0.1)
+                raise RuntimeError(f"dsprep serve exited with {self.process.returncode}:\n" + "\n".join(self.log))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("dsprep serve did not get ready in 30 s:\n" + "\n".join(self.log))
+        found = [re.search(r"metrics on (http://\S+)", line) for line in self.log]
+        self.metrics_url: Optional[str] = next((m.group(1) for m in found if m), None)
+
+    def _read_log(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.log.append(line.rstrip("\n"))
+            if "serving recipe" in line:
+                self._ready.set()
+
+    def metric(self, series: str) -> float:
+        """One series' value from `/metrics`, e.g. `dsprep_replies_total{status="step_ahead"}`."""
+        assert self.metrics_url, "started without metrics"
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            body = response.read().decode()
+        for line in body.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        raise KeyError(f"{series} not in:\n{body}")
+
+    def stop(self) -> None:
+        """SIGTERM (the daemon shuts down cleanly and removes its socket file), SIGKILL after 5 s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def daemon_factory(tmp_path):
+    started: List[Daemon] = []
+
+    def start(recipe: Path = QUICKSTART, world_size: int = 1, micro_batch: int = 1, prefetch: int = 4, metrics: bool = False, in_dir: Optional[Path] = None) -> Daemon:
+        where = in_dir or tmp_path / f"daemon{len(started)}"
+        where.mkdir(exist_ok=True)
+        d = Daemon(where, recipe, world_size, micro_batch, prefetch, metrics)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+@pytest.fixture(scope="session")
+def packed_dir(tmp_path_factory) -> Path:
+    """The quickstart packed by `dsprep pack`: what every rank must be served."""
+    out = tmp_path_factory.mktemp("pack") / "packed"
+    done = subprocess.run(
+        [str(dsprep_bin()), "pack", "--recipe", str(QUICKSTART), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+class RawWindows:
+    """The packed windows read straight from the files with plain numpy (no dsprep_client code),
+    the reference every served or packed batch is compared with."""
+
+    def __init__(self, packed: Path):
+        import json
+
+        m = json.loads((packed / "manifest.json").read_text())
+        dtype = "<u2" if m["dtype"] == "u16" else "<u4"
+        self.window_tokens = m["window_tokens"]
+        self.tokens = np.concatenate([np.fromfile(packed / s["file"], dtype=dtype) for s in m["shards"]]).reshape(-1, self.window_tokens)
+        self.starts = np.fromfile(packed / "doc_starts.u32", dtype="<u4")
+        self.offsets = np.fromfile(packed / "doc_starts_offsets.u64", dtype="<u8")
+        self.recipe_hash = m["recipe_hash"]
+        self.num_windows = m["num_windows"]
+
+    def doc_starts(self, window: int) -> np.ndarray:
+        return self.starts[self.offsets[window] : self.offsets[window + 1]]
+
+    def rank_windows(self, step: int, rank: int, world_size: int, micro_batch: int) -> range:
+        first = (step * world_size + rank) * micro_batch
+        return range(first, first + micro_batch)
+
+
+@pytest.fixture(scope="session")
+def raw(packed_dir) -> RawWindows:
+    return RawWindows(packed_dir)

@@ -1,0 +1,76 @@
+//! `dsprep plan`: what a recipe would read, without reading it. Resolves every Hub revision to
+//! its commit, lists every source's shards in reading order with their sizes, downloads nothing
+//! (a Hub shard's size and checksum come from the listing).
+
+use crate::pack::{build_mixer, load_recipe};
+use crate::sources::Shard;
+use anyhow::Context;
+use std::fmt::Write;
+use std::path::Path;
+
+/// The plan as text, one line per shard.
+pub fn plan(recipe_path: &Path) -> anyhow::Result<String> {
+    let loaded = load_recipe(recipe_path)?;
+    let recipe = &loaded.recipe;
+    let mixer =
+        build_mixer(&loaded).with_context(|| format!("recipe {}", recipe_path.display()))?;
+    let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
+    let mut out = String::new();
+    let mut all_shards = 0usize;
+    let mut all_bytes = 0u64;
+    let _ = writeln!(out, "recipe {} ({})", recipe_path.display(), recipe.hash());
+    for input in mixer.inputs() {
+        let shards = input.source.shard_list();
+        let mut lines = String::new();
+        let mut bytes = 0u64;
+        for (i, shard) in shards.iter().enumerate() {
+            let (size, detail) = match shard {
+                Shard::Local(path) => {
+                    let size = std::fs::metadata(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?
+                        .len();
+                    (size, String::new())
+                }
+                Shard::Hub(file) => (
+                    file.size,
+                    match (&file.sha256, &file.oid) {
+                        (Some(sha256), _) => format!("  sha256 {sha256}"),
+                        (None, Some(oid)) => format!("  etag {oid}"),
+                        (None, None) => String::new(),
+                    },
+                ),
+            };
+            bytes += size;
+            let _ = writeln!(
+                lines,
+                "  {i:>4}  {}  {size} bytes{detail}",
+                shard.display_path().display()
+            );
+        }
+        let share = if total_weight > 0.0 {
+            100.0 * input.weight / total_weight
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "source {:?}: weight {} ({share:.1} % of documents), {} shards, {bytes} bytes{}",
+            input.name,
+            input.weight,
+            shards.len(),
+            if input.weight > 0.0 {
+                ""
+            } else {
+                " (not read)"
+            }
+        );
+        out.push_str(&lines);
+        all_shards += shards.len();
+        all_bytes += bytes;
+    }
+    let _ = writeln!(
+        out,
+        "{all_shards} shards, {all_bytes} bytes; nothing was downloaded"
+    );
+    Ok(out)
+}

@@ -1,0 +1,273 @@
+//! The producer thread: runs the pipeline, cuts windows into global steps for the store, and
+//! writes checkpoints. On resume it restores the pipeline from the newest checkpoint at or below
+//! the step the trainers ask for, recomputes the windows in between and drops them, so the first
+//! step it stores is exactly what an uninterrupted daemon would have served.
+
+use super::metrics::Metrics;
+use super::store::{StepData, StepStore};
+use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
+use crate::pack::pipeline::{self, PipelineConfig};
+use crate::pack::{LoadedRecipe, Locator};
+use crate::sources::LocalSource;
+use anyhow::{Context, anyhow};
+use dsprep_client::format::Dtype;
+use dsprep_mixers::checkpoint::PipelineState;
+use dsprep_mixers::{DocStream, PackedWindow, Packer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Checkpointing of a daemon with a state directory.
+pub struct Checkpointing {
+    pub dir: CheckpointDir,
+    pub run: RunIdentity,
+    /// Ask for a checkpoint every this many steps produced.
+    pub every: u64,
+}
+
+/// Where production starts: the step to store first, and the checkpoint to get there from.
+pub struct Start {
+    pub step: u64,
+    pub resume: Option<crate::checkpoint::Loaded>,
+}
+
+/// How production ended.
+pub enum Ended {
+    /// The data ended after this many steps.
+    EndOfData(u64),
+    /// The store was shut down.
+    Stopped,
+}
+
+pub struct Producer<'a> {
+    pub loaded: &'a LoadedRecipe,
+    pub store: &'a StepStore,
+    pub metrics: &'a Metrics,
+    pub config: PipelineConfig,
+    pub global_batch: u64,
+    pub dtype: Dtype,
+    pub wake: &'a zmq::Socket,
+    pub checkpoints: Option<Checkpointing>,
+}
+
+/// Collects windows into global steps, dropping those below the first step to store.
+struct StepAssembler {
+    global_batch: u64,
+    dtype: Dtype,
+    /// Index of the next window the packer emits.
+    next_window: u64,
+    /// Windows below this index are recomputed only to get past them (fast-forward).
+    keep_from: u64,
+    current: StepData,
+}
+
+impl StepAssembler {
+    fn add(&mut self, window: PackedWindow) -> Option<StepData> {
+        let index = self.next_window;
+        self.next_window += 1;
+        if index < self.keep_from {
+            return None;
+        }
+        let step = &mut self.current;
+        match self.dtype {
+            Dtype::U16 => step
+                .tokens
+                .extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
+            Dtype::U32 => step
+                .tokens
+                .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
+        }
+        step.doc_starts.push(window.doc_starts);
+        if step.doc_starts.len() as u64 == self.global_batch {
+            let next = StepData {
+                step: step.step + 1,
+                tokens: Vec::with_capacity(step.tokens.len()),
+                doc_starts: Vec::with_capacity(self.global_batch as usize),
+            };
+            return Some(std::mem::replace(step, next));
+        }
+        None
+    }
+}
+
+impl Producer<'_> {
+    /// Run from `start` to the end of the data or a shutdown.
+    pub fn run(
+        mut self,
+        mut stream: DocStream<LocalSource>,
+        start: Start,
+    ) -> anyhow::Result<Ended> {
+        let recipe = &self.loaded.recipe;
+        let window_tokens = recipe.packing.window_tokens();
+        let mut packer = Packer::new(window_tokens);
+        if let Some(resume) = start.resume {
+            let began = Instant::now();
+            stream
+                .restore(&resume.state.stream)
+                .with_context(|| format!("resume from {}", resume.path.display()))?;
+            packer = Packer::from_state(window_tokens, resume.state.packer).ok_or_else(|| {
+                anyhow!(
+                    "resume from {}: the packer state does not fit windows of {window_tokens} \
+                     tokens",
+                    resume.path.display()
+                )
+            })?;
+            tracing::info!(
+                "resuming from checkpoint {} (step {}, {} documents in, {} buffered) in {:.2} s; \
+                 fast-forwarding {} windows to step {}",
+                resume.path.display(),
+                resume.meta.step,
+                resume.state.stream.emitted,
+                resume.state.stream.buffered.len(),
+                began.elapsed().as_secs_f64(),
+                (start.step * self.global_batch).saturating_sub(resume.meta.windows),
+                start.step
+            );
+        } else if start.step > 0 {
+            tracing::warn!(
+                "no checkpoint at or below step {}: recomputing the stream from its start",
+                start.step
+            );
+        }
+        self.store.place(start.step);
+        let mut steps = StepAssembler {
+            global_batch: self.global_batch,
+            dtype: self.dtype,
+            next_window: packer.windows_emitted(),
+            keep_from: start.step * self.global_batch,
+            current: StepData {
+                step: start.step,
+                tokens: Vec::new(),
+                doc_starts: Vec::new(),
+            },
+        };
+        let snapshot = Arc::new(AtomicBool::new(false));
+        if self.checkpoints.is_some() {
+            self.config.snapshot = Some(Arc::clone(&snapshot));
+        }
+        let mut kept = Snapshots {
+            held: Default::default(),
+            written: start.step,
+        };
+        let locator = Locator::new(stream.mixer());
+        let locate = |pos: &dsprep_mixers::DocPos| locator.locate(pos);
+        let mut stopped = false;
+        let mut windows = Vec::new();
+        let result = pipeline::run(stream, &self.loaded.stage, &self.config, &locate, |chunk| {
+            let mut at = 0usize;
+            for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
+                let len = len as usize;
+                packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
+                at += len;
+                self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
+                self.metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);
+            }
+            for window in windows.drain(..) {
+                let Some(done) = steps.add(window) else {
+                    continue;
+                };
+                if self.store.push(done).is_err() {
+                    stopped = true;
+                    break;
+                }
+                let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
+                // One snapshot per step at most: the reader attaches it to the next chunk.
+                snapshot.store(true, Ordering::Release);
+            }
+            let Some(c) = &self.checkpoints else {
+                return if stopped {
+                    Err(anyhow!("stopped"))
+                } else {
+                    Ok(())
+                };
+            };
+            if let Some(state) = chunk.state {
+                kept.add(c, *state, &packer);
+            }
+            kept.checkpoint(c, self.store.slowest(), stopped)?;
+            if stopped {
+                return Err(anyhow!("stopped"));
+            }
+            Ok(())
+        });
+        match result {
+            Ok(_) if stopped => Ok(Ended::Stopped),
+            Ok(_) => {
+                if !steps.current.doc_starts.is_empty() {
+                    tracing::info!(
+                        windows = steps.current.doc_starts.len(),
+                        "the last, incomplete global batch is not served (every rank gets the \
+                         same steps)"
+                    );
+                }
+                Ok(Ended::EndOfData(steps.current.step))
+            }
+            Err(_) if stopped => Ok(Ended::Stopped),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Snapshots taken since the slowest rank's position, in memory, newest last. A checkpoint is
+/// useful only at or below the step a trainer will resume from, and trainers are behind the
+/// pipeline (by up to `prefetch` steps, and the chunks in flight): so checkpoints are written from
+/// the newest snapshot at or below the slowest rank, every `every` steps and on shutdown.
+/// At most one snapshot per step is taken, so this holds about `prefetch + 2` of them.
+struct Snapshots {
+    held: std::collections::VecDeque<(CheckpointMeta, PipelineState)>,
+    /// The step of the last checkpoint written (or where this run started).
+    written: u64,
+}
+
+impl Snapshots {
+    fn add(&mut self, c: &Checkpointing, stream: dsprep_mixers::StreamState, packer: &Packer) {
+        let meta = c.run.meta(packer.windows_emitted());
+        tracing::debug!(step = meta.step, held = self.held.len(), "snapshot taken");
+        if self.held.back().is_some_and(|(m, _)| m.step == meta.step) {
+            self.held.pop_back(); // the newer one is as good and more recent
+        }
+        self.held.push_back((
+            meta,
+            PipelineState {
+                stream,
+                packer: packer.state(),
+            },
+        ));
+    }
+
+    /// Drop what the slowest rank has passed, and write the newest snapshot it has reached if
+    /// `every` steps have passed since the last checkpoint (or `now`, on shutdown).
+    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, now: bool) -> anyhow::Result<()> {
+        let reached = self.held.iter().rposition(|(m, _)| m.step <= slowest);
+        let Some(reached) = reached else {
+            return Ok(());
+        };
+        self.held.drain(..reached);
+        let step = self.held[0].0.step;
+        let due = step > self.written && (now || step >= self.written + c.every);
+        if due {
+            let (meta, state) = &self.held[0];
+            write_checkpoint(c, meta, state)?;
+            self.written = step;
+        }
+        Ok(())
+    }
+}
+
+fn write_checkpoint(
+    c: &Checkpointing,
+    meta: &CheckpointMeta,
+    state: &PipelineState,
+) -> anyhow::Result<()> {
+    let began = Instant::now();
+    let path = c.dir.write(meta, state)?;
+    tracing::info!(
+        "checkpoint {} written: step {}, {} documents in, {} buffered, {:.1} ms",
+        path.display(),
+        meta.step,
+        state.stream.emitted,
+        state.stream.buffered.len(),
+        began.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
+}

@@ -1,0 +1,334 @@
+//! Parquet shards on the Hub, read by HTTP range: the footer first (one request for its last
+//! 64 KiB, a second only if the metadata is larger), then, row group after row group, only the
+//! column chunks of the projected leaves (coalesced into one request per row group when close).
+//!
+//! The decoding is parquet's async reader over [`HubReader`] (an `AsyncFileReader`), polled with
+//! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. A prefetch
+//! task fetches the next `readahead` row groups into a bounded channel, whole or not at all
+//! (each range is re-fetched until complete), so the tokenizer does not wait on the network.
+
+use super::parquet::{BatchSource, projection};
+use super::{ShardError, hub_error};
+use crate::hub::{Download, HubClient, HubError, RangeBytes};
+use arrow_array::RecordBatch;
+use bytes::{Bytes, BytesMut};
+use dsprep_mixers::recipe::SourceSpec;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::{
+    AsyncFileReader, ParquetRecordBatchStream, ParquetRecordBatchStreamBuilder,
+};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// Bytes read from the end of a file in the first footer request.
+const FOOTER_HINT_BYTES: u64 = 64 << 10;
+/// Column chunks closer than this are fetched in one request (the gap is read and dropped).
+const COALESCE_GAP_BYTES: u64 = 256 << 10;
+/// Row-group fetches in flight at once per shard (the channel holds `readahead` more).
+const FETCHES_IN_FLIGHT: usize = 2;
+
+type Prefetched = Result<Vec<RangeBytes>, HubError>;
+
+/// `AsyncFileReader` over one Hub file: serves ranges from the prefetched row groups, and
+/// fetches anything else directly.
+pub(crate) struct HubReader {
+    download: Arc<Download>,
+    metadata: Option<Arc<ParquetMetaData>>,
+    prefetched: Option<mpsc::Receiver<Prefetched>>,
+    /// The prefetched buffers of the row group being decoded.
+    current: Vec<RangeBytes>,
+}
+
+impl HubReader {
+    fn lookup(&self, range: &Range<u64>) -> Option<Bytes> {
+        self.current.iter().find_map(|b| {
+            let end = b.start + b.bytes.len() as u64;
+            (b.start <= range.start && range.end <= end).then(|| {
+                b.bytes
+                    .slice((range.start - b.start) as usize..(range.end - b.start) as usize)
+            })
+        })
+    }
+}
+
+fn external(error: HubError) -> ParquetError {
+    ParquetError::External(Box::new(error))
+}
+
+impl AsyncFileReader for HubReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            if let Some(bytes) = self.lookup(&range) {
+                return Ok(bytes);
+            }
+            self.download.range(range).await.map_err(external)
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            loop {
+                let served: Option<Vec<Bytes>> = ranges.iter().map(|r| self.lookup(r)).collect();
+                if let Some(served) = served {
+                    return Ok(served);
+                }
+                let Some(prefetched) = self.prefetched.as_mut() else {
+                    break;
+                };
+                match prefetched.recv().await {
+                    Some(Ok(buffers)) => self.current = buffers,
+                    Some(Err(error)) => return Err(external(error)),
+                    None => self.prefetched = None,
+                }
+            }
+            // Not planned ahead (never expected): fetch it now, coalesced.
+            let buffers = fetch_coalesced(&self.download, ranges.clone(), None)
+                .await
+                .map_err(external)?;
+            self.current = buffers;
+            ranges
+                .iter()
+                .map(|r| {
+                    self.lookup(r)
+                        .ok_or_else(|| ParquetError::General("a fetched range went missing".into()))
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            if let Some(metadata) = &self.metadata {
+                return Ok(metadata.clone());
+            }
+            let size = self.download.file().size;
+            let metadata = ParquetMetaDataReader::new()
+                .with_prefetch_hint(Some(FOOTER_HINT_BYTES as usize))
+                .load_and_finish(&mut *self, size)
+                .await?;
+            let metadata = Arc::new(metadata);
+            self.metadata = Some(metadata.clone());
+            Ok(metadata)
+        }
+        .boxed()
+    }
+}
+
+/// Fetch `ranges` (sorted or not), merging those closer than [`COALESCE_GAP_BYTES`]. Ranges
+/// inside `held` (the footer read, which is the whole of a small file) cost no request.
+async fn fetch_coalesced(
+    download: &Download,
+    mut ranges: Vec<Range<u64>>,
+    held: Option<&RangeBytes>,
+) -> Result<Vec<RangeBytes>, HubError> {
+    if let Some(held) = held {
+        let end = held.start + held.bytes.len() as u64;
+        if ranges.iter().all(|r| held.start <= r.start && r.end <= end) {
+            return Ok(vec![held.clone()]);
+        }
+    }
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::new();
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last) if range.start <= last.end + COALESCE_GAP_BYTES => {
+                last.end = last.end.max(range.end)
+            }
+            _ => merged.push(range),
+        }
+    }
+    let mut out = Vec::with_capacity(merged.len());
+    for range in merged {
+        let bytes = download.range(range.clone()).await?;
+        out.push(RangeBytes {
+            start: range.start,
+            bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// The footer: the last 64 KiB (or the whole small file), then the rest of the metadata if it
+/// is longer. Decoded off the runtime, on the blocking pool. Also returns the tail read.
+async fn load_metadata(download: &Download) -> Result<(ArrowReaderMetadata, RangeBytes), String> {
+    let size = download.file().size;
+    if size < 12 {
+        return Err(format!("not a parquet file ({size} bytes)"));
+    }
+    let first = size.saturating_sub(FOOTER_HINT_BYTES);
+    let tail = download
+        .range(first..size)
+        .await
+        .map_err(|e| e.to_string())?;
+    let n = tail.len();
+    if &tail[n - 4..] != b"PAR1" {
+        return Err("not a parquet file (it does not end with PAR1)".into());
+    }
+    let metadata_len =
+        u32::from_le_bytes([tail[n - 8], tail[n - 7], tail[n - 6], tail[n - 5]]) as u64;
+    let footer_start = size.checked_sub(8 + metadata_len).ok_or_else(|| {
+        format!("corrupt footer: metadata of {metadata_len} bytes in a {size}-byte file")
+    })?;
+    let footer = if footer_start >= first {
+        tail.slice((footer_start - first) as usize..n - 8)
+    } else {
+        let head = download
+            .range(footer_start..first)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut whole = BytesMut::with_capacity((metadata_len + 8) as usize);
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(&tail[..n - 8]);
+        whole.freeze()
+    };
+    let metadata = tokio::task::spawn_blocking(move || {
+        let metadata = ParquetMetaDataReader::decode_metadata(&footer)
+            .map_err(|e| format!("not a readable parquet file: {e}"))?;
+        ArrowReaderMetadata::try_new(Arc::new(metadata), ArrowReaderOptions::new())
+            .map_err(|e| format!("not a readable parquet file: {e}"))
+    })
+    .await
+    .map_err(|e| format!("the footer decoder stopped: {e}"))??;
+    Ok((
+        metadata,
+        RangeBytes {
+            start: first,
+            bytes: tail,
+        },
+    ))
+}
+
+/// For each row group, the byte ranges of the projected leaves' column chunks.
+fn plan(metadata: &ParquetMetaData, mask: &ProjectionMask) -> Vec<Vec<Range<u64>>> {
+    metadata
+        .row_groups()
+        .iter()
+        .map(|rg| {
+            (0..rg.num_columns())
+                .filter(|&leaf| mask.leaf_included(leaf))
+                .map(|leaf| {
+                    let (start, len) = rg.column(leaf).byte_range();
+                    start..start + len
+                })
+                .collect()
+        })
+        .collect()
+}
+
+type Stream = ParquetRecordBatchStream<HubReader>;
+
+/// Open a Hub shard in the background: footer, projection, then the prefetch task. The stream
+/// comes back through `opened` once the footer is read.
+async fn open(
+    download: Arc<Download>,
+    spec: SourceSpec,
+    readahead: usize,
+    batch_rows: usize,
+) -> Result<Stream, String> {
+    let (metadata, tail) = load_metadata(&download).await?;
+    let mask = projection(metadata.schema(), metadata.parquet_schema(), &spec)?;
+    let plan = plan(metadata.metadata(), &mask);
+    let (tx, rx) = mpsc::channel::<Prefetched>(readahead);
+    let fetcher = download.clone();
+    tokio::spawn(async move {
+        let mut fetches = futures_util::stream::iter(plan)
+            .map(|ranges| {
+                let (download, tail) = (fetcher.clone(), tail.clone());
+                async move { fetch_coalesced(&download, ranges, Some(&tail)).await }
+            })
+            .buffered(FETCHES_IN_FLIGHT);
+        while let Some(result) = fetches.next().await {
+            let failed = result.is_err();
+            if tx.send(result).await.is_err() || failed {
+                return; // the shard was dropped, or its error is delivered
+            }
+        }
+    });
+    let reader = HubReader {
+        download,
+        metadata: Some(metadata.metadata().clone()),
+        prefetched: Some(rx),
+        current: Vec::new(),
+    };
+    ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
+        .with_projection(mask)
+        .with_batch_size(batch_rows)
+        .build()
+        .map_err(|e| format!("cannot read: {e}"))
+}
+
+enum State {
+    Opening(oneshot::Receiver<Result<Stream, String>>),
+    Open(Box<Stream>),
+}
+
+/// Batches of a Hub parquet shard; opening starts at once in the background.
+pub(crate) struct HubBatches {
+    label: PathBuf,
+    client: Arc<HubClient>,
+    state: State,
+}
+
+impl HubBatches {
+    pub(crate) fn start(
+        client: Arc<HubClient>,
+        download: Arc<Download>,
+        spec: &SourceSpec,
+        batch_rows: usize,
+    ) -> HubBatches {
+        let label = PathBuf::from(download.file().location());
+        let (tx, rx) = oneshot::channel();
+        let readahead = client.config().readahead_row_groups;
+        let spec = spec.clone();
+        client.spawn(async move {
+            let _ = tx.send(open(download, spec, readahead, batch_rows).await);
+        });
+        HubBatches {
+            label,
+            client,
+            state: State::Opening(rx),
+        }
+    }
+}
+
+impl BatchSource for HubBatches {
+    fn next_batch(&mut self, next_row: u64) -> Result<Option<RecordBatch>, ShardError> {
+        if let State::Opening(rx) = &mut self.state {
+            let opened = self
+                .client
+                .block_on(rx)
+                .map_err(|_| ShardError::new(&self.label, None, "the opening task stopped"))?;
+            let stream = opened.map_err(|message| ShardError::new(&self.label, None, message))?;
+            self.state = State::Open(Box::new(stream));
+        }
+        let State::Open(stream) = &mut self.state else {
+            unreachable!("opened above");
+        };
+        let next = self.client.block_on(stream.next());
+        next.transpose().map_err(|e| {
+            let message = match e {
+                ParquetError::External(inner) => match inner.downcast::<HubError>() {
+                    Ok(hub) => hub_error(*hub),
+                    Err(other) => format!("cannot decode: {other}"),
+                },
+                other => format!("cannot decode: {other}"),
+            };
+            ShardError::new(&self.label, Some(format!("row {next_row}")), message)
+        })
+    }
+}

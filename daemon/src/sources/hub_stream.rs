@@ -1,0 +1,56 @@
+//! Hub files read front to back (C4's `.json.gz`): a task streams the body into a bounded
+//! channel of chunks, resuming a cut body at the byte it stopped at; the reader thread sees a
+//! plain `Read` and feeds it through gzip into the JSON-lines reader. No shard is downloaded
+//! whole first: at most [`CHUNKS_AHEAD`] chunks wait in memory.
+
+use crate::hub::{Download, HubClient, HubError};
+use bytes::{Buf, Bytes};
+use std::io::{self, Read};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Body chunks buffered ahead of the reader (hyper's chunks are at most a few dozen KiB).
+const CHUNKS_AHEAD: usize = 64;
+
+/// The bytes of one Hub file, in order, as a blocking `Read`.
+pub(crate) struct ChannelRead {
+    chunks: mpsc::Receiver<Result<Bytes, HubError>>,
+    current: Bytes,
+    done: bool,
+}
+
+impl ChannelRead {
+    /// Start streaming `download` now (it fills the channel while earlier shards are read).
+    pub(crate) fn start(client: &HubClient, download: Arc<Download>) -> ChannelRead {
+        let (tx, rx) = mpsc::channel(CHUNKS_AHEAD);
+        client.spawn(download.stream_into(tx));
+        ChannelRead {
+            chunks: rx,
+            current: Bytes::new(),
+            done: false,
+        }
+    }
+}
+
+impl Read for ChannelRead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            if self.done {
+                return Ok(0);
+            }
+            // The reader thread is a plain thread (never a runtime worker): blocking is fine.
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(error)) => {
+                    self.done = true;
+                    return Err(io::Error::other(error));
+                }
+                None => self.done = true,
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current.advance(n);
+        Ok(n)
+    }
+}

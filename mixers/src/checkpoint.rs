@@ -1,0 +1,275 @@
+//! The checkpoint's bytes: the pipeline's whole state (the document stream and the packer) plus a
+//! driver's metadata, in one self-checking blob. Encoding only; writing files is the drivers'.
+//!
+//! ```text
+//! b"DSPCKPT1"                      magic and format version
+//! u32 LE  n, then n bytes          JSON: the driver's metadata and every small state field
+//! u64 LE  n, then n × 18 bytes     buffered documents: source u16, pass u32, shard u32, row u64
+//! u64 LE  n, then n × u32 LE       the packer's pending tokens
+//! u64 LE  n, then n × u32 LE       their document starts
+//! 32 bytes                         sha256 of everything above
+//! ```
+//! Buffered documents are references, never text: a 100k buffer costs 1.8 MB.
+
+use crate::doc::{DocPos, SourceCursor};
+use crate::mixer::MixerState;
+use crate::packer::PackerState;
+use crate::stream::StreamState;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+const MAGIC: &[u8; 8] = b"DSPCKPT1";
+const POS_BYTES: usize = 18;
+
+/// The pipeline's state at a document boundary: what comes next, and the packer's leftover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineState {
+    pub stream: StreamState,
+    pub packer: PackerState,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckpointError {
+    #[error("not a dsprep checkpoint (bad magic)")]
+    Magic,
+    #[error("truncated ({0} bytes)")]
+    Truncated(usize),
+    #[error("checksum mismatch: the file is torn or corrupt")]
+    Checksum,
+    #[error("malformed: {0}")]
+    Malformed(String),
+}
+
+/// The JSON part: small fields of the state, with the driver's metadata beside them.
+#[derive(Serialize, Deserialize)]
+struct Header<M> {
+    meta: M,
+    sources: Vec<SourceCursor>,
+    mixer: MixerState,
+    shuffle_rng_word_pos: u64,
+    draining: bool,
+    emitted: u64,
+    windows_emitted: u64,
+}
+
+pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
+    let stream = &state.stream;
+    let header = Header {
+        meta,
+        sources: stream.sources.clone(),
+        mixer: stream.mixer.clone(),
+        shuffle_rng_word_pos: stream.shuffle_rng_word_pos,
+        draining: stream.draining,
+        emitted: stream.emitted,
+        windows_emitted: state.packer.windows_emitted,
+    };
+    let json = serde_json::to_vec(&header).expect("plain data serializes");
+    let mut out = Vec::with_capacity(
+        64 + json.len() + stream.buffered.len() * POS_BYTES + state.packer.pending.len() * 4,
+    );
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&(stream.buffered.len() as u64).to_le_bytes());
+    for p in &stream.buffered {
+        out.extend_from_slice(&p.source.to_le_bytes());
+        out.extend_from_slice(&p.pass.to_le_bytes());
+        out.extend_from_slice(&p.shard.to_le_bytes());
+        out.extend_from_slice(&p.row.to_le_bytes());
+    }
+    for ids in [&state.packer.pending, &state.packer.pending_starts] {
+        out.extend_from_slice(&(ids.len() as u64).to_le_bytes());
+        out.extend(ids.iter().flat_map(|t| t.to_le_bytes()));
+    }
+    let digest: [u8; 32] = Sha256::digest(&out).into();
+    out.extend_from_slice(&digest);
+    out
+}
+
+pub fn decode<M: for<'de> Deserialize<'de>>(
+    bytes: &[u8],
+) -> Result<(M, PipelineState), CheckpointError> {
+    if bytes.len() < MAGIC.len() + 32 {
+        return Err(CheckpointError::Truncated(bytes.len()));
+    }
+    if &bytes[..MAGIC.len()] != MAGIC {
+        return Err(CheckpointError::Magic);
+    }
+    let (body, digest) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != digest {
+        return Err(CheckpointError::Checksum);
+    }
+    let mut r = Reader {
+        bytes: &body[MAGIC.len()..],
+    };
+    let json_len = u32::from_le_bytes(r.take_array()?) as usize;
+    let header: Header<M> = serde_json::from_slice(r.take(json_len)?)
+        .map_err(|e| CheckpointError::Malformed(format!("header: {e}")))?;
+    let count = r.count(POS_BYTES)?;
+    let mut buffered = Vec::with_capacity(count);
+    for _ in 0..count {
+        buffered.push(DocPos {
+            source: u16::from_le_bytes(r.take_array()?),
+            pass: u32::from_le_bytes(r.take_array()?),
+            shard: u32::from_le_bytes(r.take_array()?),
+            row: u64::from_le_bytes(r.take_array()?),
+        });
+    }
+    let pending = r.u32s()?;
+    let pending_starts = r.u32s()?;
+    if !r.bytes.is_empty() {
+        return Err(CheckpointError::Malformed(format!(
+            "{} bytes after the last section",
+            r.bytes.len()
+        )));
+    }
+    let state = PipelineState {
+        stream: StreamState {
+            sources: header.sources,
+            mixer: header.mixer,
+            shuffle_rng_word_pos: header.shuffle_rng_word_pos,
+            buffered,
+            draining: header.draining,
+            emitted: header.emitted,
+        },
+        packer: PackerState {
+            pending,
+            pending_starts,
+            windows_emitted: header.windows_emitted,
+        },
+    };
+    Ok((header.meta, state))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CheckpointError> {
+        if self.bytes.len() < n {
+            return Err(CheckpointError::Malformed(format!(
+                "a section needs {n} bytes, {} are left",
+                self.bytes.len()
+            )));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn take_array<const N: usize>(&mut self) -> Result<[u8; N], CheckpointError> {
+        Ok(self.take(N)?.try_into().expect("take returns N bytes"))
+    }
+
+    /// A section's item count, checked against the bytes left.
+    fn count(&mut self, item_bytes: usize) -> Result<usize, CheckpointError> {
+        let n = u64::from_le_bytes(self.take_array()?);
+        match usize::try_from(n) {
+            Ok(n)
+                if n.checked_mul(item_bytes)
+                    .is_some_and(|b| b <= self.bytes.len()) =>
+            {
+                Ok(n)
+            }
+            _ => Err(CheckpointError::Malformed(format!(
+                "a section of {n} items does not fit in {} bytes",
+                self.bytes.len()
+            ))),
+        }
+    }
+
+    fn u32s(&mut self) -> Result<Vec<u32>, CheckpointError> {
+        let n = self.count(4)?;
+        Ok(self
+            .take(n * 4)?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("chunks of 4")))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doc::SourceCounters;
+
+    fn state() -> PipelineState {
+        PipelineState {
+            stream: StreamState {
+                sources: vec![SourceCursor {
+                    pass: 1,
+                    shard: 3,
+                    row: 70_000,
+                    counters: SourceCounters {
+                        rows_read: 9,
+                        ..Default::default()
+                    },
+                }],
+                mixer: MixerState {
+                    rng_word_pos: 12,
+                    peeked: vec![Some(DocPos {
+                        source: 0,
+                        pass: 1,
+                        shard: 3,
+                        row: 69_999,
+                    })],
+                    exhausted: vec![true],
+                    emitted: vec![5],
+                    started: true,
+                    done: false,
+                },
+                shuffle_rng_word_pos: 40,
+                buffered: (0..1000)
+                    .map(|i| DocPos {
+                        source: 0,
+                        pass: 1,
+                        shard: i % 7,
+                        row: u64::from(i) * 3,
+                    })
+                    .collect(),
+                draining: false,
+                emitted: 77,
+            },
+            packer: PackerState {
+                pending: vec![1, 2, 3, 50_000],
+                pending_starts: vec![0, 2],
+                windows_emitted: 11,
+            },
+        }
+    }
+
+    #[test]
+    fn round_trips_and_stores_references_compactly() {
+        let bytes = encode(&"meta", &state());
+        let (meta, back): (String, PipelineState) = decode(&bytes).unwrap();
+        assert_eq!(meta, "meta");
+        assert_eq!(back, state());
+        let fixed = 8 + 4 + 3 * 8 + 32;
+        let json = bytes.len() - fixed - 1000 * POS_BYTES - 6 * 4;
+        assert!(json < 600, "the header stays small: {json} bytes");
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_truncation_is_detected() {
+        let bytes = encode(&"meta", &state());
+        for at in (0..bytes.len()).step_by(7) {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            assert!(decode::<String>(&bad).is_err(), "flip at {at}");
+        }
+        for len in [0, 10, 39, bytes.len() / 2, bytes.len() - 1] {
+            assert!(decode::<String>(&bytes[..len]).is_err(), "cut at {len}");
+        }
+        assert_eq!(
+            decode::<String>(&bytes[..bytes.len() - 1]).unwrap_err(),
+            CheckpointError::Checksum
+        );
+        let mut other = bytes.clone();
+        other[0] = b'X';
+        assert_eq!(
+            decode::<String>(&other).unwrap_err(),
+            CheckpointError::Magic
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! The document stream: the mixer feeding the shuffle buffer, then the buffer's drain once the
+//! mixer has ended. This is what the reader thread runs, and its [`StreamState`] is the part of a
+//! checkpoint that says which documents come next: source cursors, the mixer's and the shuffler's
+//! RNG positions, and every buffered document as a reference ([`DocPos`]), never as text.
+
+use crate::doc::{Doc, DocPos, DocSource, SourceCursor};
+use crate::mixer::{MixError, Mixer, MixerState};
+use crate::shuffle::Shuffler;
+use std::collections::VecDeque;
+
+/// Everything needed to continue a [`DocStream`] exactly, given the same recipe and inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamState {
+    pub sources: Vec<SourceCursor>,
+    pub mixer: MixerState,
+    pub shuffle_rng_word_pos: u64,
+    /// The shuffle buffer's residents slot by slot; while draining, the documents still to emit,
+    /// in order.
+    pub buffered: Vec<DocPos>,
+    pub draining: bool,
+    /// Documents the stream has emitted.
+    pub emitted: u64,
+}
+
+pub struct DocStream<S: DocSource> {
+    mixer: Mixer<S>,
+    shuffler: Shuffler<Doc>,
+    /// After the mixer's end: the residents in their final order, still to emit.
+    draining: Option<VecDeque<Doc>>,
+    emitted: u64,
+}
+
+impl<S: DocSource> DocStream<S> {
+    pub fn new(mixer: Mixer<S>, shuffler: Shuffler<Doc>) -> Self {
+        Self {
+            mixer,
+            shuffler,
+            draining: None,
+            emitted: 0,
+        }
+    }
+
+    /// The next document of the mixed and shuffled stream, or `None` at its end.
+    pub fn next_doc(&mut self) -> Result<Option<Doc>, MixError> {
+        loop {
+            if let Some(rest) = &mut self.draining {
+                let doc = rest.pop_front();
+                self.emitted += u64::from(doc.is_some());
+                return Ok(doc);
+            }
+            match self.mixer.next_doc()? {
+                Some(doc) => {
+                    if let Some(out) = self.shuffler.push(doc) {
+                        self.emitted += 1;
+                        return Ok(Some(out));
+                    }
+                }
+                None => self.draining = Some(self.shuffler.flush().into()),
+            }
+        }
+    }
+
+    /// Documents held in the shuffle buffer (or still to drain from it).
+    pub fn buffered(&self) -> usize {
+        match &self.draining {
+            Some(rest) => rest.len(),
+            None => self.shuffler.len(),
+        }
+    }
+
+    pub fn emitted(&self) -> u64 {
+        self.emitted
+    }
+
+    pub fn mixer(&self) -> &Mixer<S> {
+        &self.mixer
+    }
+
+    pub fn state(&self) -> StreamState {
+        let (buffered, draining) = match &self.draining {
+            Some(rest) => (rest.iter().map(|d| d.pos).collect(), true),
+            None => (
+                self.shuffler.residents().iter().map(|d| d.pos).collect(),
+                false,
+            ),
+        };
+        StreamState {
+            sources: self
+                .mixer
+                .inputs()
+                .iter()
+                .map(|i| i.source.cursor())
+                .collect(),
+            mixer: self.mixer.state(),
+            shuffle_rng_word_pos: self.shuffler.rng_word_pos(),
+            buffered,
+            draining,
+            emitted: self.emitted,
+        }
+    }
+
+    /// Continue from `state`: move every source to its cursor, re-read the look-ahead and buffered
+    /// documents by reference, and take the RNG positions over. Call on a stream built from the
+    /// same recipe that has not been read yet.
+    pub fn restore(&mut self, state: &StreamState) -> Result<(), MixError> {
+        let n = self.mixer.inputs().len();
+        if state.sources.len() != n || state.mixer.peeked.len() != n {
+            return Err(MixError::Restore(format!(
+                "the state has {} sources, the recipe {n}",
+                state.sources.len()
+            )));
+        }
+        if state.buffered.len() > self.shuffler.capacity() && !state.draining {
+            return Err(MixError::Restore(format!(
+                "the state holds {} buffered documents, the recipe's buffer {}",
+                state.buffered.len(),
+                self.shuffler.capacity()
+            )));
+        }
+        // Every referenced document, read source by source: look-ahead first, then the buffer.
+        let wanted: Vec<DocPos> = state
+            .mixer
+            .peeked
+            .iter()
+            .flatten()
+            .chain(&state.buffered)
+            .copied()
+            .collect();
+        let mut texts: Vec<Option<String>> = vec![None; wanted.len()];
+        for (i, input) in self.mixer.inputs_mut().iter_mut().enumerate() {
+            let fail = |error| MixError::Source {
+                name: input.name.clone(),
+                error,
+            };
+            input.source.seek(&state.sources[i]).map_err(fail)?;
+            let (slots, positions): (Vec<usize>, Vec<DocPos>) = wanted
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| usize::from(p.source) == i)
+                .map(|(k, p)| (k, *p))
+                .unzip();
+            if positions.is_empty() {
+                continue;
+            }
+            let read = input
+                .source
+                .read_docs(&positions)
+                .map_err(|error| MixError::Source {
+                    name: input.name.clone(),
+                    error,
+                })?;
+            for (slot, text) in slots.into_iter().zip(read) {
+                texts[slot] = Some(text);
+            }
+        }
+        let mut docs = wanted.into_iter().zip(texts).map(|(pos, text)| {
+            text.map(|text| Doc { pos, text }).ok_or_else(|| {
+                MixError::Restore(format!(
+                    "the state refers to source {} which the recipe does not have",
+                    pos.source
+                ))
+            })
+        });
+        let mut peeked = Vec::with_capacity(n);
+        for p in &state.mixer.peeked {
+            peeked.push(match p {
+                Some(_) => Some(docs.next().expect("one text per reference")?),
+                None => None,
+            });
+        }
+        let buffered = docs.collect::<Result<Vec<Doc>, MixError>>()?;
+        self.mixer.restore(&state.mixer, peeked);
+        if state.draining {
+            self.shuffler
+                .restore(state.shuffle_rng_word_pos, Vec::new());
+            self.draining = Some(buffered.into());
+        } else {
+            self.shuffler.restore(state.shuffle_rng_word_pos, buffered);
+        }
+        self.emitted = state.emitted;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

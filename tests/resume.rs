@@ -1,0 +1,308 @@
+//! Exact resume, end to end: real daemons killed with SIGKILL (or stopped with SIGTERM) and
+//! restarted with `--resume latest`, real `dsprep tap` ranks. What the ranks receive across the
+//! interruptions must be exactly the uninterrupted stream, which `dsprep pack` writes (tests/serve.rs
+//! checks that an uninterrupted daemon serves the packed windows).
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
+
+mod support;
+
+use dsprep::checkpoint::CheckpointDir;
+use dsprep::pack::{self, PackOptions};
+use dsprep_client::PackedDataset;
+use std::path::{Path, PathBuf};
+use support::daemon::{Daemon, tap};
+use support::*;
+
+/// The quickstart with another shuffle buffer, written with absolute paths into `dir`.
+fn quickstart_with_buffer(dir: &Path, buffer: usize) -> PathBuf {
+    let config = repo_root().join("config");
+    let text = std::fs::read_to_string(quickstart())
+        .unwrap()
+        .replace("buffer_size = 1000", &format!("buffer_size = {buffer}"))
+        .replace(
+            "\"tokenizers/",
+            &format!("\"{}/tokenizers/", config.display()),
+        )
+        .replace("\"samples/", &format!("\"{}/samples/", config.display()));
+    let path = dir.join(format!("quickstart-buffer{buffer}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn packed(recipe: &Path, out: &Path) -> PackedDataset {
+    let options = PackOptions {
+        recipe: recipe.to_path_buf(),
+        out: out.to_path_buf(),
+        threads: 2,
+        shard_bytes: 1 << 30,
+        force: false,
+        progress: false,
+        engine: dsprep_mixers::EngineChoice::Auto,
+    };
+    pack::pack(&options).unwrap();
+    PackedDataset::open(out).unwrap()
+}
+
+/// Windows `[step × gb, (step + 1) × gb)` for `steps`, as bytes.
+fn global_batches(dataset: &PackedDataset, gb: u64, steps: std::ops::Range<u64>) -> Vec<u8> {
+    (steps.start * gb..steps.end * gb)
+        .flat_map(|w| dataset.window(w).unwrap().tokens.as_bytes().to_vec())
+        .collect()
+}
+
+struct Run<'a> {
+    dir: &'a Path,
+    recipe: &'a Path,
+    state: PathBuf,
+    every: u64,
+}
+
+impl Run<'_> {
+    fn start(&self, world: u32, mb: u32, resume: bool) -> Result<Daemon, String> {
+        let endpoint = format!("ipc://{}", self.dir.join("d.sock").display());
+        let (world, mb, every) = (world.to_string(), mb.to_string(), self.every.to_string());
+        let mut args = vec![
+            "--world-size",
+            &world,
+            "--micro-batch",
+            &mb,
+            "--prefetch",
+            "4",
+            "--metrics",
+            "off",
+            "--state-dir",
+            self.state.to_str().unwrap(),
+            "--checkpoint-every",
+            &every,
+            "--keep-checkpoints",
+            "3",
+        ];
+        if resume {
+            args.extend(["--resume", "latest"]);
+        }
+        Daemon::start_with(self.recipe, &endpoint, &args)
+    }
+
+    /// Every rank pulls `steps` from `from`; returns the global batches they got, in step order
+    /// (rank slices put back together).
+    fn pull(&self, daemon: &Daemon, world: u32, mb: u64, from: u64, steps: u64) -> Vec<u8> {
+        let outs: Vec<PathBuf> = (0..world)
+            .map(|r| self.dir.join(format!("rank{r}-from{from}.bin")))
+            .collect();
+        let taps: Vec<_> = (0..world)
+            .map(|r| tap(&daemon.endpoint, r, world, from, steps, &outs[r as usize]))
+            .collect();
+        for (r, child) in taps.into_iter().enumerate() {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "rank {r}: {}\ndaemon log:\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                daemon.log_text()
+            );
+        }
+        let slices: Vec<Vec<u8>> = outs.iter().map(|o| std::fs::read(o).unwrap()).collect();
+        let slice = slices[0].len() / steps.max(1) as usize;
+        let got_steps = slices[0].len() / slice.max(1);
+        let mut batches = Vec::new();
+        for s in 0..got_steps {
+            for rank_bytes in &slices {
+                batches.extend_from_slice(&rank_bytes[s * slice..(s + 1) * slice]);
+            }
+        }
+        let _ = mb;
+        batches
+    }
+}
+
+fn sigterm(daemon: &mut Daemon) {
+    let pid = daemon.child.id();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        daemon.child.wait().unwrap().success(),
+        "{}",
+        daemon.log_text()
+    );
+}
+
+#[test]
+fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
+    for buffer in [1000, 0] {
+        let tmp = tempfile::tempdir().unwrap();
+        let recipe = quickstart_with_buffer(tmp.path(), buffer);
+        let dataset = packed(&recipe, &tmp.path().join("packed"));
+        let (world, mb) = (2u32, 2u64);
+        let gb = u64::from(world) * mb;
+        let num_steps = dataset.num_windows() / gb;
+        let run = Run {
+            dir: tmp.path(),
+            recipe: &recipe,
+            state: tmp.path().join("state"),
+            every: 7,
+        };
+        // Stop points: before the first checkpoint (resume recomputes from the start), in the
+        // middle (after the small sources' first passes ended: `all_exhausted` restarts them),
+        // then a graceful stop, then the rest.
+        let stops = [3, 151, 612, num_steps];
+        let mut got = Vec::new();
+        let mut from = 0;
+        for (k, &to) in stops.iter().enumerate() {
+            let mut daemon = run.start(world, mb as u32, k > 0).unwrap();
+            got.extend(run.pull(&daemon, world, mb, from, to - from));
+            if k > 0 {
+                let log = daemon.log_text();
+                let resumed = log.contains("resuming from checkpoint");
+                assert_eq!(resumed, from >= 7, "buffer {buffer}, from {from}:\n{log}");
+            }
+            if k == 2 {
+                sigterm(&mut daemon);
+            }
+            drop(daemon); // SIGKILL
+            from = to;
+        }
+        assert_eq!(got.len() as u64, num_steps * gb * 513 * 2);
+        assert!(
+            got == global_batches(&dataset, gb, 0..num_steps),
+            "buffer {buffer}: the resumed stream differs from the uninterrupted one"
+        );
+        // The last checkpoints are past an `all_exhausted` restart: passes are in the state.
+        let dir = CheckpointDir::open(&run.state, 3).unwrap();
+        let (_, newest) = dir.list().unwrap().pop().unwrap();
+        let (meta, state) = CheckpointDir::read(&newest).unwrap();
+        assert!(meta.step > 151);
+        assert!(
+            state.stream.sources.iter().any(|s| s.pass > 0),
+            "some source has restarted: {:?}",
+            state.stream.sources
+        );
+        assert_eq!(
+            state.stream.buffered.len(),
+            buffer.min(state.stream.buffered.len())
+        );
+        assert_eq!(dir.list().unwrap().len(), 3, "the last 3 are kept");
+    }
+}
+
+#[test]
+fn world_size_changes_that_keep_the_global_batch_keep_every_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = packed(&quickstart(), &tmp.path().join("packed"));
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &quickstart(),
+        state: tmp.path().join("state"),
+        every: 5,
+    };
+    let mut got = Vec::new();
+    for (k, (world, mb, from, to)) in [(8u32, 1u64, 0u64, 40u64), (4, 2, 40, 90), (2, 4, 90, 140)]
+        .into_iter()
+        .enumerate()
+    {
+        let daemon = run.start(world, mb as u32, k > 0).unwrap();
+        got.extend(run.pull(&daemon, world, mb, from, to - from));
+    }
+    assert!(
+        got == global_batches(&dataset, 8, 0..140),
+        "the global batches changed"
+    );
+
+    // A change that cannot be honoured is refused before anything is served.
+    let err = run.start(3, 2, true).err().unwrap();
+    let newest = CheckpointDir::open(&run.state, 3)
+        .unwrap()
+        .list()
+        .unwrap()
+        .pop()
+        .unwrap()
+        .1;
+    assert!(
+        err.contains(&format!(
+            "error: cannot resume from checkpoint {}: its global batch is 8 windows (world size 2 \
+             × micro batch 4), this run's is 6 (3 × 2): steps would cover other windows; keep \
+             world size × micro batch = 8",
+            newest.display()
+        )),
+        "{err}"
+    );
+    // So is a fresh start on a directory that holds a run's checkpoints.
+    let err = run.start(2, 4, false).err().unwrap();
+    assert!(
+        err.contains(&format!(
+            "holds checkpoints of an earlier run (newest: step {}); pass --resume latest",
+            newest.file_stem().unwrap().to_str().unwrap()["step-".len()..]
+                .parse::<u64>()
+                .unwrap()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_corrupt_latest_checkpoint_falls_back_to_the_previous_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = packed(&quickstart(), &tmp.path().join("packed"));
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &quickstart(),
+        state: tmp.path().join("state"),
+        every: 5,
+    };
+    let mut got = Vec::new();
+    {
+        let daemon = run.start(1, 2, false).unwrap();
+        got.extend(run.pull(&daemon, 1, 2, 0, 300));
+    }
+    // Tear the newest checkpoint that would serve step 300.
+    let dir = CheckpointDir::open(&run.state, 3).unwrap();
+    let list = dir.list().unwrap();
+    let usable: Vec<&(u64, PathBuf)> = list.iter().filter(|(s, _)| *s <= 300).collect();
+    assert!(usable.len() >= 2, "{list:?}");
+    let (torn_step, torn) = usable[usable.len() - 1];
+    let (previous_step, _) = usable[usable.len() - 2];
+    let mut bytes = std::fs::read(torn).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(torn, bytes).unwrap();
+
+    let daemon = run.start(1, 2, true).unwrap();
+    got.extend(run.pull(&daemon, 1, 2, 300, 40));
+    let log = daemon.log_text();
+    assert!(
+        log.contains(&format!(
+            "CHECKPOINT UNUSABLE, falling back to an older one: checkpoint {}: checksum mismatch",
+            torn.display()
+        )),
+        "{log}"
+    );
+    assert!(log.contains(&format!("(step {previous_step}, ")), "{log}");
+    assert!(*torn_step > *previous_step);
+    assert!(got == global_batches(&dataset, 2, 0..340));
+}
+
+#[test]
+fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = packed(&quickstart(), &tmp.path().join("packed"));
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &quickstart(),
+        state: tmp.path().join("state"),
+        every: 1_000_000, // never periodically: only the stop writes one
+    };
+    let mut got = Vec::new();
+    let mut daemon = run.start(1, 2, false).unwrap();
+    got.extend(run.pull(&daemon, 1, 2, 0, 300));
+    sigterm(&mut daemon);
+    let list = CheckpointDir::open(&run.state, 3).unwrap().list().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}\n{}", daemon.log_text());
+    let step = list[0].0;
+    // Written at or below the rank's position (it asked for 299 last), never ahead of it.
+    assert!((100..=299).contains(&step), "{step}");
+    let daemon = run.start(1, 2, true).unwrap();
+    got.extend(run.pull(&daemon, 1, 2, 300, 50));
+    assert!(daemon.log_text().contains(&format!("(step {step}, ")));
+    assert!(got == global_batches(&dataset, 2, 0..350));
+}
