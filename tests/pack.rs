@@ -19,6 +19,8 @@ fn pack_quickstart(out: &std::path::Path, threads: usize, shard_bytes: u64) -> p
         force: false,
         progress: false,
         engine: dsprep_mixers::EngineChoice::Auto,
+        checkpoint_secs: 60,
+        fresh: false,
     };
     pack::pack(&options).expect("the quickstart packs")
 }
@@ -279,6 +281,8 @@ fn pack_fixture(
         force: false,
         progress: false,
         engine: dsprep_mixers::EngineChoice::Auto,
+        checkpoint_secs: 60,
+        fresh: false,
     };
     (pack::pack(&options).unwrap(), load_recipe(&recipe).unwrap())
 }

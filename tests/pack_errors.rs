@@ -38,7 +38,7 @@ impl Case {
         let leftovers: Vec<_> = std::fs::read_dir(self.dir.path())
             .unwrap()
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().contains(".partial-"))
+            .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
             .collect();
         assert!(
             leftovers.is_empty(),

@@ -38,6 +38,8 @@ fn packed(recipe: &Path, out: &Path) -> PackedDataset {
         force: false,
         progress: false,
         engine: dsprep_mixers::EngineChoice::Auto,
+        checkpoint_secs: 60,
+        fresh: false,
     };
     pack::pack(&options).unwrap();
     PackedDataset::open(out).unwrap()
@@ -305,4 +307,125 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     got.extend(run.pull(&daemon, 1, 2, 300, 50));
     assert!(daemon.log_text().contains(&format!("(step {step}, ")));
     assert!(got == global_batches(&dataset, 2, 0..350));
+}
+
+/// Every file of a packed directory, by name.
+fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = quickstart();
+    let recipe = recipe.to_str().unwrap();
+    let whole = tmp.path().join("whole");
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        recipe,
+        "--out",
+        whole.to_str().unwrap(),
+        "--quiet",
+        "--shard-mib",
+        "1",
+    ]);
+
+    let out = tmp.path().join("out");
+    let checkpoint = tmp.path().join("out.partial/checkpoint.ckpt");
+    let mut killed_at = None;
+    for _attempt in 0..5 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"))
+            .args([
+                "pack",
+                "--recipe",
+                recipe,
+                "--out",
+                out.to_str().unwrap(),
+                "--quiet",
+            ])
+            .args([
+                "--shard-mib",
+                "1",
+                "--checkpoint-secs",
+                "0",
+                "--threads",
+                "1",
+                "--fresh",
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Kill it (SIGKILL) once it has checkpointed past its first shard.
+        let mut checkpointed = false;
+        while child.try_wait().unwrap().is_none() {
+            if let Ok((meta, _)) = read_pack_checkpoint(&checkpoint)
+                && meta["writer"]["closed_shards"]
+                    .as_array()
+                    .is_some_and(|s| !s.is_empty())
+            {
+                checkpointed = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if checkpointed && !out.exists() {
+            killed_at =
+                Some(read_pack_checkpoint(&checkpoint).unwrap().0["writer"]["num_windows"].clone());
+            break;
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let killed_at = killed_at.expect("a pack killed after its first checkpoint");
+
+    let again = support::dsprep(&[
+        "pack",
+        "--recipe",
+        recipe,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--shard-mib",
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "continuing the interrupted pack in {}.partial at window {killed_at}",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("out.partial").exists());
+    let (got, want) = (files_of(&out), files_of(&whole));
+    assert_eq!(
+        got.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        want.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    for ((name, a), (_, b)) in got.iter().zip(&want) {
+        assert!(a == b, "{name} differs from the uninterrupted pack's");
+    }
+    dsprep_ok(&["verify", out.to_str().unwrap()]);
+}
+
+/// The JSON metadata of a pack checkpoint (its state is not needed here).
+fn read_pack_checkpoint(path: &Path) -> Result<(serde_json::Value, ()), String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    dsprep_mixers::checkpoint::decode::<serde_json::Value>(&bytes)
+        .map(|(meta, _)| (meta, ()))
+        .map_err(|e| e.to_string())
 }

@@ -23,6 +23,8 @@ fn packed(dir: &Path) -> PackedDataset {
         force: false,
         progress: false,
         engine: dsprep_mixers::EngineChoice::Auto,
+        checkpoint_secs: 60,
+        fresh: false,
     };
     pack::pack(&options).unwrap();
     PackedDataset::open(out).unwrap()

@@ -45,11 +45,62 @@ impl HashingWriter {
         self.inner.write_all(bytes)
     }
 
+    /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
+    /// (an interrupted pack wrote past its checkpoint), the kept bytes are hashed again.
+    pub fn append_after(path: &Path, keep: u64) -> io::Result<Self> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let len = file.metadata()?.len();
+        if len < keep {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} has {len} bytes, the checkpoint expects {keep}",
+                    path.display()
+                ),
+            ));
+        }
+        file.set_len(keep)?;
+        let mut hasher = Sha256::new();
+        io::copy(&mut (&mut file).take(keep), &mut HashInto(&mut hasher))?;
+        Ok(Self {
+            inner: BufWriter::with_capacity(1 << 20, file),
+            hasher,
+            written: keep,
+        })
+    }
+
+    /// Flush and fsync what was written so far (the writer stays open).
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.inner.flush()?;
+        self.inner.get_ref().sync_data()
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
     /// Flush, fsync and return (size, sha256 hex).
     pub fn finish(self) -> io::Result<(u64, String)> {
         let file = self.inner.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         Ok((self.written, hex::encode(self.hasher.finalize())))
+    }
+}
+
+/// Feeds what is copied into it to a hasher.
+struct HashInto<'a>(&'a mut Sha256);
+
+impl Write for HashInto<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

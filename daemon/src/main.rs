@@ -41,6 +41,13 @@ enum Command {
         /// Replace an existing output directory.
         #[arg(long)]
         force: bool,
+        /// Seconds between checkpoints in OUT.partial; a killed pack continues from the last one
+        /// when run again with the same recipe and output.
+        #[arg(long, default_value_t = 60)]
+        checkpoint_secs: u64,
+        /// Start over instead of continuing an interrupted pack to the same output.
+        #[arg(long)]
+        fresh: bool,
         /// No progress display.
         #[arg(long, short)]
         quiet: bool,
@@ -153,9 +160,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             force,
             quiet,
             tokenizer_engine,
+            checkpoint_secs,
+            fresh,
         } => {
             let threads = default_threads(threads)?;
             let options = PackOptions {
+                checkpoint_secs,
+                fresh,
                 recipe,
                 out,
                 threads,

@@ -3,6 +3,7 @@
 
 mod output;
 pub mod pipeline;
+mod resume;
 mod summary;
 
 pub use summary::print_summary;
@@ -10,19 +11,23 @@ pub use summary::print_summary;
 use crate::files::sha256_file;
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, Shard, SourceContext, list_source};
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::{
     self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
 };
+use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{DocStream, EngineChoice, Mixer, Packer, Shuffler, TokenizeStage};
 use indicatif::{ProgressBar, ProgressStyle};
 use output::PackWriter;
+use output::WriterProgress;
 use pipeline::PipelineConfig;
+use resume::PackCheckpoint;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default target size of one token shard.
@@ -39,6 +44,10 @@ pub struct PackOptions {
     pub progress: bool,
     /// Which tokenizer engine runs (the output is the same with either).
     pub engine: EngineChoice,
+    /// Seconds between checkpoints in the partial directory (0: at every chunk).
+    pub checkpoint_secs: u64,
+    /// Discard an interrupted pack to the same output instead of continuing it.
+    pub fresh: bool,
 }
 
 pub struct PackReport {
@@ -49,6 +58,8 @@ pub struct PackReport {
     pub threads: usize,
     /// Which tokenizer engine ran, and why.
     pub engine: String,
+    /// Windows an interrupted pack had written before this run continued it.
+    pub continued_from: Option<u64>,
 }
 
 /// A recipe loaded and checked, with everything resolved that needs IO.
@@ -204,40 +215,105 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let dtype = Dtype::for_vocab(stage.vocab_size());
     let window_tokens = recipe.packing.window_tokens();
     let window_bytes = (window_tokens * dtype.size_bytes()) as u64;
-    let mut writer = PackWriter::create(
-        &options.out,
-        options.force,
+    let windows_per_shard = (options.shard_bytes / window_bytes).max(1);
+    let mut meta = PackCheckpoint {
+        created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
+        recipe_hash: recipe.hash(),
+        shards: locator.shard_names(),
+        window_tokens: window_tokens as u64,
         dtype,
-        (options.shard_bytes / window_bytes).max(1),
-    )?;
-    writer.add_tokenizer(&loaded.tokenizer_json)?;
-    let progress = progress_bar(options.progress);
+        windows_per_shard,
+        writer: WriterProgress {
+            num_windows: 0,
+            num_doc_starts: 0,
+            closed_shards: Vec::new(),
+        },
+        docs_per_source: vec![0; recipe.sources.len()],
+        tokens_per_source: vec![0; recipe.sources.len()],
+    };
+    if options.out.exists() && !options.force {
+        bail!(
+            "output {} already exists (pass --force to replace it)",
+            options.out.display()
+        );
+    }
+    let partial = output::partial_dir(&options.out)?;
+    let interrupted = if options.fresh {
+        None
+    } else {
+        resume::load(&partial, &meta)
+    };
+    let mut stream = stream;
     let mut packer = Packer::new(window_tokens);
+    let (mut writer, continued_from) = match interrupted {
+        Some((saved, state)) => {
+            stream.restore(&state.stream).with_context(|| {
+                format!("continue the interrupted pack in {}", partial.display())
+            })?;
+            packer = Packer::from_state(window_tokens, state.packer)
+                .context("the checkpoint's packer state does not fit this recipe")?;
+            let writer = PackWriter::resume(
+                &options.out,
+                dtype,
+                window_tokens as u64,
+                windows_per_shard,
+                &saved.writer,
+            )?;
+            tracing::info!(
+                "continuing the interrupted pack in {} at window {}",
+                partial.display(),
+                saved.writer.num_windows
+            );
+            let from = saved.writer.num_windows;
+            meta = saved;
+            (writer, Some(from))
+        }
+        None => {
+            let writer = PackWriter::create(&options.out, options.force, dtype, windows_per_shard)?;
+            writer.add_tokenizer(&loaded.tokenizer_json)?;
+            (writer, None)
+        }
+    };
+    let progress = progress_bar(options.progress);
     let mut windows = Vec::new();
-    let mut docs_per_source = vec![0u64; recipe.sources.len()];
-    let mut tokens_per_source = vec![0u64; recipe.sources.len()];
     let mut first_window = None;
-    let (mut num_docs, mut num_tokens) = (0u64, 0u64);
+    let mut num_docs: u64 = meta.docs_per_source.iter().sum();
+    let mut num_tokens: u64 = meta.tokens_per_source.iter().sum();
     let locate = |pos: &DocPos| locator.locate(pos);
+    let snapshot = Arc::new(AtomicBool::new(false));
     let config = PipelineConfig {
         threads: options.threads,
         shuffle_fill: None,
-        snapshot: None,
+        snapshot: Some(Arc::clone(&snapshot)),
         chunk_text_bytes: pipeline::CHUNK_TEXT_BYTES,
     };
+    let checkpoint_every = Duration::from_secs(options.checkpoint_secs);
+    let mut last_checkpoint = Instant::now();
     let run = pipeline::run(stream, stage, &config, &locate, |chunk| {
         let mut at = 0usize;
         for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
             let len = len as usize;
             packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
             at += len;
-            docs_per_source[source as usize] += 1;
-            tokens_per_source[source as usize] += len as u64;
+            meta.docs_per_source[source as usize] += 1;
+            meta.tokens_per_source[source as usize] += len as u64;
         }
         num_docs += chunk.doc_lens.len() as u64;
         num_tokens += chunk.tokens.len() as u64;
         for window in windows.drain(..) {
             writer.write_window(&window)?;
+        }
+        if let Some(state) = chunk.state {
+            meta.writer = writer.sync()?;
+            let state = PipelineState {
+                stream: *state,
+                packer: packer.state(),
+            };
+            resume::write(writer.partial_dir(), &meta, &state)?;
+            last_checkpoint = Instant::now();
+        }
+        if last_checkpoint.elapsed() >= checkpoint_every {
+            snapshot.store(true, Ordering::Release);
         }
         if first_window.is_none() && writer.num_windows() > 0 {
             first_window = Some(started.elapsed());
@@ -258,6 +334,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             return Err(e);
         }
     };
+    let (docs_per_source, tokens_per_source) = (&meta.docs_per_source, &meta.tokens_per_source);
     progress.finish_and_clear();
     let inputs = match hashing
         .join()
@@ -333,6 +410,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         time_to_first_window: first_window,
         threads: options.threads,
         engine: loaded.stage.engine_description(),
+        continued_from,
     })
 }
 

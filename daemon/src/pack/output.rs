@@ -1,18 +1,44 @@
 //! Writes a packed directory: token shards, the document-start index and, last, the manifest.
 //!
-//! Everything goes into `<out>.partial-<pid>` beside the destination; only a complete, fsynced
+//! Everything goes into `<out>.partial` beside the destination; only a complete, fsynced
 //! directory is renamed to `<out>`. A failed or interrupted pack therefore never leaves a
-//! directory that looks complete (no `manifest.json` under the final name).
+//! directory that looks complete (no `manifest.json` under the final name). A lock on
+//! `<out>.partial/.lock` keeps two packs from writing it at once. An interrupted pack leaves
+//! its checkpoint there, and the next pack to `<out>` continues from it ([`PackWriter::resume`]).
 
 use crate::files::HashingWriter;
 use anyhow::{Context, bail};
 use dsprep_client::format::{self, Dtype, Manifest, OutputFile};
 use dsprep_mixers::PackedWindow;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// The checkpoint's name inside the partial directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint.ckpt";
+const LOCK_FILE: &str = ".lock";
+
+/// How far the files in the partial directory go, as of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriterProgress {
+    pub num_windows: u64,
+    pub num_doc_starts: u64,
+    /// Closed token shards (the open one is cut back to the windows after them).
+    pub closed_shards: Vec<OutputFile>,
+}
+
+/// `<out>.partial`, beside `out`.
+pub fn partial_dir(out: &Path) -> anyhow::Result<PathBuf> {
+    let name = out
+        .file_name()
+        .with_context(|| format!("output {} has no directory name", out.display()))?;
+    Ok(out.with_file_name(format!("{}.partial", name.to_string_lossy())))
+}
 
 pub struct PackWriter {
     out: PathBuf,
     tmp: PathBuf,
+    /// Held for the writer's life: another pack to the same output fails to take it.
+    _lock: std::fs::File,
     dtype: Dtype,
     windows_per_shard: u64,
     shard: Option<HashingWriter>,
@@ -40,20 +66,17 @@ impl PackWriter {
                 out.display()
             );
         }
-        let name = out
-            .file_name()
-            .with_context(|| format!("output {} has no directory name", out.display()))?;
-        let tmp = out.with_file_name(format!(
-            "{}.partial-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)
-                .with_context(|| format!("cannot clear {}", tmp.display()))?;
+        let tmp = partial_dir(out)?;
+        let lock = lock_partial(&tmp)?;
+        for entry in
+            std::fs::read_dir(&tmp).with_context(|| format!("cannot list {}", tmp.display()))?
+        {
+            let path = entry?.path();
+            if path.file_name().is_some_and(|n| n != LOCK_FILE) {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("cannot clear {}", path.display()))?;
+            }
         }
-        std::fs::create_dir_all(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
         let create = |file: &str| {
             HashingWriter::create(&tmp.join(file))
                 .with_context(|| format!("cannot create {}", tmp.join(file).display()))
@@ -64,6 +87,7 @@ impl PackWriter {
         Ok(Self {
             out: out.to_path_buf(),
             tmp,
+            _lock: lock,
             dtype,
             windows_per_shard: windows_per_shard.max(1),
             shard: None,
@@ -137,6 +161,95 @@ impl PackWriter {
         self.num_windows
     }
 
+    pub fn partial_dir(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Flush and fsync every file, and say how far they go: what a checkpoint records.
+    pub fn sync(&mut self) -> anyhow::Result<WriterProgress> {
+        let context = || format!("cannot sync {}", self.tmp.display());
+        if let Some(shard) = &mut self.shard {
+            shard.sync().with_context(context)?;
+        }
+        self.doc_starts.sync().with_context(context)?;
+        self.doc_starts_offsets.sync().with_context(context)?;
+        let open = usize::from(self.shard.is_some());
+        Ok(WriterProgress {
+            num_windows: self.num_windows,
+            num_doc_starts: self.num_doc_starts,
+            closed_shards: self.shards[..self.shards.len() - open].to_vec(),
+        })
+    }
+
+    /// Continue the partial directory of `out` from a checkpoint's `progress`: files are cut
+    /// back to it (an interrupted pack may have written past its checkpoint) and hashed again.
+    pub fn resume(
+        out: &Path,
+        dtype: Dtype,
+        window_tokens: u64,
+        windows_per_shard: u64,
+        progress: &WriterProgress,
+    ) -> anyhow::Result<Self> {
+        let tmp = partial_dir(out)?;
+        let lock = lock_partial(&tmp)?;
+        let wps = windows_per_shard.max(1);
+        let closed = progress.closed_shards.len() as u64;
+        let full = closed * wps;
+        if progress.num_windows < full || progress.num_windows - full >= wps {
+            bail!(
+                "{}: the checkpoint's {} windows do not match its {closed} closed shards of {wps}",
+                tmp.display(),
+                progress.num_windows
+            );
+        }
+        let in_shard = progress.num_windows - full;
+        let window_bytes = window_tokens * dtype.size_bytes() as u64;
+        let reopen = |file: &str, keep: u64| {
+            HashingWriter::append_after(&tmp.join(file), keep)
+                .with_context(|| format!("cannot continue {}", tmp.join(file).display()))
+        };
+        let shard = if in_shard > 0 {
+            Some(reopen(
+                &format::shard_file_name(progress.closed_shards.len()),
+                in_shard * window_bytes,
+            )?)
+        } else {
+            None
+        };
+        let mut shards = progress.closed_shards.clone();
+        if shard.is_some() {
+            shards.push(OutputFile {
+                file: format::shard_file_name(progress.closed_shards.len()),
+                size_bytes: 0,
+                sha256: String::new(),
+            });
+        }
+        // Files after the open shard were never part of the checkpoint.
+        let mut next = shards.len();
+        while tmp.join(format::shard_file_name(next)).exists() {
+            std::fs::remove_file(tmp.join(format::shard_file_name(next)))?;
+            next += 1;
+        }
+        Ok(Self {
+            out: out.to_path_buf(),
+            doc_starts: reopen(format::DOC_STARTS_FILE, progress.num_doc_starts * 4)?,
+            doc_starts_offsets: reopen(
+                format::DOC_STARTS_OFFSETS_FILE,
+                (progress.num_windows + 1) * 8,
+            )?,
+            tmp,
+            _lock: lock,
+            dtype,
+            windows_per_shard: wps,
+            shard,
+            shards,
+            windows_in_shard: in_shard,
+            num_windows: progress.num_windows,
+            num_doc_starts: progress.num_doc_starts,
+            bytes: Vec::new(),
+        })
+    }
+
     /// Copy the tokenizer into the directory, so it is self-describing.
     pub fn add_tokenizer(&self, json: &[u8]) -> anyhow::Result<()> {
         std::fs::write(self.tmp.join(format::TOKENIZER_FILE), json)
@@ -177,6 +290,13 @@ impl PackWriter {
             HashingWriter::create(&manifest_path).context("cannot create manifest.json")?;
         writer.write_all(&json)?;
         writer.finish().context("cannot write manifest.json")?;
+        for leftover in [CHECKPOINT_FILE, LOCK_FILE] {
+            let path = self.tmp.join(leftover);
+            if path.exists() {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("cannot remove {}", path.display()))?;
+            }
+        }
         if self.out.exists() {
             let old = self.out.with_file_name(format!(
                 "{}.replaced-{}",
@@ -214,5 +334,28 @@ impl PackWriter {
     /// Remove the temporary directory after a failure.
     pub fn abandon(self) {
         let _ = std::fs::remove_dir_all(&self.tmp);
+    }
+}
+
+/// Create `tmp` if needed and take its lock, or say which pack holds it.
+fn lock_partial(tmp: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let path = tmp.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another dsprep pack is writing {} (it holds {})",
+            tmp.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
     }
 }
