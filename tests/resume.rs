@@ -87,7 +87,7 @@ impl Run<'_> {
 
     /// Every rank pulls `steps` from `from`; returns the global batches they got, in step order
     /// (rank slices put back together).
-    fn pull(&self, daemon: &Daemon, world: u32, mb: u64, from: u64, steps: u64) -> Vec<u8> {
+    fn pull(&self, daemon: &Daemon, world: u32, from: u64, steps: u64) -> Vec<u8> {
         let outs: Vec<PathBuf> = (0..world)
             .map(|r| self.dir.join(format!("rank{r}-from{from}.bin")))
             .collect();
@@ -112,7 +112,6 @@ impl Run<'_> {
                 batches.extend_from_slice(&rank_bytes[s * slice..(s + 1) * slice]);
             }
         }
-        let _ = mb;
         batches
     }
 }
@@ -154,7 +153,7 @@ fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
         let mut from = 0;
         for (k, &to) in stops.iter().enumerate() {
             let mut daemon = run.start(world, mb as u32, k > 0).unwrap();
-            got.extend(run.pull(&daemon, world, mb, from, to - from));
+            got.extend(run.pull(&daemon, world, from, to - from));
             if k > 0 {
                 let log = daemon.log_text();
                 let resumed = log.contains("resuming from checkpoint");
@@ -205,7 +204,7 @@ fn world_size_changes_that_keep_the_global_batch_keep_every_batch() {
         .enumerate()
     {
         let daemon = run.start(world, mb as u32, k > 0).unwrap();
-        got.extend(run.pull(&daemon, world, mb, from, to - from));
+        got.extend(run.pull(&daemon, world, from, to - from));
     }
     assert!(
         got == global_batches(&dataset, 8, 0..140),
@@ -256,7 +255,7 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_previous_one() {
     let mut got = Vec::new();
     {
         let daemon = run.start(1, 2, false).unwrap();
-        got.extend(run.pull(&daemon, 1, 2, 0, 300));
+        got.extend(run.pull(&daemon, 1, 0, 300));
     }
     // Tear the newest checkpoint that would serve step 300.
     let dir = CheckpointDir::open(&run.state, 3).unwrap();
@@ -270,7 +269,7 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_previous_one() {
     std::fs::write(torn, bytes).unwrap();
 
     let daemon = run.start(1, 2, true).unwrap();
-    got.extend(run.pull(&daemon, 1, 2, 300, 40));
+    got.extend(run.pull(&daemon, 1, 300, 40));
     let log = daemon.log_text();
     assert!(
         log.contains(&format!(
@@ -296,7 +295,7 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     };
     let mut got = Vec::new();
     let mut daemon = run.start(1, 2, false).unwrap();
-    got.extend(run.pull(&daemon, 1, 2, 0, 300));
+    got.extend(run.pull(&daemon, 1, 0, 300));
     sigterm(&mut daemon);
     let list = CheckpointDir::open(&run.state, 3).unwrap().list().unwrap();
     assert_eq!(list.len(), 1, "{list:?}\n{}", daemon.log_text());
@@ -304,7 +303,7 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     // Written at or below the rank's position (it asked for 299 last), never ahead of it.
     assert!((100..=299).contains(&step), "{step}");
     let daemon = run.start(1, 2, true).unwrap();
-    got.extend(run.pull(&daemon, 1, 2, 300, 50));
+    got.extend(run.pull(&daemon, 1, 300, 50));
     assert!(daemon.log_text().contains(&format!("(step {step}, ")));
     assert!(got == global_batches(&dataset, 2, 0..350));
 }

@@ -36,6 +36,7 @@ buffer_size = $1
 [mix]
 stopping = "first_exhausted"
 TOML
+  local s name weight col   # recipe() must not clobber the caller's variables
   for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
     IFS=: read -r name weight col <<<"$s"
     printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \
