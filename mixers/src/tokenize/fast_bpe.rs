@@ -19,6 +19,7 @@ use tokenizers::utils::SysRegex;
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::added::{AddedSplitter, Segment};
+use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::pipeline::{self, Refusal};
 use super::ranks;
 
@@ -36,6 +37,8 @@ pub(crate) struct FastBpe {
     normalized_added: AddedSplitter,
     nfc: bool,
     regexes: Vec<SysRegex>,
+    /// GPT-2's pattern, scanned by hand instead of by fancy-regex (same matches).
+    gpt2: Option<Gpt2Splitter>,
     keep_matches: bool,
     keep_gaps: bool,
     /// Piece bytes → id for pieces that are one token (most are): skips tiktoken's per-call
@@ -79,25 +82,35 @@ impl FastBpe {
             .map(|_| SysRegex::new(&pipeline.split.pattern))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
+        let gpt2 = (pipeline.split.pattern == GPT2_PATTERN)
+            .then(Gpt2Splitter::new)
+            .transpose()
+            .map_err(|e| Refusal::new(format!("GPT-2 pre-tokenizer tables: {e}")))?;
         let ranks = ranks::build(pipeline.bpe)?;
         let bpe = CoreBPE::new(ranks.encoder.clone(), FxHashMap::default(), WHOLE_PIECE)
             .map_err(|e| Refusal::new(format!("tiktoken-rs refused the vocabulary: {e}")))?;
         let description = format!(
             "fast path: tiktoken-rs CoreBPE, checked to give HF tokenizers' ids (byte-level BPE, \
              {} tokens, {} merges, {} tokens no merge reaches left out; normalizer {}; \
-             {} added tokens; pre-tokenizer regex {:?})",
+             {} added tokens; pre-tokenizer regex {:?}{})",
             ranks.num_tokens,
             ranks.num_merges,
             ranks.num_unreachable,
             if pipeline.nfc { "NFC" } else { "none" },
             pipeline.added.len(),
             pipeline.split.pattern,
+            if gpt2.is_some() {
+                ", scanned by dsprep's GPT-2 scanner"
+            } else {
+                ""
+            },
         );
         Ok(Self {
             raw_added,
             normalized_added,
             nfc: pipeline.nfc,
             regexes,
+            gpt2,
             keep_matches: pipeline.split.keep_matches,
             keep_gaps: pipeline.split.keep_gaps,
             encoder: ranks.encoder,
@@ -146,8 +159,20 @@ impl FastBpe {
         text: &str,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
+        match &self.gpt2 {
+            Some(scanner) => self.encode_matches(text, scanner.find_iter(text), out),
+            None => self.encode_matches(text, regex.find_iter(text), out),
+        }
+    }
+
+    fn encode_matches(
+        &self,
+        text: &str,
+        matches: impl Iterator<Item = (usize, usize)>,
+        out: &mut Vec<u32>,
+    ) -> Result<(), String> {
         let mut previous = 0;
-        for (start, end) in regex.find_iter(text) {
+        for (start, end) in matches {
             if self.keep_gaps && previous < start {
                 self.encode_piece(slice(text, previous, start)?, out);
             }

@@ -9,6 +9,7 @@
 
 mod added;
 mod fast_bpe;
+mod gpt2_split;
 mod pipeline;
 mod ranks;
 
