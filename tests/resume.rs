@@ -428,3 +428,131 @@ fn read_pack_checkpoint(path: &Path) -> Result<(serde_json::Value, ()), String> 
         .map(|(meta, _)| (meta, ()))
         .map_err(|e| e.to_string())
 }
+
+#[test]
+fn a_changed_shard_list_is_refused_on_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fw = tmp.path().join("fw");
+    std::fs::create_dir_all(&fw).unwrap();
+    let samples = repo_root().join("config/samples/fineweb-edu/sample/10BT");
+    for name in ["000_00000.parquet", "001_00000.parquet"] {
+        std::fs::copy(samples.join(name), fw.join(name)).unwrap();
+    }
+    let text = std::fs::read_to_string(quickstart_with_buffer(tmp.path(), 1000))
+        .unwrap()
+        .replace(
+            &format!(
+                "{}/samples/fineweb-edu/sample/10BT",
+                repo_root().join("config").display()
+            ),
+            &fw.display().to_string(),
+        );
+    let recipe = tmp.path().join("copied.toml");
+    std::fs::write(&recipe, text).unwrap();
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &recipe,
+        state: tmp.path().join("state"),
+        every: 5,
+    };
+    {
+        let daemon = run.start(1, 2, false).unwrap();
+        run.pull(&daemon, 1, 0, 300);
+    }
+    assert!(
+        !CheckpointDir::open(&run.state, 3)
+            .unwrap()
+            .list()
+            .unwrap()
+            .is_empty()
+    );
+    // A file appears under the source's glob: the shard order the checkpoint refers to is gone.
+    std::fs::copy(
+        samples.join("000_00000.parquet"),
+        fw.join("002_00000.parquet"),
+    )
+    .unwrap();
+    let err = run.start(1, 2, true).err().unwrap();
+    assert!(
+        err.contains("source 0's shards differ from the checkpoint's (it listed 2 shards, now 3;"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_pack_to_the_same_output_is_refused_while_one_holds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let partial = tmp.path().join("out.partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    let lock = std::fs::File::create(partial.join(".lock")).unwrap();
+    lock.try_lock().unwrap(); // as a running pack holds it
+    let err = dsprep_fails(&[
+        "pack",
+        "--recipe",
+        quickstart().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "error: another dsprep pack is writing {} (it holds {})",
+            partial.display(),
+            partial.join(".lock").display()
+        )
+    );
+    assert!(
+        partial.join(".lock").exists(),
+        "the other pack's directory is left alone"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_pack_with_an_unusable_checkpoint_starts_over_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = quickstart();
+    let recipe = recipe.to_str().unwrap();
+    let whole = tmp.path().join("whole");
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        recipe,
+        "--out",
+        whole.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let out = tmp.path().join("out");
+    let partial = tmp.path().join("out.partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    std::fs::write(
+        partial.join("checkpoint.ckpt"),
+        b"not a checkpoint at all, 40 bytes long..",
+    )
+    .unwrap();
+    std::fs::write(partial.join("tokens-00000.bin"), b"stale").unwrap();
+    let again = support::dsprep(&[
+        "pack",
+        "--recipe",
+        recipe,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "not continuing the interrupted pack in {}: checkpoint {}: not a dsprep checkpoint (bad magic); starting over",
+            partial.display(),
+            partial.join("checkpoint.ckpt").display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        files_of(&out) == files_of(&whole),
+        "a fresh start writes the same bytes"
+    );
+}

@@ -204,14 +204,6 @@ impl CheckpointDir {
 
     /// Refuse a run that does not match the newest sound checkpoint, before anything starts.
     pub fn check_newest(&self, run: &RunIdentity) -> anyhow::Result<()> {
-        for (_, path) in self.list()?.into_iter().rev() {
-            if let Ok((meta, _)) = Self::read(&path) {
-                if let Some(why) = run.mismatch(&meta) {
-                    bail!("cannot resume from checkpoint {}: {why}", path.display());
-                }
-                return Ok(());
-            }
-        }
-        Ok(())
+        self.newest_for(u64::MAX, run).map(drop)
     }
 }
