@@ -7,7 +7,6 @@
 mod support;
 
 use dsprep::checkpoint::CheckpointDir;
-use dsprep::pack::{self, PackOptions};
 use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
 use support::daemon::{Daemon, tap};
@@ -27,22 +26,6 @@ fn quickstart_with_buffer(dir: &Path, buffer: usize) -> PathBuf {
     let path = dir.join(format!("quickstart-buffer{buffer}.toml"));
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn packed(recipe: &Path, out: &Path) -> PackedDataset {
-    let options = PackOptions {
-        recipe: recipe.to_path_buf(),
-        out: out.to_path_buf(),
-        threads: 2,
-        shard_bytes: 1 << 30,
-        force: false,
-        progress: false,
-        engine: dsprep_mixers::EngineChoice::Auto,
-        checkpoint_secs: 60,
-        fresh: false,
-    };
-    pack::pack(&options).unwrap();
-    PackedDataset::open(out).unwrap()
 }
 
 /// Windows `[step × gb, (step + 1) × gb)` for `steps`, as bytes.
@@ -116,26 +99,12 @@ impl Run<'_> {
     }
 }
 
-fn sigterm(daemon: &mut Daemon) {
-    let pid = daemon.child.id();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(
-        daemon.child.wait().unwrap().success(),
-        "{}",
-        daemon.log_text()
-    );
-}
-
 #[test]
 fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
     for buffer in [1000, 0] {
         let tmp = tempfile::tempdir().unwrap();
         let recipe = quickstart_with_buffer(tmp.path(), buffer);
-        let dataset = packed(&recipe, &tmp.path().join("packed"));
+        let dataset = pack_dataset(&recipe, &tmp.path().join("packed"));
         let (world, mb) = (2u32, 2u64);
         let gb = u64::from(world) * mb;
         let num_steps = dataset.num_windows() / gb;
@@ -160,7 +129,7 @@ fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
                 assert_eq!(resumed, from >= 7, "buffer {buffer}, from {from}:\n{log}");
             }
             if k == 2 {
-                sigterm(&mut daemon);
+                daemon.terminate();
             }
             drop(daemon); // SIGKILL
             from = to;
@@ -191,7 +160,7 @@ fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
 #[test]
 fn world_size_changes_that_keep_the_global_batch_keep_every_batch() {
     let tmp = tempfile::tempdir().unwrap();
-    let dataset = packed(&quickstart(), &tmp.path().join("packed"));
+    let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
     let run = Run {
         dir: tmp.path(),
         recipe: &quickstart(),
@@ -245,7 +214,7 @@ fn world_size_changes_that_keep_the_global_batch_keep_every_batch() {
 #[test]
 fn a_corrupt_latest_checkpoint_falls_back_to_the_previous_one() {
     let tmp = tempfile::tempdir().unwrap();
-    let dataset = packed(&quickstart(), &tmp.path().join("packed"));
+    let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
     let run = Run {
         dir: tmp.path(),
         recipe: &quickstart(),
@@ -286,7 +255,7 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_previous_one() {
 #[test]
 fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     let tmp = tempfile::tempdir().unwrap();
-    let dataset = packed(&quickstart(), &tmp.path().join("packed"));
+    let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
     let run = Run {
         dir: tmp.path(),
         recipe: &quickstart(),
@@ -296,7 +265,7 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     let mut got = Vec::new();
     let mut daemon = run.start(1, 2, false).unwrap();
     got.extend(run.pull(&daemon, 1, 0, 300));
-    sigterm(&mut daemon);
+    daemon.terminate();
     let list = CheckpointDir::open(&run.state, 3).unwrap().list().unwrap();
     assert_eq!(list.len(), 1, "{list:?}\n{}", daemon.log_text());
     let step = list[0].0;
@@ -306,6 +275,29 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     got.extend(run.pull(&daemon, 1, 300, 50));
     assert!(daemon.log_text().contains(&format!("(step {step}, ")));
     assert!(got == global_batches(&dataset, 2, 0..350));
+}
+
+/// `dsprep pack --recipe config/quickstart.toml --out OUT --quiet EXTRA…` as a child process.
+fn pack_quickstart(out: &Path, extra: &[&str]) -> std::process::Output {
+    let (recipe, out) = (quickstart(), out.to_str().unwrap().to_string());
+    let mut args = vec![
+        "pack",
+        "--recipe",
+        recipe.to_str().unwrap(),
+        "--out",
+        &out,
+        "--quiet",
+    ];
+    args.extend(extra);
+    support::dsprep(&args)
+}
+
+/// [`pack_quickstart`], which must succeed; returns its stderr.
+fn pack_quickstart_ok(out: &Path, extra: &[&str]) -> String {
+    let done = pack_quickstart(out, extra);
+    let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert!(done.status.success(), "{stderr}");
+    stderr
 }
 
 /// Every file of a packed directory, by name.
@@ -330,16 +322,7 @@ fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
     let recipe = quickstart();
     let recipe = recipe.to_str().unwrap();
     let whole = tmp.path().join("whole");
-    dsprep_ok(&[
-        "pack",
-        "--recipe",
-        recipe,
-        "--out",
-        whole.to_str().unwrap(),
-        "--quiet",
-        "--shard-mib",
-        "1",
-    ]);
+    pack_quickstart_ok(&whole, &["--shard-mib", "1"]);
 
     let out = tmp.path().join("out");
     let checkpoint = tmp.path().join("out.partial/checkpoint.ckpt");
@@ -390,18 +373,7 @@ fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
     }
     let killed_at = killed_at.expect("a pack killed after its first checkpoint");
 
-    let again = support::dsprep(&[
-        "pack",
-        "--recipe",
-        recipe,
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--shard-mib",
-        "1",
-    ]);
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(again.status.success(), "{stderr}");
+    let stderr = pack_quickstart_ok(&out, &["--shard-mib", "1"]);
     assert!(
         stderr.contains(&format!(
             "continuing the interrupted pack in {}.partial at window {killed_at}",
@@ -487,14 +459,9 @@ fn a_second_pack_to_the_same_output_is_refused_while_one_holds_it() {
     std::fs::create_dir_all(&partial).unwrap();
     let lock = std::fs::File::create(partial.join(".lock")).unwrap();
     lock.try_lock().unwrap(); // as a running pack holds it
-    let err = dsprep_fails(&[
-        "pack",
-        "--recipe",
-        quickstart().to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
+    let failed = pack_quickstart(&out, &[]);
+    assert!(!failed.status.success());
+    let err = String::from_utf8_lossy(&failed.stderr);
     assert_eq!(
         err.trim(),
         format!(
@@ -513,17 +480,8 @@ fn a_second_pack_to_the_same_output_is_refused_while_one_holds_it() {
 #[test]
 fn a_pack_with_an_unusable_checkpoint_starts_over_and_says_why() {
     let tmp = tempfile::tempdir().unwrap();
-    let recipe = quickstart();
-    let recipe = recipe.to_str().unwrap();
     let whole = tmp.path().join("whole");
-    dsprep_ok(&[
-        "pack",
-        "--recipe",
-        recipe,
-        "--out",
-        whole.to_str().unwrap(),
-        "--quiet",
-    ]);
+    pack_quickstart_ok(&whole, &[]);
     let out = tmp.path().join("out");
     let partial = tmp.path().join("out.partial");
     std::fs::create_dir_all(&partial).unwrap();
@@ -533,16 +491,7 @@ fn a_pack_with_an_unusable_checkpoint_starts_over_and_says_why() {
     )
     .unwrap();
     std::fs::write(partial.join("tokens-00000.bin"), b"stale").unwrap();
-    let again = support::dsprep(&[
-        "pack",
-        "--recipe",
-        recipe,
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(again.status.success(), "{stderr}");
+    let stderr = pack_quickstart_ok(&out, &[]);
     assert!(
         stderr.contains(&format!(
             "not continuing the interrupted pack in {}: checkpoint {}: not a dsprep checkpoint (bad magic); starting over",

@@ -4,7 +4,7 @@
 
 mod support;
 
-use dsprep::pack::{self, PackOptions};
+use dsprep::pack;
 use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset};
 use std::path::Path;
@@ -14,20 +14,7 @@ use support::*;
 
 /// The quickstart packed with the same recipe, for comparison.
 fn packed(dir: &Path) -> PackedDataset {
-    let out = dir.join("packed");
-    let options = PackOptions {
-        recipe: quickstart(),
-        out: out.clone(),
-        threads: 2,
-        shard_bytes: 1 << 30,
-        force: false,
-        progress: false,
-        engine: dsprep_mixers::EngineChoice::Auto,
-        checkpoint_secs: 60,
-        fresh: false,
-    };
-    pack::pack(&options).unwrap();
-    PackedDataset::open(out).unwrap()
+    pack_dataset(&quickstart(), &dir.join("packed"))
 }
 
 /// The bytes rank `rank` must receive for `steps`.
@@ -411,16 +398,7 @@ fn an_endpoint_in_use_is_a_clear_error_and_sigterm_shuts_down_cleanly() {
     );
 
     let mut daemon = daemon;
-    let pid = daemon.child.id();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = daemon.child.wait().unwrap();
-    assert!(status.success(), "{status}");
+    daemon.terminate();
     std::thread::sleep(Duration::from_millis(100));
     assert!(
         daemon.log_text().contains("shut down"),

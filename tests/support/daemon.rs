@@ -114,6 +114,15 @@ impl Daemon {
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// SIGTERM, then wait: the daemon must exit successfully.
+    pub fn terminate(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}: {}", self.log_text());
+    }
 }
 
 impl Drop for Daemon {

@@ -25,6 +25,23 @@ pub fn quickstart() -> PathBuf {
     repo_root().join("config/quickstart.toml")
 }
 
+/// Pack `recipe` into `out` in-process (2 threads, one token shard) and open the result.
+pub fn pack_dataset(recipe: &Path, out: &Path) -> dsprep_client::PackedDataset {
+    let options = dsprep::pack::PackOptions {
+        recipe: recipe.to_path_buf(),
+        out: out.to_path_buf(),
+        threads: 2,
+        shard_bytes: 1 << 30,
+        force: false,
+        progress: false,
+        engine: dsprep_mixers::EngineChoice::Auto,
+        checkpoint_secs: 60,
+        fresh: false,
+    };
+    dsprep::pack::pack(&options).expect("the pack succeeds");
+    dsprep_client::PackedDataset::open(out).expect("the packed directory opens")
+}
+
 pub fn dsprep(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dsprep"))
         .args(args)

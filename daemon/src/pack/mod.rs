@@ -11,7 +11,7 @@ pub use summary::print_summary;
 use crate::files::sha256_file;
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, Shard, SourceContext, list_source};
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use dsprep_client::format::{
     self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
 };
@@ -231,12 +231,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
     };
-    if options.out.exists() && !options.force {
-        bail!(
-            "output {} already exists (pass --force to replace it)",
-            options.out.display()
-        );
-    }
+    output::refuse_existing(&options.out, options.force)?;
     let partial = output::partial_dir(&options.out)?;
     let interrupted = if options.fresh {
         None
@@ -269,7 +264,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             (writer, Some(from))
         }
         None => {
-            let writer = PackWriter::create(&options.out, options.force, dtype, windows_per_shard)?;
+            let writer = PackWriter::create(&options.out, dtype, windows_per_shard)?;
             writer.add_tokenizer(&loaded.tokenizer_json)?;
             (writer, None)
         }

@@ -26,6 +26,17 @@ pub struct WriterProgress {
     pub closed_shards: Vec<OutputFile>,
 }
 
+/// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
+pub fn refuse_existing(out: &Path, force: bool) -> anyhow::Result<()> {
+    if out.exists() && !force {
+        bail!(
+            "output {} already exists (pass --force to replace it)",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// `<out>.partial`, beside `out`.
 pub fn partial_dir(out: &Path) -> anyhow::Result<PathBuf> {
     let name = out
@@ -52,20 +63,9 @@ pub struct PackWriter {
 }
 
 impl PackWriter {
-    /// Start a packed directory at `out`. An existing `out` is an error unless `force`, in which
-    /// case it is replaced only once the new one is complete.
-    pub fn create(
-        out: &Path,
-        force: bool,
-        dtype: Dtype,
-        windows_per_shard: u64,
-    ) -> anyhow::Result<Self> {
-        if out.exists() && !force {
-            bail!(
-                "output {} already exists (pass --force to replace it)",
-                out.display()
-            );
-        }
+    /// Start a packed directory for `out` (check [`refuse_existing`] first: an existing `out` is
+    /// replaced only once the new one is complete).
+    pub fn create(out: &Path, dtype: Dtype, windows_per_shard: u64) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
         for entry in
