@@ -5,7 +5,8 @@
 
 mod support;
 
-use dsprep::pack::{self, PackOptions, build_mixer, load_recipe};
+use dsprep::driver::{build_mixer, load_recipe};
+use dsprep::pack::{self, PackOptions};
 use dsprep_client::{BatchLayout, PackedDataset};
 use dsprep_mixers::{Packer, Shuffler};
 use support::*;
@@ -271,7 +272,7 @@ fn the_summary_reports_per_source_counts_and_the_mix() {
 fn pack_fixture(
     dir: &std::path::Path,
     recipe_text: &str,
-) -> (pack::PackReport, dsprep::pack::LoadedRecipe) {
+) -> (pack::PackReport, dsprep::driver::LoadedRecipe) {
     let recipe = write_recipe(dir, recipe_text);
     let options = PackOptions {
         recipe: recipe.clone(),

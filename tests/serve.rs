@@ -4,7 +4,6 @@
 
 mod support;
 
-use dsprep::pack;
 use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset};
 use std::path::Path;
@@ -256,7 +255,10 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     };
     let (h, m) = raw.ask(&wrong_recipe);
     assert_eq!(h.status, Status::RecipeMismatch);
-    let hash = pack::load_recipe(&quickstart()).unwrap().recipe.hash();
+    let hash = dsprep::driver::load_recipe(&quickstart())
+        .unwrap()
+        .recipe
+        .hash();
     assert_eq!(
         m,
         format!(

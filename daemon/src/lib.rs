@@ -5,6 +5,7 @@
 //! `main.rs` only parses arguments and calls into here.
 
 pub mod checkpoint;
+pub mod driver;
 pub mod files;
 pub mod hub;
 pub mod inspect;

@@ -55,6 +55,17 @@ enum Command {
         /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
         #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
         tokenizer_engine: String,
+        /// For a recipe with [lanes]: pack only this part's lanes into OUT.lanes/ (a Slurm array
+        /// task). Default with --parts absent: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN when
+        /// SLURM_ARRAY_TASK_COUNT is set, else every lane and the finish in one run.
+        #[arg(long, requires = "parts")]
+        part: Option<u32>,
+        /// How many parts the lanes are split into (see --part).
+        #[arg(long, requires = "part")]
+        parts: Option<u32>,
+        /// Put the lanes in OUT.lanes/ (packed by every part) together into OUT.
+        #[arg(long, conflicts_with_all = ["part", "parts"])]
+        finish: bool,
     },
     /// Serve every data-parallel rank its batches over ZeroMQ (the loader daemon).
     Serve {
@@ -95,6 +106,13 @@ enum Command {
         /// for first, from the newest checkpoint at or below it.
         #[arg(long, value_parser = ["latest"], requires = "state_dir")]
         resume: Option<String>,
+        /// This daemon's node (0-based), for a recipe with [lanes] served by one daemon per node.
+        /// Default: SLURM_NODEID, else NODE_RANK or GROUP_RANK (torchrun), else 0.
+        #[arg(long, requires = "nodes")]
+        node_rank: Option<u32>,
+        /// How many node daemons serve the job. Default: SLURM_NNODES, else NNODES, else 1.
+        #[arg(long, requires = "node_rank")]
+        nodes: Option<u32>,
     },
     /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
     Tap {
@@ -162,6 +180,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tokenizer_engine,
             checkpoint_secs,
             fresh,
+            part,
+            parts,
+            finish,
         } => {
             let threads = default_threads(threads)?;
             let options = PackOptions {
@@ -175,6 +196,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 progress: !quiet,
                 engine: engine_choice(&tokenizer_engine),
             };
+            let parts = match (part, parts) {
+                (Some(part), Some(parts)) => Some(pack::Parts { part, parts }),
+                _ => None,
+            };
+            if finish || parts.is_some() || slurm_array_parts()?.is_some() {
+                let loaded = dsprep::driver::load_recipe_with(&options.recipe, options.engine)?;
+                if finish {
+                    pack::print_summary(&pack::finish(&options, &loaded)?);
+                    return Ok(());
+                }
+                let from_slurm = if loaded.recipe.lanes.is_some() {
+                    slurm_array_parts()?
+                } else {
+                    None
+                };
+                if let Some(parts) = parts.or(from_slurm) {
+                    let report = pack::pack_part(&options, &loaded, parts)?;
+                    println!(
+                        "part {} of {}: packed lanes {:?}{} into {} in {:.2} s; run `dsprep pack \
+                         --finish` with the same --recipe and --out once every part is done",
+                        report.parts.part,
+                        report.parts.parts,
+                        report.packed,
+                        if report.kept.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (kept {:?}, complete from an earlier run)", report.kept)
+                        },
+                        report.lanes_dir.display(),
+                        report.wall.as_secs_f64()
+                    );
+                    return Ok(());
+                }
+            }
             let report = pack::pack(&options)?;
             pack::print_summary(&report);
         }
@@ -191,7 +246,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             checkpoint_every,
             keep_checkpoints,
             resume,
+            node_rank,
+            nodes,
         } => {
+            let node = dsprep::serve::NodePlace::resolve(node_rank, nodes, |name| {
+                std::env::var(name).ok()
+            })?;
             let metrics =
                 match metrics.as_str() {
                     "off" => None,
@@ -219,6 +279,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 checkpoint_every,
                 keep_checkpoints,
                 resume: resume.is_some(),
+                node,
             };
             dsprep::serve::serve(&options, shutdown)?;
         }
@@ -266,6 +327,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The part of a Slurm array task (`SLURM_ARRAY_TASK_ID` counted from `SLURM_ARRAY_TASK_MIN`,
+/// of `SLURM_ARRAY_TASK_COUNT`), when it runs in one.
+fn slurm_array_parts() -> anyhow::Result<Option<pack::Parts>> {
+    let var = |name: &str| -> anyhow::Result<Option<u32>> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .with_context(|| format!("{name}={v:?} is not a whole number")),
+            Err(_) => Ok(None),
+        }
+    };
+    let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID")?, var("SLURM_ARRAY_TASK_COUNT")?)
+    else {
+        return Ok(None);
+    };
+    let min = var("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+    Ok(Some(pack::Parts {
+        part: id.saturating_sub(min),
+        parts: count,
+    }))
 }
 
 /// `--threads`: at least 1; by default every core.

@@ -2,7 +2,7 @@
 //! its commit, lists every source's shards in reading order with their sizes, downloads nothing
 //! (a Hub shard's size and checksum come from the listing).
 
-use crate::pack::{build_mixer, load_recipe};
+use crate::driver::{build_mixer, load_recipe};
 use crate::sources::Shard;
 use anyhow::Context;
 use std::fmt::Write;
@@ -25,7 +25,7 @@ pub fn plan(recipe_path: &Path) -> anyhow::Result<String> {
         let mut bytes = 0u64;
         for (i, shard) in shards.iter().enumerate() {
             let (size, detail) = match shard {
-                Shard::Local(path) => {
+                Shard::Local(path) | Shard::LocalRowGroup { path, .. } => {
                     let size = std::fs::metadata(path)
                         .with_context(|| format!("cannot read {}", path.display()))?
                         .len();

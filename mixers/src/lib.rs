@@ -10,6 +10,7 @@
 
 pub mod checkpoint;
 pub mod doc;
+pub mod lanes;
 pub mod mixer;
 pub mod packer;
 pub mod recipe;
@@ -21,7 +22,7 @@ pub mod tokenize;
 pub use doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor};
 pub use mixer::{MixError, Mixer};
 pub use packer::{PackedWindow, Packer, PackerState};
-pub use recipe::{Recipe, RecipeError};
+pub use recipe::{LanesSpec, Recipe, RecipeError};
 pub use shuffle::Shuffler;
 pub use stream::{DocStream, StreamState};
 pub use tokenize::{EngineChoice, TokenizeError, TokenizeStage};

@@ -12,9 +12,9 @@ use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
 use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
 use proptest::prelude::*;
 
-const GPT2: &str = "../../shared/tokenizers/gpt2/tokenizer.json";
-const GPT2_IN_REPO: &str = "../config/tokenizers/gpt2/tokenizer.json";
-const QWEN3: &str = "../../shared/tokenizers/qwen3/tokenizer.json";
+// Every file a test reads is in the repository (a fresh clone has nothing beside it).
+const GPT2: &str = "../config/tokenizers/gpt2/tokenizer.json";
+const QWEN3: &str = "../config/tokenizers/qwen3/tokenizer.json";
 const C4_DIR: &str = "../config/samples/c4/en";
 const PYTHON_STDLIB: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11";
 
@@ -230,7 +230,7 @@ fn edge_cases(added: &[String]) -> Vec<(String, String)> {
 
 #[test]
 fn repo_copy_of_gpt2_takes_the_fast_path() {
-    let description = stage(&read(GPT2_IN_REPO), EngineChoice::Auto).engine_description();
+    let description = stage(&read(GPT2), EngineChoice::Auto).engine_description();
     assert!(description.starts_with("fast path"), "{description}");
     assert!(
         description.contains("50257 tokens, 50000 merges"),

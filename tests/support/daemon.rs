@@ -44,7 +44,22 @@ impl Daemon {
 
     /// Start with explicit arguments; `Err(stderr)` if it exits before it is ready.
     pub fn start_with(recipe: &Path, endpoint: &str, args: &[&str]) -> Result<Daemon, String> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsprep"))
+        Self::start_cmd(
+            Command::new(env!("CARGO_BIN_EXE_dsprep")),
+            recipe,
+            endpoint,
+            args,
+        )
+    }
+
+    /// [`Daemon::start_with`] on a prepared command (its environment set by the caller).
+    pub fn start_cmd(
+        mut command: Command,
+        recipe: &Path,
+        endpoint: &str,
+        args: &[&str],
+    ) -> Result<Daemon, String> {
+        let mut child = command
             .args([
                 "serve",
                 "--recipe",

@@ -1,29 +1,29 @@
 //! `dsprep pack`: runs the pipeline over a recipe and writes a packed directory (format v1, see
 //! FORMAT.md). Parse → validate → list shards → run → write manifest → rename.
 
+mod lanes;
 mod output;
-pub mod pipeline;
 mod resume;
 mod summary;
 
+pub use lanes::{PartReport, Parts, finish, pack_part};
 pub use summary::print_summary;
 
+use crate::driver::pipeline::{self, PipelineConfig};
+use crate::driver::{LoadedRecipe, Locator, build_stream, load_recipe_with};
 use crate::files::sha256_file;
-use crate::hub::HubClient;
-use crate::sources::{LocalSource, Shard, SourceContext, list_source};
+use crate::sources::Shard;
 use anyhow::{Context, anyhow};
 use dsprep_client::format::{
     self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
 };
 use dsprep_mixers::checkpoint::PipelineState;
-use dsprep_mixers::doc::DocPos;
-use dsprep_mixers::mixer::MixInput;
+use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::recipe::Recipe;
-use dsprep_mixers::{DocStream, EngineChoice, Mixer, Packer, Shuffler, TokenizeStage};
+use dsprep_mixers::{EngineChoice, Packer};
 use indicatif::{ProgressBar, ProgressStyle};
 use output::PackWriter;
 use output::WriterProgress;
-use pipeline::PipelineConfig;
 use resume::PackCheckpoint;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,136 +62,12 @@ pub struct PackReport {
     pub continued_from: Option<u64>,
 }
 
-/// A recipe loaded and checked, with everything resolved that needs IO.
-pub struct LoadedRecipe {
-    pub recipe: Recipe,
-    /// The recipe file's folder: relative paths in it are resolved from here.
-    pub base: PathBuf,
-    pub tokenizer_json: Vec<u8>,
-    pub stage: TokenizeStage,
-}
-
-/// Load a recipe with the tokenizer engine chosen automatically (the fast path where exact).
-pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
-    load_recipe_with(path, EngineChoice::Auto)
-}
-
-pub fn load_recipe_with(path: &Path, engine: EngineChoice) -> anyhow::Result<LoadedRecipe> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read recipe {}", path.display()))?;
-    let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let tokenizer_path = base.join(&recipe.tokenizer.path);
-    let tokenizer_json = std::fs::read(&tokenizer_path).with_context(|| {
-        format!(
-            "recipe {}: tokenizer.path: cannot read {}",
-            path.display(),
-            tokenizer_path.display()
-        )
-    })?;
-    let stage = TokenizeStage::from_json_bytes_with(
-        &tokenizer_json,
-        &recipe.tokenizer,
-        &tokenizer_path.display().to_string(),
-        engine,
-    )
-    .with_context(|| format!("recipe {}", path.display()))?;
-    Ok(LoadedRecipe {
-        recipe,
-        base,
-        tokenizer_json,
-        stage,
-    })
-}
-
-/// The mixer over the recipe's sources (0-weight sources are not listed or read). A Hub client
-/// (from the environment: `HF_ENDPOINT`, `HF_TOKEN`, …) is made only when a source reads the
-/// network; Hub revisions are resolved and folders listed here, nothing is downloaded yet.
-pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> {
-    let hub = if loaded.recipe.needs_network() {
-        Some(Arc::new(HubClient::from_env()?))
-    } else {
-        None
-    };
-    build_mixer_with(loaded, hub)
-}
-
-/// [`build_mixer`] with a given Hub client (or none: then a Hub source is an error).
-pub fn build_mixer_with(
-    loaded: &LoadedRecipe,
-    hub: Option<Arc<HubClient>>,
-) -> anyhow::Result<Mixer<LocalSource>> {
-    let recipe = &loaded.recipe;
-    let context = SourceContext {
-        base: loaded.base.clone(),
-        hub,
-    };
-    let mut inputs = Vec::with_capacity(recipe.sources.len());
-    for (i, spec) in recipe.sources.iter().enumerate() {
-        let shards = if spec.weight > 0.0 {
-            list_source(recipe, spec, &loaded.base, context.hub.as_ref())?
-        } else {
-            Vec::new()
-        };
-        let source = LocalSource::with_shards(i as u16, spec.clone(), shards, &context)
-            .map_err(|e| anyhow!(e))?;
-        inputs.push(MixInput {
-            name: spec.name.clone(),
-            weight: spec.weight,
-            source,
-        });
-    }
-    Ok(Mixer::new(inputs, recipe.mix.stopping, recipe.shuffle.seed))
-}
-
-/// The recipe's document stream: its mixer (see [`build_mixer`]) feeding its shuffle buffer.
-pub fn build_stream(loaded: &LoadedRecipe) -> anyhow::Result<DocStream<LocalSource>> {
-    let shuffle = &loaded.recipe.shuffle;
-    Ok(DocStream::new(
-        build_mixer(loaded)?,
-        Shuffler::new(shuffle.buffer_size, shuffle.seed),
-    ))
-}
-
-/// Names a document's origin in messages: `source "c4" shard PATH row N`.
-pub struct Locator {
-    shards: Vec<(String, Vec<PathBuf>)>,
-}
-
-impl Locator {
-    pub fn new(mixer: &Mixer<LocalSource>) -> Self {
-        Self {
-            shards: mixer
-                .inputs()
-                .iter()
-                .map(|i| (i.name.clone(), i.source.shards().to_vec()))
-                .collect(),
-        }
-    }
-
-    pub fn locate(&self, pos: &DocPos) -> String {
-        let Some((name, shards)) = self.shards.get(pos.source as usize) else {
-            return format!("source {} row {}", pos.source, pos.row);
-        };
-        let shard = shards
-            .get(pos.shard as usize)
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        format!("source {name:?} shard {shard} row {}", pos.row)
-    }
-
-    /// Per source, its shards' display paths in reading order (what a checkpoint must match).
-    pub fn shard_names(&self) -> Vec<Vec<String>> {
-        self.shards
-            .iter()
-            .map(|(_, shards)| shards.iter().map(|p| p.display().to_string()).collect())
-            .collect()
-    }
-}
-
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
     let loaded = load_recipe_with(&options.recipe, options.engine)?;
+    if loaded.recipe.lanes.is_some() {
+        return lanes::pack_all(options, &loaded, started);
+    }
     let recipe = &loaded.recipe;
     let stage = &loaded.stage;
     let stream = build_stream(&loaded)?;
@@ -343,8 +219,36 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
     };
 
+    let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
+    let manifest = new_manifest(
+        &loaded,
+        dtype,
+        packer.leftover().len() as u64,
+        inputs,
+        sources,
+    )?;
+    let manifest = writer.finish(manifest)?;
+    Ok(PackReport {
+        manifest,
+        out: options.out.clone(),
+        wall: started.elapsed(),
+        time_to_first_window: first_window,
+        threads: options.threads,
+        engine: loaded.stage.engine_description(),
+        continued_from,
+    })
+}
+
+/// The manifest's per-source table.
+fn source_stats(
+    recipe: &Recipe,
+    docs_per_source: &[u64],
+    tokens_per_source: &[u64],
+    counters: &[SourceCounters],
+) -> Vec<SourceStats> {
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
-    let sources = recipe
+    let num_docs: u64 = docs_per_source.iter().sum();
+    recipe
         .sources
         .iter()
         .enumerate()
@@ -364,13 +268,24 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             rows_empty: counters[i].rows_empty,
             passes_completed: counters[i].passes_completed,
         })
-        .collect();
+        .collect()
+}
+
+/// A manifest for this recipe's output; [`PackWriter::finish`] fills in the files and counts.
+fn new_manifest(
+    loaded: &LoadedRecipe,
+    dtype: Dtype,
+    dropped_tail_tokens: u64,
+    inputs: Vec<InputFile>,
+    sources: Vec<SourceStats>,
+) -> anyhow::Result<Manifest> {
+    let (recipe, stage) = (&loaded.recipe, &loaded.stage);
     let placeholder = OutputFile {
         file: String::new(),
         size_bytes: 0,
         sha256: String::new(),
     };
-    let manifest = Manifest {
+    Ok(Manifest {
         format: format::FORMAT_NAME.into(),
         format_version: format::FORMAT_VERSION,
         created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
@@ -386,9 +301,9 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         },
         dtype,
         seq_len: recipe.packing.seq_len,
-        window_tokens: window_tokens as u32,
+        window_tokens: recipe.packing.window_tokens() as u32,
         num_windows: 0,
-        dropped_tail_tokens: packer.leftover().len() as u64,
+        dropped_tail_tokens,
         windows_per_shard: 0,
         shards: Vec::new(),
         doc_starts: placeholder.clone(),
@@ -396,16 +311,6 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         num_doc_starts: 0,
         inputs,
         sources,
-    };
-    let manifest = writer.finish(manifest)?;
-    Ok(PackReport {
-        manifest,
-        out: options.out.clone(),
-        wall: started.elapsed(),
-        time_to_first_window: first_window,
-        threads: options.threads,
-        engine: loaded.stage.engine_description(),
-        continued_from,
     })
 }
 
@@ -419,7 +324,7 @@ fn hash_inputs(lists: &[(String, Vec<Shard>)], base: &Path) -> anyhow::Result<Ve
         sorted.sort_by_cached_key(|s| s.display_path());
         for shard in sorted {
             let path = match shard {
-                Shard::Local(path) => path.clone(),
+                Shard::Local(path) | Shard::LocalRowGroup { path, .. } => path.clone(),
                 Shard::Hub(file) => {
                     inputs.push(InputFile {
                         source: source.clone(),

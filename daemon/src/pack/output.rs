@@ -256,6 +256,11 @@ impl PackWriter {
             .context("cannot write tokenizer.json")
     }
 
+    /// Add a small file beside the packed data (written with the directory, renamed with it).
+    pub fn add_file(&self, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
+        std::fs::write(self.tmp.join(name), bytes).with_context(|| format!("cannot write {name}"))
+    }
+
     /// Close every file, fill the output part of `manifest`, write it, and move the directory to
     /// its final name.
     pub fn finish(mut self, mut manifest: Manifest) -> anyhow::Result<Manifest> {

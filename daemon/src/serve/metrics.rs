@@ -18,6 +18,13 @@ pub struct Metrics {
     /// Requests answered, by reply status name.
     pub replies: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
     pub started: Instant,
+    /// (node rank, node count) of this daemon.
+    pub node: (u32, u32),
+    /// The first rank this node serves (ranks are labelled globally).
+    pub first_rank: u32,
+    /// With `[lanes]`: the lanes this node runs and the bytes of their input units.
+    pub lanes: Vec<u32>,
+    pub input_bytes_assigned: u64,
 }
 
 impl Metrics {
@@ -35,6 +42,10 @@ impl Metrics {
             shuffle_capacity,
             replies: Default::default(),
             started: Instant::now(),
+            node: (0, 1),
+            first_rank: 0,
+            lanes: Vec::new(),
+            input_bytes_assigned: 0,
         }
     }
 
@@ -51,6 +62,35 @@ impl Metrics {
         let gauge = |out: &mut String, name: &str, help: &str, kind: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
+        gauge(
+            &mut out,
+            "dsprep_node",
+            "This daemon's node rank and the node count (always 1).",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_node{{rank=\"{}\",count=\"{}\"}} 1",
+            self.node.0, self.node.1
+        );
+        gauge(
+            &mut out,
+            "dsprep_lanes_run",
+            "Lanes of the recipe this node runs (0 without [lanes]).",
+            "gauge",
+        );
+        let _ = writeln!(out, "dsprep_lanes_run {}", self.lanes.len());
+        gauge(
+            &mut out,
+            "dsprep_input_bytes_assigned",
+            "Bytes of the input units dealt to this node's lanes (0 without [lanes]).",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_input_bytes_assigned {}",
+            self.input_bytes_assigned
+        );
         gauge(
             &mut out,
             "dsprep_documents_total",
@@ -142,6 +182,7 @@ impl Metrics {
             "gauge",
         );
         for (rank, p) in s.positions.iter().enumerate() {
+            let rank = rank + self.first_rank as usize;
             let _ = writeln!(out, "dsprep_rank_step{{rank=\"{rank}\"}} {p}");
         }
         gauge(
@@ -152,6 +193,7 @@ impl Metrics {
         );
         let fastest = s.positions.iter().copied().max().unwrap_or(0);
         for (rank, p) in s.positions.iter().enumerate() {
+            let rank = rank + self.first_rank as usize;
             let _ = writeln!(
                 out,
                 "dsprep_rank_lag_steps{{rank=\"{rank}\"}} {}",

@@ -6,14 +6,19 @@
 //! thread answers `/metrics`. Graceful shutdown on SIGINT/SIGTERM.
 
 pub mod endpoint;
+mod lanes;
 mod metrics;
+mod nodes;
 mod producer;
+mod progress;
 mod server;
 pub mod store;
 
+pub use nodes::{NodeOrigin, NodePlace};
+
 use crate::checkpoint::{CheckpointDir, RunIdentity};
-use crate::pack::pipeline::{self, PipelineConfig};
-use crate::pack::{Locator, build_stream, load_recipe_with};
+use crate::driver::pipeline::{self, PipelineConfig};
+use crate::driver::{Locator, build_stream, load_recipe_with};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
@@ -46,6 +51,8 @@ pub struct ServeOptions {
     pub keep_checkpoints: usize,
     /// Continue from the state directory's checkpoints, at the step the trainers ask for.
     pub resume: bool,
+    /// Which node this daemon serves, of how many (flags, Slurm or torchrun's environment).
+    pub node: NodePlace,
 }
 
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
@@ -59,32 +66,46 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     );
     let loaded = load_recipe_with(&options.recipe, options.engine)?;
     tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
-    let stream = build_stream(&loaded)?;
     let recipe = &loaded.recipe;
     let recipe_hash_hex = recipe.hash();
     let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
     let mut recipe_hash = [0u8; 32];
     hex::decode_to_slice(&recipe_hash_hex, &mut recipe_hash).context("recipe hash is hex")?;
+    let global_batch = u64::from(options.world_size) * u64::from(options.micro_batch);
+    let node = nodes::NodeRanks::new(&options.node, options.world_size, recipe.lanes.is_some())?;
     let layout = Layout {
         world_size: options.world_size,
         micro_batch: options.micro_batch,
         window_tokens: recipe.packing.window_tokens() as u32,
         dtype_bytes: dtype.size_bytes() as u8,
         recipe_hash,
+        first_rank: node.first_rank,
+        local_ranks: node.local_ranks,
     };
-    let global_batch = u64::from(options.world_size) * u64::from(options.micro_batch);
-    let checkpoints = match &options.state_dir {
-        None if options.resume => bail!("--resume needs --state-dir (where the checkpoints are)"),
-        None => None,
-        Some(dir) => {
-            let run = RunIdentity {
-                recipe_hash: recipe_hash_hex.clone(),
-                global_batch,
-                world_size: options.world_size,
-                micro_batch: options.micro_batch,
-                shards: Locator::new(stream.mixer()).shard_names(),
+    let work = match recipe.lanes {
+        Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),
+        None => {
+            let stream = build_stream(&loaded)?;
+            let checkpoints = match &options.state_dir {
+                None if options.resume => {
+                    bail!("--resume needs --state-dir (where the checkpoints are)")
+                }
+                None => None,
+                Some(dir) => {
+                    let run = RunIdentity {
+                        recipe_hash: recipe_hash_hex.clone(),
+                        global_batch,
+                        world_size: options.world_size,
+                        micro_batch: options.micro_batch,
+                        shards: Locator::new(stream.mixer()).shard_names(),
+                    };
+                    Some(open_state_dir(dir, options, run)?)
+                }
             };
-            Some(open_state_dir(dir, options, run)?)
+            Work::Single {
+                stream,
+                checkpoints,
+            }
         }
     };
 
@@ -99,12 +120,12 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     wake.bind(WAKE_ENDPOINT)?;
 
     let store = Arc::new(if options.resume {
-        StepStore::unplaced(options.world_size, options.prefetch)
+        StepStore::unplaced(node.local_ranks, options.prefetch)
     } else {
-        StepStore::new(options.world_size, options.prefetch)
+        StepStore::new(node.local_ranks, options.prefetch)
     });
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
-    let metrics = Arc::new(Metrics::new(
+    let mut metrics = Metrics::new(
         recipe.sources.iter().map(|s| s.name.clone()).collect(),
         recipe
             .sources
@@ -112,7 +133,18 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
             .map(|s| s.weight / total_weight)
             .collect(),
         recipe.shuffle.buffer_size as u64,
-    ));
+    );
+    metrics.node = (options.node.rank, options.node.count);
+    metrics.first_rank = node.first_rank;
+    if let Work::Lanes(lanes) = &work {
+        metrics.lanes = lanes.slice.lanes();
+        metrics.input_bytes_assigned = lanes.input_bytes();
+    }
+    let metrics = Arc::new(metrics);
+    let gate = match &work {
+        Work::Lanes(lanes) => lanes.progress.clone().map(|p| (p, global_batch)),
+        Work::Single { .. } => None,
+    };
     let shuffle_fill = Arc::new(AtomicU64::new(0));
     if let Some(addr) = options.metrics {
         let bound = metrics::spawn_http(
@@ -154,8 +186,11 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                         return;
                     }
                 };
-                let result =
-                    starting_point(resume, &store, checkpoints.as_ref()).and_then(|start| {
+                let result = match work {
+                    Work::Single {
+                        stream,
+                        checkpoints,
+                    } => starting_point(resume, &store, checkpoints.as_ref()).and_then(|start| {
                         match start {
                             None => Ok(Ended::Stopped),
                             Some(start) => Producer {
@@ -170,7 +205,21 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                             }
                             .run(stream, start),
                         }
-                    });
+                    }),
+                    Work::Lanes(lanes) => lanes::LaneProducer {
+                        loaded: &loaded,
+                        inputs: &lanes.inputs,
+                        slice: lanes.slice.clone(),
+                        store: &store,
+                        metrics: &metrics,
+                        progress: lanes.progress.clone(),
+                        threads: config.threads,
+                        chunk_text_bytes: config.chunk_text_bytes,
+                        dtype,
+                        wake: &wake,
+                    }
+                    .run(),
+                };
                 match result {
                     Ok(Ended::EndOfData(num_steps)) => {
                         store.finish();
@@ -208,6 +257,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         metrics,
         layout,
         shutdown,
+        gate,
     }
     .run();
     store.shutdown();
@@ -219,6 +269,15 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     }
     tracing::info!("shut down");
     served
+}
+
+/// What the producer runs: the recipe's one stream (with checkpoints), or this node's lanes.
+enum Work {
+    Single {
+        stream: dsprep_mixers::DocStream<crate::sources::LocalSource>,
+        checkpoints: Option<Checkpointing>,
+    },
+    Lanes(nodes::NodeLanes),
 }
 
 /// Open the state directory: a fresh run refuses one that holds checkpoints (it would mix two

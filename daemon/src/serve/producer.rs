@@ -6,8 +6,8 @@
 use super::metrics::Metrics;
 use super::store::{StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
-use crate::pack::pipeline::{self, PipelineConfig};
-use crate::pack::{LoadedRecipe, Locator};
+use crate::driver::pipeline::{self, PipelineConfig};
+use crate::driver::{LoadedRecipe, Locator};
 use crate::sources::LocalSource;
 use anyhow::{Context, anyhow};
 use dsprep_client::format::Dtype;
@@ -50,19 +50,20 @@ pub struct Producer<'a> {
     pub checkpoints: Option<Checkpointing>,
 }
 
-/// Collects windows into global steps, dropping those below the first step to store.
-struct StepAssembler {
-    global_batch: u64,
-    dtype: Dtype,
+/// Collects windows into global steps (or a node's part of them), dropping those below the
+/// first step to store.
+pub(super) struct StepAssembler {
+    pub global_batch: u64,
+    pub dtype: Dtype,
     /// Index of the next window the packer emits.
-    next_window: u64,
+    pub next_window: u64,
     /// Windows below this index are recomputed only to get past them (fast-forward).
-    keep_from: u64,
-    current: StepData,
+    pub keep_from: u64,
+    pub current: StepData,
 }
 
 impl StepAssembler {
-    fn add(&mut self, window: PackedWindow) -> Option<StepData> {
+    pub fn add(&mut self, window: PackedWindow) -> Option<StepData> {
         let index = self.next_window;
         self.next_window += 1;
         if index < self.keep_from {

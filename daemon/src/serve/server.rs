@@ -3,6 +3,7 @@
 //! A malformed or hostile message gets a typed error reply and never stops the loop.
 
 use super::metrics::Metrics;
+use super::progress::{Gate, LaneProgress};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{DecodeError, ReplyHeader, Request, Status, encode_doc_starts};
 use std::sync::Arc;
@@ -17,10 +18,22 @@ pub struct Layout {
     pub window_tokens: u32,
     pub dtype_bytes: u8,
     pub recipe_hash: [u8; 32],
+    /// The ranks this daemon answers: `local_ranks` of them from `first_rank` (all of them on
+    /// one node).
+    pub first_rank: u32,
+    pub local_ranks: u32,
+}
+
+impl Layout {
+    fn owns(&self, rank: u32) -> bool {
+        rank >= self.first_rank && rank - self.first_rank < self.local_ranks
+    }
 }
 
 /// How long the loop sleeps in `poll` before checking for shutdown.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often requests waiting on other nodes' lanes are looked at again.
+const GATE_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Requests waiting for a step at most (beyond, the oldest are refused): bounds the parked list.
 const MAX_PARKED: usize = 4096;
 
@@ -37,6 +50,9 @@ pub struct Server {
     pub metrics: Arc<Metrics>,
     pub layout: Layout,
     pub shutdown: Arc<AtomicBool>,
+    /// With several node daemons: the lanes' progress, and the global batch in windows. A step
+    /// is served only once every lane of the stream is known to reach it.
+    pub gate: Option<(Arc<LaneProgress>, u64)>,
 }
 
 impl Server {
@@ -48,7 +64,12 @@ impl Server {
                     self.router.as_poll_item(zmq::POLLIN),
                     self.wake.as_poll_item(zmq::POLLIN),
                 ];
-                match zmq::poll(&mut items, POLL_INTERVAL.as_millis() as i64) {
+                let interval = if self.gate.is_some() && !parked.is_empty() {
+                    GATE_POLL_INTERVAL
+                } else {
+                    POLL_INTERVAL
+                };
+                match zmq::poll(&mut items, interval.as_millis() as i64) {
                     Ok(_) | Err(zmq::Error::EINTR) => {}
                     Err(e) => return Err(anyhow::anyhow!("poll failed: {e}")),
                 }
@@ -73,7 +94,7 @@ impl Server {
                     self.handle(frames, &mut parked);
                 }
             }
-            if wake_ready && !parked.is_empty() {
+            if (wake_ready || self.gate.is_some()) && !parked.is_empty() {
                 let waiting = std::mem::take(&mut parked);
                 for p in waiting {
                     self.answer(p.identity, p.request, &mut parked);
@@ -134,6 +155,18 @@ impl Server {
             self.reply_error(&identity, &request, Status::LayoutMismatch, &msg);
             return;
         }
+        if !layout.owns(request.rank) {
+            let msg = format!(
+                "rank {} is not served here: this node daemon serves ranks {}..={} of world size {} (ranks are laid out node by node); connect rank {} to its own node's daemon",
+                request.rank,
+                layout.first_rank,
+                layout.first_rank + layout.local_ranks - 1,
+                layout.world_size,
+                request.rank
+            );
+            self.reply_error(&identity, &request, Status::LayoutMismatch, &msg);
+            return;
+        }
         if parked.len() >= MAX_PARKED {
             let oldest = parked.remove(0);
             self.reply_error(
@@ -147,18 +180,25 @@ impl Server {
     }
 
     fn answer(&self, identity: Vec<u8>, request: Request, parked: &mut Vec<Parked>) {
-        match self.store.lookup(request.rank, request.step) {
-            Lookup::Ready(step, num_steps) => {
-                self.send_batch(&identity, &request, &step, num_steps)
-            }
+        let local_rank = request.rank - self.layout.first_rank;
+        match self.store.lookup(local_rank, request.step) {
+            Lookup::Ready(step, num_steps) => match &self.gate {
+                None => self.send_batch(&identity, &request, &step, num_steps),
+                Some((lanes, global_batch)) => match lanes.gate(request.step, *global_batch) {
+                    Gate::Open(num_steps) => self.send_batch(&identity, &request, &step, num_steps),
+                    Gate::End(num_steps) => self.send_end(&identity, &request, num_steps),
+                    Gate::Wait => parked.push(Parked { identity, request }),
+                },
+            },
             Lookup::NotYet => parked.push(Parked { identity, request }),
-            Lookup::EndOfData { num_steps } => {
-                let header = self.header(&request, Status::EndOfData, num_steps);
-                self.metrics.count_reply("end_of_data");
-                let _ = self
-                    .router
-                    .send_multipart([identity.as_slice(), &header.encode()], 0);
-            }
+            Lookup::EndOfData { num_steps } => match &self.gate {
+                None => self.send_end(&identity, &request, num_steps),
+                // This node's lanes ended; the stream may end earlier on another node's lane.
+                Some((lanes, global_batch)) => match lanes.gate(request.step, *global_batch) {
+                    Gate::End(num_steps) => self.send_end(&identity, &request, num_steps),
+                    Gate::Open(_) | Gate::Wait => parked.push(Parked { identity, request }),
+                },
+            },
             Lookup::Gone { oldest } => {
                 let msg = format!(
                     "step {} is no longer held: the oldest step held is {oldest} (resume from a checkpoint to go back further)",
@@ -183,6 +223,12 @@ impl Server {
                 "the daemon is shutting down",
             ),
         }
+    }
+
+    fn send_end(&self, identity: &[u8], request: &Request, num_steps: u64) {
+        let header = self.header(request, Status::EndOfData, num_steps);
+        self.metrics.count_reply("end_of_data");
+        let _ = self.router.send_multipart([identity, &header.encode()], 0);
     }
 
     fn header(&self, request: &Request, status: Status, num_steps: u64) -> ReplyHeader {
@@ -213,7 +259,7 @@ impl Server {
         let l = self.layout;
         let mb = l.micro_batch as usize;
         let row_bytes = l.window_tokens as usize * l.dtype_bytes as usize;
-        let first_row = request.rank as usize * mb;
+        let first_row = (request.rank - l.first_rank) as usize * mb;
         let payload = &step.tokens[first_row * row_bytes..(first_row + mb) * row_bytes];
         let rows: Vec<&[u32]> = step.doc_starts[first_row..first_row + mb]
             .iter()

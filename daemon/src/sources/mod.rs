@@ -16,6 +16,7 @@ mod parquet;
 
 pub use content::FILE_BITS;
 pub use listing::{ListError, list_shards, list_source};
+pub use parquet::local_row_groups;
 
 use crate::hub::{Download, HubClient, HubError, HubFile};
 use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
@@ -53,6 +54,12 @@ pub(crate) fn hub_error(error: HubError) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Shard {
     Local(PathBuf),
+    /// One row group of a local parquet file: the unit a recipe's lanes deal out
+    /// (`crate::driver::lanes`). Rows keep their numbers in the file.
+    LocalRowGroup {
+        path: PathBuf,
+        row_group: usize,
+    },
     Hub(Arc<HubFile>),
 }
 
@@ -61,6 +68,9 @@ impl Shard {
     pub fn display_path(&self) -> PathBuf {
         match self {
             Shard::Local(path) => path.clone(),
+            Shard::LocalRowGroup { path, row_group } => {
+                PathBuf::from(format!("{}[row group {row_group}]", path.display()))
+            }
             Shard::Hub(file) => PathBuf::from(file.location()),
         }
     }
@@ -126,12 +136,24 @@ fn open_shard(
                     None => from_row,
                 };
                 let (batches, first_row) =
-                    parquet::LocalBatches::open(path, spec, batch_rows, from)?;
+                    parquet::LocalBatches::open(path, spec, batch_rows, from, None)?;
                 parquet_reader(Box::new(batches), path.clone(), first_row)
             }
             Format::Jsonl => Box::new(jsonl::JsonlShard::open(path, spec, false)?),
             Format::JsonlGz => Box::new(jsonl::JsonlShard::open(path, spec, true)?),
         }),
+        Shard::LocalRowGroup { path, row_group } => {
+            if spec.format != Format::Parquet || content.is_some() {
+                return Err(ShardError::new(
+                    path,
+                    None,
+                    "internal error: only plain parquet shards are split into row groups",
+                ));
+            }
+            let (batches, first_row) =
+                parquet::LocalBatches::open(path, spec, batch_rows, from_row, Some(*row_group))?;
+            Ok(parquet_reader(Box::new(batches), path.clone(), first_row))
+        }
         Shard::Hub(file) => {
             let label = PathBuf::from(file.location());
             let (Some(client), Some(download)) = (hub, download) else {

@@ -34,12 +34,14 @@ pub(crate) struct LocalBatches {
 impl LocalBatches {
     /// Open `path` at the start of the row group that holds row `from_row` (row groups before it
     /// are never read: resume skips most of a shard this way). Returns the batches and the index
-    /// of their first row; a `from_row` at the end gives no batches.
+    /// of their first row; a `from_row` at the end gives no batches. With `only_group`, just that
+    /// row group is read (from its start), whatever `from_row`.
     pub(crate) fn open(
         path: &Path,
         spec: &SourceSpec,
         batch_rows: usize,
         from_row: u64,
+        only_group: Option<usize>,
     ) -> Result<(Self, u64), ShardError> {
         let fail = |message: String| ShardError::new(path, None, message);
         let mut file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
@@ -52,13 +54,29 @@ impl LocalBatches {
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
         let mask = projection(builder.schema(), builder.parquet_schema(), spec).map_err(fail)?;
-        let (groups, first_row) = row_groups_from(builder.metadata().row_groups(), from_row)
-            .ok_or_else(|| {
-                fail(format!(
-                    "has {} rows, row {from_row} was asked for (has the file changed?)",
-                    builder.metadata().file_metadata().num_rows()
-                ))
-            })?;
+        let groups_meta = builder.metadata().row_groups();
+        let found = match only_group {
+            Some(g) if g < groups_meta.len() => Some((
+                vec![g],
+                groups_meta[..g]
+                    .iter()
+                    .map(|m| m.num_rows().max(0) as u64)
+                    .sum(),
+            )),
+            Some(g) => {
+                return Err(fail(format!(
+                    "has {} row groups, row group {g} was asked for (has the file changed?)",
+                    groups_meta.len()
+                )));
+            }
+            None => row_groups_from(groups_meta, from_row),
+        };
+        let (groups, first_row) = found.ok_or_else(|| {
+            fail(format!(
+                "has {} rows, row {from_row} was asked for (has the file changed?)",
+                builder.metadata().file_metadata().num_rows()
+            ))
+        })?;
         let reader = builder
             .with_row_groups(groups)
             .with_projection(mask)
@@ -73,6 +91,21 @@ impl LocalBatches {
             first_row,
         ))
     }
+}
+
+/// The number of row groups of a local parquet file and each one's compressed size in bytes:
+/// what lanes deal out.
+pub fn local_row_groups(path: &Path) -> Result<Vec<u64>, ShardError> {
+    let fail = |message: String| ShardError::new(path, None, message);
+    let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
+    Ok(builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.compressed_size().max(0) as u64)
+        .collect())
 }
 
 /// The row groups from the one holding `row` to the end, and the index of its first row; `None`

@@ -29,6 +29,11 @@ pub struct Recipe {
     pub shuffle: ShuffleSpec,
     #[serde(default)]
     pub mix: MixSpec,
+    /// `[lanes]`: split the stream into independent pipelines that separate processes (node
+    /// daemons, `pack` parts) can run. Absent: one pipeline, the stream of earlier versions (and
+    /// the same recipe hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<LanesSpec>,
     /// `[[source]]` tables, in the order written; the order is part of the stream.
     #[serde(rename = "source", default)]
     pub sources: Vec<SourceSpec>,
@@ -110,6 +115,16 @@ fn default_true() -> bool {
 pub struct MixSpec {
     #[serde(default)]
     pub stopping: Stopping,
+}
+
+/// `[lanes]`: see `crate::lanes` for how the input is dealt and the windows interleaved.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LanesSpec {
+    /// Independent pipelines, each over a disjoint share of every source's input.
+    pub count: u32,
+    /// Consecutive windows taken from one lane before the next lane's turn.
+    pub block_windows: u32,
 }
 
 /// When the mixed stream ends; the semantics of HF `interleave_datasets(stopping_strategy=…)`.

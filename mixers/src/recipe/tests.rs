@@ -238,3 +238,34 @@ fn bad_content_and_hub_locations_are_reported_with_their_paths() {
         vec!["source[0].content: set either url_template or mirror_dir, not both"]
     );
 }
+
+#[test]
+fn lanes_are_optional_hashed_when_present_and_checked() {
+    let plain = Recipe::parse(GOOD).unwrap();
+    assert!(plain.lanes.is_none());
+    assert!(
+        !plain.canonical_json().contains("lanes"),
+        "a recipe without [lanes] keeps the hash it had before lanes existed"
+    );
+    let laned = Recipe::parse(&format!("{GOOD}\n[lanes]\ncount = 4\nblock_windows = 2\n")).unwrap();
+    assert_eq!(
+        laned.lanes,
+        Some(LanesSpec {
+            count: 4,
+            block_windows: 2
+        })
+    );
+    assert_ne!(laned.hash(), plain.hash());
+    assert_eq!(
+        messages(&format!("{GOOD}\n[lanes]\ncount = 0\nblock_windows = 0\n")),
+        vec![
+            "lanes.count: must be between 1 and 4096, got 0".to_string(),
+            "lanes.block_windows: must be at least 1 (windows taken from one lane in a row)"
+                .to_string(),
+        ]
+    );
+    let typo = messages(&format!(
+        "{GOOD}\n[lanes]\ncount = 2\nblock_windows = 1\nblocks = 3\n"
+    ));
+    assert!(typo.iter().any(|m| m.contains("blocks")), "{typo:?}");
+}

@@ -7,6 +7,8 @@ use std::collections::HashSet;
 
 /// Largest `seq_len` accepted: windows are indexed with `u32` token offsets.
 const MAX_SEQ_LEN: u32 = 1 << 24;
+/// Most lanes a recipe may ask for (each is a pipeline with its own reader thread).
+const MAX_LANES: u32 = 4096;
 /// Largest shuffle buffer accepted (documents held in memory at once).
 const MAX_BUFFER_SIZE: usize = 100_000_000;
 
@@ -57,6 +59,21 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
                 recipe.shuffle.buffer_size
             ),
         );
+    }
+
+    if let Some(lanes) = &recipe.lanes {
+        if lanes.count == 0 || lanes.count > MAX_LANES {
+            fail(
+                "lanes.count".into(),
+                format!("must be between 1 and {MAX_LANES}, got {}", lanes.count),
+            );
+        }
+        if lanes.block_windows == 0 {
+            fail(
+                "lanes.block_windows".into(),
+                "must be at least 1 (windows taken from one lane in a row)".into(),
+            );
+        }
     }
 
     if recipe.sources.is_empty() {

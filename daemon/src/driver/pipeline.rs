@@ -1,4 +1,4 @@
-//! The threaded driver of the pipeline core, shared by `dsprep pack` (and later the daemon).
+//! The threaded driver of the pipeline core, shared by `dsprep pack` and `dsprep serve`.
 //!
 //! ```text
 //! reader thread ── DocChunk ──▶ N tokenizer threads ── TokenizedChunk ──▶ caller's thread

@@ -1,0 +1,193 @@
+//! The lanes of a recipe with `[lanes]` (the arithmetic is `dsprep_mixers::lanes`): each
+//! source's input listed once and dealt to the lanes — a local parquet file by row group, any
+//! other file whole — and one lane built into its own document stream and run through the
+//! threaded pipeline and a packer. `dsprep pack` (all lanes, or a part's) and the node daemons of
+//! `dsprep serve` (their own lanes) run lanes with these functions, so they read the same units.
+
+use super::pipeline::{self, PipelineConfig};
+use super::stream::{LoadedRecipe, Locator};
+use crate::hub::HubClient;
+use crate::sources::{LocalSource, Shard, SourceContext, list_source, local_row_groups};
+use anyhow::{anyhow, bail};
+use dsprep_mixers::doc::{DocPos, SourceCounters};
+use dsprep_mixers::lanes::{deal_units, lane_buffer_size, lane_seed};
+use dsprep_mixers::mixer::MixInput;
+use dsprep_mixers::recipe::{Format, LanesSpec};
+use dsprep_mixers::{DocStream, Mixer, PackedWindow, Packer, Shuffler};
+use std::sync::Arc;
+
+/// A recipe's input, listed once and dealt to its lanes.
+pub struct LaneInputs {
+    pub spec: LanesSpec,
+    /// Per source (recipe order), its shards in reading order, undivided: what manifests hash.
+    pub sources: Vec<Vec<Shard>>,
+    /// `lanes[lane][source]`: the units that lane reads of that source, in reading order.
+    pub lanes: Vec<Vec<Vec<Shard>>>,
+    /// Per lane, the bytes of its units (compressed row groups, whole files).
+    pub lane_bytes: Vec<u64>,
+    context: SourceContext,
+}
+
+/// List every source and deal its units to the lanes. Fails, naming the lane, when a lane would
+/// get no input at all.
+pub fn deal_inputs(
+    loaded: &LoadedRecipe,
+    hub: Option<Arc<HubClient>>,
+) -> anyhow::Result<LaneInputs> {
+    let recipe = &loaded.recipe;
+    let Some(spec) = recipe.lanes else {
+        bail!("internal error: the recipe has no [lanes]");
+    };
+    let mut sources = Vec::with_capacity(recipe.sources.len());
+    let mut units: Vec<Vec<(Shard, u64)>> = Vec::with_capacity(recipe.sources.len());
+    for spec in &recipe.sources {
+        let shards = if spec.weight > 0.0 {
+            list_source(recipe, spec, &loaded.base, hub.as_ref())?
+        } else {
+            Vec::new()
+        };
+        let mut source_units = Vec::new();
+        for shard in &shards {
+            match shard {
+                Shard::Local(path) if spec.format == Format::Parquet && spec.content.is_none() => {
+                    let groups = local_row_groups(path)?;
+                    source_units.extend(groups.into_iter().enumerate().map(|(g, bytes)| {
+                        let unit = Shard::LocalRowGroup {
+                            path: path.clone(),
+                            row_group: g,
+                        };
+                        (unit, bytes)
+                    }));
+                }
+                Shard::Local(path) | Shard::LocalRowGroup { path, .. } => {
+                    let bytes = std::fs::metadata(path)
+                        .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?
+                        .len();
+                    source_units.push((shard.clone(), bytes));
+                }
+                Shard::Hub(file) => source_units.push((shard.clone(), file.size)),
+            }
+        }
+        sources.push(shards);
+        units.push(source_units);
+    }
+    let counts: Vec<usize> = units.iter().map(Vec::len).collect();
+    let dealt = deal_units(&counts, spec.count);
+    let mut lanes = vec![vec![Vec::new(); recipe.sources.len()]; spec.count as usize];
+    let mut lane_bytes = vec![0u64; spec.count as usize];
+    for (source, per_lane) in dealt.iter().enumerate() {
+        for (lane, picks) in per_lane.iter().enumerate() {
+            for &unit in picks {
+                let (shard, bytes) = &units[source][unit];
+                lanes[lane][source].push(shard.clone());
+                lane_bytes[lane] += bytes;
+            }
+        }
+    }
+    let total: usize = counts.iter().sum();
+    if let Some(empty) = lanes.iter().position(|l| l.iter().all(Vec::is_empty)) {
+        bail!(
+            "lanes.count = {} but the sources have {total} units of input in all (row groups of \
+             local parquet files, other files whole): lane {empty} would read nothing; lower \
+             lanes.count to at most {total}",
+            spec.count
+        );
+    }
+    Ok(LaneInputs {
+        spec,
+        sources,
+        lanes,
+        lane_bytes,
+        context: SourceContext {
+            base: loaded.base.clone(),
+            hub,
+        },
+    })
+}
+
+impl LaneInputs {
+    /// Lane `lane`'s document stream: the recipe's mixer over the lane's units (a source with no
+    /// unit in this lane takes no part in its mix), with the lane's seed and share of the shuffle
+    /// buffer.
+    pub fn stream(
+        &self,
+        loaded: &LoadedRecipe,
+        lane: u32,
+    ) -> anyhow::Result<DocStream<LocalSource>> {
+        let recipe = &loaded.recipe;
+        let seed = lane_seed(recipe.shuffle.seed, lane);
+        let mut inputs = Vec::with_capacity(recipe.sources.len());
+        for (i, spec) in recipe.sources.iter().enumerate() {
+            let shards = self.lanes[lane as usize][i].clone();
+            let weight = if shards.is_empty() { 0.0 } else { spec.weight };
+            let source = LocalSource::with_shards(i as u16, spec.clone(), shards, &self.context)
+                .map_err(|e| anyhow!(e))?;
+            inputs.push(MixInput {
+                name: spec.name.clone(),
+                weight,
+                source,
+            });
+        }
+        let buffer = lane_buffer_size(recipe.shuffle.buffer_size, self.spec.count, lane);
+        Ok(DocStream::new(
+            Mixer::new(inputs, recipe.mix.stopping, seed),
+            Shuffler::new(buffer, seed),
+        ))
+    }
+}
+
+/// A sink that has no more use for windows: the run stops quietly (not an error).
+#[derive(Debug, thiserror::Error)]
+#[error("stopped")]
+pub struct Stopped;
+
+/// What a lane's run leaves behind.
+pub struct LaneRun {
+    pub counters: Vec<SourceCounters>,
+    /// Tokens of the last window that did not fill (dropped).
+    pub leftover_tokens: u64,
+    /// Whether the sink stopped the run before the lane's end.
+    pub stopped: bool,
+}
+
+/// Run one lane's stream through the pipeline and a packer: `on_doc(source, tokens)` for every
+/// document in stream order, `on_window` for every complete window. `on_window` returning
+/// [`Stopped`] ends the run early without an error.
+pub fn run_packed(
+    loaded: &LoadedRecipe,
+    stream: DocStream<LocalSource>,
+    config: &PipelineConfig,
+    mut on_doc: impl FnMut(u16, u64),
+    mut on_window: impl FnMut(PackedWindow) -> anyhow::Result<()>,
+) -> anyhow::Result<LaneRun> {
+    let mut packer = Packer::new(loaded.recipe.packing.window_tokens());
+    let locator = Locator::new(stream.mixer());
+    let locate = |pos: &DocPos| locator.locate(pos);
+    let mut windows = Vec::new();
+    let run = pipeline::run(stream, &loaded.stage, config, &locate, |chunk| {
+        let mut at = 0usize;
+        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
+            let len = len as usize;
+            packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
+            at += len;
+            on_doc(source, len as u64);
+        }
+        for window in windows.drain(..) {
+            on_window(window)?;
+        }
+        Ok(())
+    });
+    match run {
+        Ok(counters) => Ok(LaneRun {
+            counters,
+            leftover_tokens: packer.leftover().len() as u64,
+            stopped: false,
+        }),
+        Err(e) if e.downcast_ref::<Stopped>().is_some() => Ok(LaneRun {
+            counters: Vec::new(),
+            leftover_tokens: 0,
+            stopped: true,
+        }),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,12 @@
+//! The threaded driver that `dsprep pack` and `dsprep serve` both sit on: the recipe built into a
+//! document stream (`stream.rs`), the reader → tokenizers → in-order sink threads
+//! (`pipeline.rs`), and the lanes of a partitioned recipe (`lanes.rs`).
+
+pub mod lanes;
+pub mod pipeline;
+pub mod stream;
+
+pub use stream::{
+    LoadedRecipe, Locator, build_mixer, build_mixer_with, build_stream, hub_client, load_recipe,
+    load_recipe_with,
+};

@@ -1,0 +1,144 @@
+//! The recipe, built into the pipeline core's document stream: load and check a recipe (its
+//! tokenizer engine chosen), list each source's shards, and build the mixer and the shuffle buffer
+//! over them. `dsprep pack`, `dsprep serve` and `dsprep plan` all start here.
+
+use crate::hub::HubClient;
+use crate::sources::{LocalSource, SourceContext, list_source};
+use anyhow::{Context, anyhow};
+use dsprep_mixers::doc::DocPos;
+use dsprep_mixers::mixer::MixInput;
+use dsprep_mixers::recipe::Recipe;
+use dsprep_mixers::{DocStream, EngineChoice, Mixer, Shuffler, TokenizeStage};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A recipe loaded and checked, with everything resolved that needs IO.
+pub struct LoadedRecipe {
+    pub recipe: Recipe,
+    /// The recipe file's folder: relative paths in it are resolved from here.
+    pub base: PathBuf,
+    pub tokenizer_json: Vec<u8>,
+    pub stage: TokenizeStage,
+}
+
+/// Load a recipe with the tokenizer engine chosen automatically (the fast path where exact).
+pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
+    load_recipe_with(path, EngineChoice::Auto)
+}
+
+pub fn load_recipe_with(path: &Path, engine: EngineChoice) -> anyhow::Result<LoadedRecipe> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read recipe {}", path.display()))?;
+    let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tokenizer_path = base.join(&recipe.tokenizer.path);
+    let tokenizer_json = std::fs::read(&tokenizer_path).with_context(|| {
+        format!(
+            "recipe {}: tokenizer.path: cannot read {}",
+            path.display(),
+            tokenizer_path.display()
+        )
+    })?;
+    let stage = TokenizeStage::from_json_bytes_with(
+        &tokenizer_json,
+        &recipe.tokenizer,
+        &tokenizer_path.display().to_string(),
+        engine,
+    )
+    .with_context(|| format!("recipe {}", path.display()))?;
+    Ok(LoadedRecipe {
+        recipe,
+        base,
+        tokenizer_json,
+        stage,
+    })
+}
+
+/// The mixer over the recipe's sources (0-weight sources are not listed or read). A Hub client
+/// (from the environment: `HF_ENDPOINT`, `HF_TOKEN`, …) is made only when a source reads the
+/// network; Hub revisions are resolved and folders listed here, nothing is downloaded yet.
+pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> {
+    build_mixer_with(loaded, hub_client(loaded)?)
+}
+
+/// A Hub client from the environment when the recipe reads the network, else none.
+pub fn hub_client(loaded: &LoadedRecipe) -> anyhow::Result<Option<Arc<HubClient>>> {
+    Ok(if loaded.recipe.needs_network() {
+        Some(Arc::new(HubClient::from_env()?))
+    } else {
+        None
+    })
+}
+
+/// [`build_mixer`] with a given Hub client (or none: then a Hub source is an error).
+pub fn build_mixer_with(
+    loaded: &LoadedRecipe,
+    hub: Option<Arc<HubClient>>,
+) -> anyhow::Result<Mixer<LocalSource>> {
+    let recipe = &loaded.recipe;
+    let context = SourceContext {
+        base: loaded.base.clone(),
+        hub,
+    };
+    let mut inputs = Vec::with_capacity(recipe.sources.len());
+    for (i, spec) in recipe.sources.iter().enumerate() {
+        let shards = if spec.weight > 0.0 {
+            list_source(recipe, spec, &loaded.base, context.hub.as_ref())?
+        } else {
+            Vec::new()
+        };
+        let source = LocalSource::with_shards(i as u16, spec.clone(), shards, &context)
+            .map_err(|e| anyhow!(e))?;
+        inputs.push(MixInput {
+            name: spec.name.clone(),
+            weight: spec.weight,
+            source,
+        });
+    }
+    Ok(Mixer::new(inputs, recipe.mix.stopping, recipe.shuffle.seed))
+}
+
+/// The recipe's document stream: its mixer (see [`build_mixer`]) feeding its shuffle buffer.
+pub fn build_stream(loaded: &LoadedRecipe) -> anyhow::Result<DocStream<LocalSource>> {
+    let shuffle = &loaded.recipe.shuffle;
+    Ok(DocStream::new(
+        build_mixer(loaded)?,
+        Shuffler::new(shuffle.buffer_size, shuffle.seed),
+    ))
+}
+
+/// Names a document's origin in messages: `source "c4" shard PATH row N`.
+pub struct Locator {
+    shards: Vec<(String, Vec<PathBuf>)>,
+}
+
+impl Locator {
+    pub fn new(mixer: &Mixer<LocalSource>) -> Self {
+        Self {
+            shards: mixer
+                .inputs()
+                .iter()
+                .map(|i| (i.name.clone(), i.source.shards().to_vec()))
+                .collect(),
+        }
+    }
+
+    pub fn locate(&self, pos: &DocPos) -> String {
+        let Some((name, shards)) = self.shards.get(pos.source as usize) else {
+            return format!("source {} row {}", pos.source, pos.row);
+        };
+        let shard = shards
+            .get(pos.shard as usize)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        format!("source {name:?} shard {shard} row {}", pos.row)
+    }
+
+    /// Per source, its shards' display paths in reading order (what a checkpoint must match).
+    pub fn shard_names(&self) -> Vec<Vec<String>> {
+        self.shards
+            .iter()
+            .map(|(_, shards)| shards.iter().map(|p| p.display().to_string()).collect())
+            .collect()
+    }
+}

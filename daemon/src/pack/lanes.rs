@@ -1,0 +1,356 @@
+//! `dsprep pack` for a recipe with `[lanes]`, in parts that separate processes can run (Slurm
+//! array tasks) and a finish that puts them together.
+//!
+//! - A **part** (`--part i --parts P`) packs the lanes `l` with `l × P div count = i`, one after
+//!   another, each with every tokenizer thread, each into its own packed directory
+//!   `OUT.lanes/lane-NNNNN/` (format v1, written under a temporary name and renamed when
+//!   complete, plus `lane.json`). A rerun skips the lanes already complete, so a killed task
+//!   continues at its first unfinished lane.
+//! - The **finish** (`--finish`) checks that every lane is there and belongs to this recipe,
+//!   interleaves their windows block by block (`dsprep_mixers::lanes`), and writes `OUT`: the
+//!   same bytes, manifest included, that one `dsprep pack` of the recipe writes (which is a
+//!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
+
+use super::output::{self, PackWriter};
+use super::{PackOptions, PackReport, hash_inputs, new_manifest, source_stats};
+use crate::driver::lanes::{LaneInputs, deal_inputs, run_packed};
+use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig};
+use crate::driver::{LoadedRecipe, hub_client};
+use anyhow::{Context, anyhow, bail};
+use dsprep_client::format::{Dtype, Manifest};
+use dsprep_client::packed::PackedDataset;
+use dsprep_mixers::PackedWindow;
+use dsprep_mixers::doc::SourceCounters;
+use dsprep_mixers::lanes::{block_lane, blocks_known};
+use dsprep_mixers::recipe::LanesSpec;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// `--part i --parts P`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parts {
+    pub part: u32,
+    pub parts: u32,
+}
+
+impl Parts {
+    /// The lanes this part packs.
+    fn lanes(&self, spec: &LanesSpec) -> Vec<u32> {
+        (0..spec.count)
+            .filter(|&l| {
+                u64::from(l) * u64::from(self.parts) / u64::from(spec.count) == u64::from(self.part)
+            })
+            .collect()
+    }
+}
+
+/// What a part did.
+pub struct PartReport {
+    pub parts: Parts,
+    pub lanes_dir: PathBuf,
+    pub packed: Vec<u32>,
+    /// Lanes found complete from an earlier run and kept.
+    pub kept: Vec<u32>,
+    pub wall: Duration,
+}
+
+/// Beside every lane's packed directory: which lane of which recipe it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct LaneInfo {
+    recipe_hash: String,
+    lane: u32,
+    count: u32,
+    block_windows: u32,
+    /// Bytes of the input units dealt to this lane.
+    input_bytes: u64,
+}
+
+const LANE_INFO_FILE: &str = "lane.json";
+
+/// `OUT.lanes`, beside `out`.
+fn lanes_dir(out: &Path) -> anyhow::Result<PathBuf> {
+    let name = out
+        .file_name()
+        .with_context(|| format!("output {} has no directory name", out.display()))?;
+    Ok(out.with_file_name(format!("{}.lanes", name.to_string_lossy())))
+}
+
+fn lane_dir(lanes_dir: &Path, lane: u32) -> PathBuf {
+    lanes_dir.join(format!("lane-{lane:05}"))
+}
+
+fn spec_of(loaded: &LoadedRecipe) -> anyhow::Result<LanesSpec> {
+    loaded.recipe.lanes.ok_or_else(|| {
+        anyhow!(
+            "--part/--parts and --finish need a recipe with [lanes] (the recipe's stream is one \
+             pipeline; see config/quickstart-multinode.toml)"
+        )
+    })
+}
+
+fn windows_per_shard(loaded: &LoadedRecipe, options: &PackOptions) -> (Dtype, u64) {
+    let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
+    let window_bytes = (loaded.recipe.packing.window_tokens() * dtype.size_bytes()) as u64;
+    (dtype, (options.shard_bytes / window_bytes).max(1))
+}
+
+/// A lane's complete directory, if it holds this lane of this recipe.
+fn complete_lane(dir: &Path, want: &LaneInfo) -> Option<PackedDataset> {
+    let info: LaneInfo =
+        serde_json::from_slice(&std::fs::read(dir.join(LANE_INFO_FILE)).ok()?).ok()?;
+    if info != *want {
+        return None;
+    }
+    PackedDataset::open(dir).ok()
+}
+
+/// Pack one part's lanes into `OUT.lanes/`.
+pub fn pack_part(
+    options: &PackOptions,
+    loaded: &LoadedRecipe,
+    parts: Parts,
+) -> anyhow::Result<PartReport> {
+    let started = Instant::now();
+    let spec = spec_of(loaded)?;
+    if parts.parts == 0 || parts.part >= parts.parts {
+        bail!(
+            "--part {} is not below --parts {}: parts are numbered 0..{}",
+            parts.part,
+            parts.parts,
+            parts.parts.saturating_sub(1)
+        );
+    }
+    if parts.parts > spec.count {
+        bail!(
+            "--parts {} is more than the recipe's lanes.count = {}: a part packs whole lanes, \
+             so use at most {} parts (or raise lanes.count, which changes the stream)",
+            parts.parts,
+            spec.count,
+            spec.count
+        );
+    }
+    let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    let dir = lanes_dir(&options.out)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut report = PartReport {
+        parts,
+        lanes_dir: dir.clone(),
+        packed: Vec::new(),
+        kept: Vec::new(),
+        wall: Duration::ZERO,
+    };
+    for lane in parts.lanes(&spec) {
+        let info = LaneInfo {
+            recipe_hash: loaded.recipe.hash(),
+            lane,
+            count: spec.count,
+            block_windows: spec.block_windows,
+            input_bytes: inputs.lane_bytes[lane as usize],
+        };
+        let out = lane_dir(&dir, lane);
+        if complete_lane(&out, &info).is_some() && !options.fresh {
+            tracing::info!("lane {lane}: {} is complete, kept", out.display());
+            report.kept.push(lane);
+            continue;
+        }
+        pack_lane(options, loaded, &inputs, &info, &out)
+            .with_context(|| format!("lane {lane} of {}", spec.count))?;
+        report.packed.push(lane);
+    }
+    report.wall = started.elapsed();
+    Ok(report)
+}
+
+fn pack_lane(
+    options: &PackOptions,
+    loaded: &LoadedRecipe,
+    inputs: &LaneInputs,
+    info: &LaneInfo,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let began = Instant::now();
+    let (dtype, per_shard) = windows_per_shard(loaded, options);
+    let stream = inputs.stream(loaded, info.lane)?;
+    let mut writer = PackWriter::create(out, dtype, per_shard)?;
+    writer.add_tokenizer(&loaded.tokenizer_json)?;
+    let n = loaded.recipe.sources.len();
+    let (mut docs, mut tokens) = (vec![0u64; n], vec![0u64; n]);
+    let config = PipelineConfig {
+        threads: options.threads,
+        shuffle_fill: None,
+        snapshot: None,
+        chunk_text_bytes: CHUNK_TEXT_BYTES,
+    };
+    let run = run_packed(
+        loaded,
+        stream,
+        &config,
+        |source, len| {
+            docs[source as usize] += 1;
+            tokens[source as usize] += len;
+        },
+        |window| writer.write_window(&window),
+    );
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => {
+            writer.abandon();
+            return Err(e);
+        }
+    };
+    let sources = source_stats(&loaded.recipe, &docs, &tokens, &run.counters);
+    let manifest = new_manifest(loaded, dtype, run.leftover_tokens, Vec::new(), sources)?;
+    let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
+    writer.add_file(LANE_INFO_FILE, &json)?;
+    let manifest = writer.finish(manifest)?;
+    tracing::info!(
+        "lane {}: {} windows, {} input bytes, {:.2} s",
+        info.lane,
+        manifest.num_windows,
+        info.input_bytes,
+        began.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Put every lane of `OUT.lanes/` together into `OUT`.
+pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<PackReport> {
+    let started = Instant::now();
+    let spec = spec_of(loaded)?;
+    output::refuse_existing(&options.out, options.force)?;
+    let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    let dir = lanes_dir(&options.out)?;
+    let mut lanes = Vec::with_capacity(spec.count as usize);
+    let mut missing = Vec::new();
+    for lane in 0..spec.count {
+        let info = LaneInfo {
+            recipe_hash: loaded.recipe.hash(),
+            lane,
+            count: spec.count,
+            block_windows: spec.block_windows,
+            input_bytes: inputs.lane_bytes[lane as usize],
+        };
+        match complete_lane(&lane_dir(&dir, lane), &info) {
+            Some(data) => lanes.push(data),
+            None => missing.push(lane),
+        }
+    }
+    if !missing.is_empty() {
+        bail!(
+            "cannot finish {}: lane(s) {missing:?} of {} are not packed in {} (or belong to \
+             another recipe); run the parts that pack them (dsprep pack --part I --parts P)",
+            options.out.display(),
+            spec.count,
+            dir.display()
+        );
+    }
+    let (dtype, per_shard) = windows_per_shard(loaded, options);
+    let k = u64::from(spec.block_windows);
+    let ended: Vec<(u64, bool)> = lanes.iter().map(|d| (d.num_windows() / k, true)).collect();
+    let (blocks, _) = blocks_known(&spec, &ended);
+    let hashing = {
+        let lists: Vec<(String, Vec<_>)> = loaded
+            .recipe
+            .sources
+            .iter()
+            .map(|s| s.name.clone())
+            .zip(inputs.sources.iter().cloned())
+            .collect();
+        let base = loaded.base.clone();
+        std::thread::Builder::new()
+            .name("dsprep-hash-inputs".into())
+            .spawn(move || hash_inputs(&lists, &base))
+            .context("cannot start the input-hashing thread")?
+    };
+    let mut writer = PackWriter::create(&options.out, dtype, per_shard)?;
+    if let Err(e) = copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
+        writer.abandon();
+        return Err(e);
+    }
+    let inputs = match hashing
+        .join()
+        .map_err(|_| anyhow!("the input-hashing thread panicked"))
+        .and_then(|r| r)
+    {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            writer.abandon();
+            return Err(e);
+        }
+    };
+    let (docs, tokens, counters) = lane_totals(&lanes);
+    let sources = source_stats(&loaded.recipe, &docs, &tokens, &counters);
+    let written = blocks * k * u64::from(loaded.recipe.packing.seq_len + 1);
+    let dropped = tokens.iter().sum::<u64>() - written;
+    let manifest = new_manifest(loaded, dtype, dropped, inputs, sources)?;
+    let manifest = writer.finish(manifest)?;
+    std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    Ok(PackReport {
+        manifest,
+        out: options.out.clone(),
+        wall: started.elapsed(),
+        time_to_first_window: None,
+        threads: options.threads,
+        engine: loaded.stage.engine_description(),
+        continued_from: None,
+    })
+}
+
+fn copy_blocks(
+    writer: &mut PackWriter,
+    spec: &LanesSpec,
+    lanes: &[PackedDataset],
+    blocks: u64,
+    loaded: &LoadedRecipe,
+) -> anyhow::Result<()> {
+    writer.add_tokenizer(&loaded.tokenizer_json)?;
+    let k = u64::from(spec.block_windows);
+    for block in 0..blocks {
+        let (lane, lane_block) = block_lane(spec, block);
+        let data = &lanes[lane as usize];
+        for w in lane_block * k..(lane_block + 1) * k {
+            let window = data
+                .window(w)
+                .with_context(|| format!("lane {lane}: window {w}"))?;
+            writer.write_window(&PackedWindow {
+                tokens: window.tokens.to_vec(),
+                doc_starts: window.doc_starts.to_vec(),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Per source, the documents, tokens and counters of every lane together.
+fn lane_totals(lanes: &[PackedDataset]) -> (Vec<u64>, Vec<u64>, Vec<SourceCounters>) {
+    let n = lanes.first().map_or(0, |d| d.manifest().sources.len());
+    let (mut docs, mut tokens) = (vec![0u64; n], vec![0u64; n]);
+    let mut counters = vec![SourceCounters::default(); n];
+    for manifest in lanes.iter().map(PackedDataset::manifest) {
+        let manifest: &Manifest = manifest;
+        for (i, s) in manifest.sources.iter().enumerate().take(n) {
+            docs[i] += s.documents;
+            tokens[i] += s.tokens;
+            counters[i].rows_read += s.rows_read;
+            counters[i].rows_filtered += s.rows_filtered;
+            counters[i].rows_empty += s.rows_empty;
+            counters[i].documents += s.documents;
+            counters[i].passes_completed += s.passes_completed;
+        }
+    }
+    (docs, tokens, counters)
+}
+
+/// One `dsprep pack` of a recipe with lanes: every lane (part 0 of 1), then the finish.
+pub fn pack_all(
+    options: &PackOptions,
+    loaded: &LoadedRecipe,
+    started: Instant,
+) -> anyhow::Result<PackReport> {
+    output::refuse_existing(&options.out, options.force)?;
+    pack_part(options, loaded, Parts { part: 0, parts: 1 })?;
+    let mut report = finish(options, loaded)?;
+    report.wall = started.elapsed();
+    Ok(report)
+}

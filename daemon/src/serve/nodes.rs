@@ -1,0 +1,358 @@
+//! Which node a daemon serves: its node rank and the node count (from flags, else Slurm's or
+//! torchrun's environment, read once here), the ranks it answers for (laid out node by node), and
+//! for a recipe with `[lanes]` the lanes it runs, their progress files and their locks.
+
+use super::ServeOptions;
+use super::progress::LaneProgress;
+use crate::driver::lanes::{LaneInputs, deal_inputs};
+use crate::driver::{LoadedRecipe, hub_client};
+use anyhow::{Context, anyhow, bail};
+use dsprep_mixers::lanes::NodeSlice;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Where the node rank and count came from (said in messages and logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeOrigin {
+    /// Nothing set: one node.
+    Default,
+    /// `--node-rank` / `--nodes`.
+    Flags,
+    /// `SLURM_NODEID` / `SLURM_NNODES`.
+    Slurm,
+    /// `NODE_RANK` or `GROUP_RANK` / `NNODES`.
+    Torchrun,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodePlace {
+    pub rank: u32,
+    pub count: u32,
+    pub origin: NodeOrigin,
+}
+
+impl NodePlace {
+    pub const SINGLE: NodePlace = NodePlace {
+        rank: 0,
+        count: 1,
+        origin: NodeOrigin::Default,
+    };
+
+    /// Flags first; else the environment (`env` looks a variable up): Slurm, then torchrun.
+    pub fn resolve(
+        rank: Option<u32>,
+        count: Option<u32>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<NodePlace> {
+        let number = |name: &str| -> anyhow::Result<Option<u32>> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse()
+                        .with_context(|| format!("{name}={v:?} is not a whole number"))
+                })
+                .transpose()
+        };
+        let place = match (rank, count) {
+            (Some(rank), Some(count)) => NodePlace {
+                rank,
+                count,
+                origin: NodeOrigin::Flags,
+            },
+            (None, None) => {
+                if let (Some(rank), Some(count)) =
+                    (number("SLURM_NODEID")?, number("SLURM_NNODES")?)
+                {
+                    NodePlace {
+                        rank,
+                        count,
+                        origin: NodeOrigin::Slurm,
+                    }
+                } else if let (Some(rank), Some(count)) = (
+                    number("NODE_RANK")?.or(number("GROUP_RANK")?),
+                    number("NNODES")?,
+                ) {
+                    NodePlace {
+                        rank,
+                        count,
+                        origin: NodeOrigin::Torchrun,
+                    }
+                } else {
+                    NodePlace::SINGLE
+                }
+            }
+            _ => bail!("--node-rank and --nodes go together"),
+        };
+        if place.count == 0 || place.rank >= place.count {
+            bail!(
+                "node rank {} is not below the node count {} ({}): node ranks are 0..{}",
+                place.rank,
+                place.count,
+                place.origin.describe(),
+                place.count.saturating_sub(1)
+            );
+        }
+        Ok(place)
+    }
+}
+
+impl NodeOrigin {
+    fn describe(self) -> &'static str {
+        match self {
+            NodeOrigin::Default => "the default",
+            NodeOrigin::Flags => "from --node-rank/--nodes",
+            NodeOrigin::Slurm => "from SLURM_NODEID/SLURM_NNODES",
+            NodeOrigin::Torchrun => "from NODE_RANK or GROUP_RANK/NNODES",
+        }
+    }
+}
+
+/// The ranks one node's daemon answers: `local_ranks` of them from `first_rank`.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeRanks {
+    pub first_rank: u32,
+    pub local_ranks: u32,
+}
+
+impl NodeRanks {
+    pub fn new(place: &NodePlace, world_size: u32, has_lanes: bool) -> anyhow::Result<NodeRanks> {
+        if place.count > 1 && !has_lanes {
+            bail!(
+                "{} nodes ({}), but the recipe has no [lanes]: every node daemon would read and \
+                 tokenize the whole stream. Add [lanes] to the recipe (see \
+                 config/quickstart-multinode.toml), or pass --nodes 1 --node-rank 0 to serve every \
+                 rank from this one daemon",
+                place.count,
+                place.origin.describe()
+            );
+        }
+        if world_size % place.count != 0 {
+            bail!(
+                "world size {world_size} cannot be split over {} nodes ({}): ranks are laid out \
+                 node by node, the same number on each; use a world size that is a multiple of {}",
+                place.count,
+                place.origin.describe(),
+                place.count
+            );
+        }
+        let local_ranks = world_size / place.count;
+        Ok(NodeRanks {
+            first_rank: place.rank * local_ranks,
+            local_ranks,
+        })
+    }
+}
+
+/// A node's share of a laned recipe.
+pub struct NodeLanes {
+    pub inputs: LaneInputs,
+    pub slice: NodeSlice,
+    /// With more than one node: the lanes' shared progress (the end of the stream).
+    pub progress: Option<Arc<LaneProgress>>,
+    /// One lock per lane this node runs, held for the daemon's life.
+    _locks: Vec<std::fs::File>,
+}
+
+impl NodeLanes {
+    pub fn open(
+        loaded: &LoadedRecipe,
+        options: &ServeOptions,
+        global_batch: u64,
+    ) -> anyhow::Result<NodeLanes> {
+        let spec = loaded.recipe.lanes.context("a recipe with [lanes]")?;
+        let place = &options.node;
+        let slice = NodeSlice::new(&spec, global_batch, place.rank, place.count).map_err(|e| {
+            anyhow!(
+                "recipe {}: {e} (world size {} × micro batch {}, node {} of {}, {})",
+                options.recipe.display(),
+                options.world_size,
+                options.micro_batch,
+                place.rank,
+                place.count,
+                place.origin.describe()
+            )
+        })?;
+        if options.resume {
+            bail!(
+                "--resume is not supported yet for a recipe with [lanes]: node daemons do not \
+                 write checkpoints (restart the job from step 0, or serve a recipe without [lanes])"
+            );
+        }
+        let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+        let (progress, locks) = match (&options.state_dir, place.count) {
+            (None, 1) => (None, Vec::new()),
+            (None, n) => bail!(
+                "{n} node daemons learn where the stream ends from each other's files: pass \
+                 --state-dir on a filesystem every node shares"
+            ),
+            (Some(dir), _) => {
+                let id = stream_id(loaded, &inputs);
+                let progress = LaneProgress::new(spec, dir, &id)
+                    .with_context(|| format!("cannot use --state-dir {}", dir.display()))?;
+                let locks = lock_lanes(&dir.join(format!("lanes-{id}")), &slice, place.rank)?;
+                tracing::warn!(
+                    "checkpoints are not written for a recipe with [lanes] yet; {} holds the \
+                     lanes' progress only",
+                    dir.display()
+                );
+                (Some(Arc::new(progress)), locks)
+            }
+        };
+        tracing::info!(
+            "node {} of {} ({}): lanes {:?} of {}, {} input bytes",
+            place.rank,
+            place.count,
+            place.origin.describe(),
+            slice.lanes(),
+            spec.count,
+            slice
+                .lanes()
+                .iter()
+                .map(|&l| inputs.lane_bytes[l as usize])
+                .sum::<u64>()
+        );
+        Ok(NodeLanes {
+            inputs,
+            progress: progress.filter(|_| place.count > 1),
+            slice,
+            _locks: locks,
+        })
+    }
+
+    /// Bytes of the input units of this node's lanes.
+    pub fn input_bytes(&self) -> u64 {
+        self.slice
+            .lanes()
+            .iter()
+            .map(|&l| self.inputs.lane_bytes[l as usize])
+            .sum()
+    }
+}
+
+/// Names the stream on disk: the recipe and every unit each lane reads.
+fn stream_id(loaded: &LoadedRecipe, inputs: &LaneInputs) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(loaded.recipe.hash().as_bytes());
+    for (lane, sources) in inputs.lanes.iter().enumerate() {
+        for (source, shards) in sources.iter().enumerate() {
+            for shard in shards {
+                hasher.update(format!(
+                    "\n{lane} {source} {}",
+                    shard.display_path().display()
+                ));
+            }
+        }
+    }
+    hex::encode(&hasher.finalize()[..8])
+}
+
+/// Take a lock per lane: a second daemon that would run one of them (two daemons given the same
+/// node rank) is refused, naming the lane.
+fn lock_lanes(
+    dir: &std::path::Path,
+    slice: &NodeSlice,
+    node: u32,
+) -> anyhow::Result<Vec<std::fs::File>> {
+    slice
+        .lanes()
+        .into_iter()
+        .map(|lane| {
+            let path = dir.join(format!("lane-{lane:05}.lock"));
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            match file.try_lock() {
+                Ok(()) => Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) => bail!(
+                    "lane {lane} is already served by another daemon on this state directory (it \
+                     holds {}): is node rank {node} given to two daemons?",
+                    path.display()
+                ),
+                Err(std::fs::TryLockError::Error(e)) => {
+                    Err(e).with_context(|| format!("cannot lock {}", path.display()))
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn flags_then_slurm_then_torchrun() {
+        let slurm = [
+            ("SLURM_NODEID", "1"),
+            ("SLURM_NNODES", "4"),
+            ("NODE_RANK", "0"),
+            ("NNODES", "2"),
+        ];
+        let p = NodePlace::resolve(None, None, env(&slurm)).unwrap();
+        assert_eq!((p.rank, p.count, p.origin), (1, 4, NodeOrigin::Slurm));
+        let p = NodePlace::resolve(Some(0), Some(2), env(&slurm)).unwrap();
+        assert_eq!((p.rank, p.count, p.origin), (0, 2, NodeOrigin::Flags));
+        let torch = [("GROUP_RANK", "1"), ("NNODES", "2")];
+        let p = NodePlace::resolve(None, None, env(&torch)).unwrap();
+        assert_eq!((p.rank, p.count, p.origin), (1, 2, NodeOrigin::Torchrun));
+        assert_eq!(
+            NodePlace::resolve(None, None, env(&[])).unwrap(),
+            NodePlace::SINGLE
+        );
+    }
+
+    #[test]
+    fn bad_places_are_refused_with_their_values() {
+        let e = NodePlace::resolve(
+            None,
+            None,
+            env(&[("SLURM_NODEID", "4"), ("SLURM_NNODES", "4")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "node rank 4 is not below the node count 4 (from SLURM_NODEID/SLURM_NNODES): node \
+             ranks are 0..3"
+        );
+        let e = NodePlace::resolve(
+            None,
+            None,
+            env(&[("SLURM_NODEID", "x"), ("SLURM_NNODES", "2")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "SLURM_NODEID=\"x\" is not a whole number");
+        let two = NodePlace {
+            rank: 1,
+            count: 2,
+            origin: NodeOrigin::Flags,
+        };
+        let e = NodeRanks::new(&two, 5, true)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("world size 5 cannot be split over 2 nodes"),
+            "{e}"
+        );
+        let e = NodeRanks::new(&two, 8, false)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the recipe has no [lanes]"), "{e}");
+        let r = NodeRanks::new(&two, 8, true).unwrap();
+        assert_eq!((r.first_rank, r.local_ranks), (4, 4));
+    }
+}

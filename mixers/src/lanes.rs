@@ -1,0 +1,258 @@
+//! Lanes: how a recipe with `[lanes]` is split into independent pipelines, and how their windows
+//! are put back together into one stream. Pure arithmetic, no IO: every driver (one `pack`,
+//! `pack` parts plus their finish, one daemon, N node daemons) asks this module, so they agree.
+//!
+//! - **Input.** Each source's units (a local parquet row group, or a whole file otherwise), in
+//!   the source's seeded shard order, are dealt round-robin to the lanes. The deal of source `k`
+//!   starts where source `k−1`'s ended, so sources with fewer units than lanes still spread.
+//! - **Each lane** is the recipe's whole pipeline (mix → shuffle → tokenize → pack) over its
+//!   units, with its own seed ([`lane_seed`]) and `buffer_size / count` of the shuffle buffer.
+//! - **Interleave.** The stream is made of blocks of `block_windows` windows: block `b` is lane
+//!   `b mod count`'s block number `b div count`. The stream ends at the first block whose lane
+//!   cannot fill it (a lane ends where its own mix ends, by the recipe's stopping strategy).
+//!   None of this depends on how many processes run the lanes.
+//! - **Nodes.** A global step of `G` windows holds `B = G / block_windows` blocks. With `N`
+//!   nodes, node `n` serves the ranks whose windows are the `n`-th `1/N` of every step; when `N`
+//!   divides `B` and `B` divides `count`, those windows come from the lanes `l` with
+//!   `(l mod B) div (B / N) = n` and no others ([`NodeSlice`]).
+
+use crate::recipe::LanesSpec;
+use sha2::{Digest, Sha256};
+
+/// The seed of lane `lane`'s mixer and shuffler: derived from the recipe seed, so lanes are
+/// independent streams and none equals the unpartitioned stream.
+pub fn lane_seed(seed: u64, lane: u32) -> u64 {
+    let digest = Sha256::digest(format!("dsprep/lane/{lane}/{seed}").as_bytes());
+    u64::from_le_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
+}
+
+/// Lane `lane`'s share of a shuffle buffer of `buffer_size` documents (the shares add up to it).
+pub fn lane_buffer_size(buffer_size: usize, count: u32, lane: u32) -> usize {
+    let count = count as usize;
+    buffer_size / count + usize::from((lane as usize) < buffer_size % count)
+}
+
+/// Deal each source's units to the lanes: `result[source][lane]` lists the unit indices (in
+/// reading order) that lane reads of that source.
+pub fn deal_units(units_per_source: &[usize], count: u32) -> Vec<Vec<Vec<usize>>> {
+    let count = count.max(1) as usize;
+    let mut next_lane = 0usize;
+    units_per_source
+        .iter()
+        .map(|&units| {
+            let mut lanes = vec![Vec::new(); count];
+            for unit in 0..units {
+                lanes[next_lane].push(unit);
+                next_lane = (next_lane + 1) % count;
+            }
+            lanes
+        })
+        .collect()
+}
+
+/// Block `block` of the stream: (its lane, its index among that lane's blocks).
+pub fn block_lane(spec: &LanesSpec, block: u64) -> (u32, u64) {
+    let count = u64::from(spec.count);
+    ((block % count) as u32, block / count)
+}
+
+/// Where the stream ends, in blocks: given, per lane, how many complete blocks it has and
+/// whether that is all it will ever have, the number of blocks of the stream known to exist
+/// and whether that is its end (`(blocks, true)`), or only a lower bound (`(blocks, false)`).
+pub fn blocks_known(spec: &LanesSpec, lanes: &[(u64, bool)]) -> (u64, bool) {
+    let count = u64::from(spec.count);
+    lanes
+        .iter()
+        .enumerate()
+        .map(|(lane, &(blocks, ended))| (blocks * count + lane as u64, ended))
+        .min_by_key(|&(first_missing, _)| first_missing)
+        .unwrap_or((0, false))
+}
+
+/// The part of every global step one node serves, and the lanes it needs for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSlice {
+    pub node: u32,
+    pub nodes: u32,
+    pub count: u32,
+    pub block_windows: u64,
+    /// Windows in one global step (world size × micro batch).
+    pub global_batch: u64,
+}
+
+impl NodeSlice {
+    /// Check that `nodes` nodes can split steps of `global_batch` windows of this recipe, each
+    /// node reading only its own lanes. The message says which values conflict and what to change.
+    pub fn new(
+        spec: &LanesSpec,
+        global_batch: u64,
+        node: u32,
+        nodes: u32,
+    ) -> Result<NodeSlice, String> {
+        let (count, k) = (u64::from(spec.count), u64::from(spec.block_windows));
+        if nodes == 0 || node >= nodes {
+            return Err(format!(
+                "node rank {node} is not below the node count {nodes}: node ranks are 0..{}",
+                nodes.saturating_sub(1)
+            ));
+        }
+        let slice = NodeSlice {
+            node,
+            nodes,
+            count: spec.count,
+            block_windows: k,
+            global_batch,
+        };
+        if nodes == 1 {
+            return Ok(slice);
+        }
+        let n = u64::from(nodes);
+        if global_batch % (k * n) != 0 {
+            return Err(format!(
+                "{nodes} nodes cannot split a global batch of {global_batch} windows into whole \
+                 blocks of lanes.block_windows = {k}: the global batch (world size × micro batch) \
+                 must be a multiple of {}",
+                k * n
+            ));
+        }
+        let blocks = global_batch / k;
+        if count % blocks != 0 {
+            return Err(format!(
+                "a global step of {global_batch} windows is {blocks} blocks of {k}; with \
+                 lanes.count = {count} the nodes would need each other's lanes: lanes.count must \
+                 be a multiple of {blocks} (or the global batch a divisor of {})",
+                count * k
+            ));
+        }
+        Ok(slice)
+    }
+
+    fn blocks_per_step(&self) -> u64 {
+        self.global_batch / self.block_windows
+    }
+
+    /// Whether this node reads lane `lane`.
+    pub fn owns_lane(&self, lane: u32) -> bool {
+        if self.nodes == 1 {
+            return true;
+        }
+        let b = self.blocks_per_step();
+        (u64::from(lane) % b) / (b / u64::from(self.nodes)) == u64::from(self.node)
+    }
+
+    pub fn lanes(&self) -> Vec<u32> {
+        (0..self.count).filter(|&l| self.owns_lane(l)).collect()
+    }
+
+    /// Windows of every global step this node serves.
+    pub fn windows_per_step(&self) -> u64 {
+        self.global_batch / u64::from(self.nodes)
+    }
+
+    /// The stream block that is this node's `i`-th block (counting only its own blocks).
+    pub fn block(&self, i: u64) -> u64 {
+        if self.nodes == 1 {
+            return i;
+        }
+        let per_node = self.blocks_per_step() / u64::from(self.nodes);
+        let step = i / per_node;
+        step * self.blocks_per_step() + u64::from(self.node) * per_node + i % per_node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(count: u32, block_windows: u32) -> LanesSpec {
+        LanesSpec {
+            count,
+            block_windows,
+        }
+    }
+
+    #[test]
+    fn units_are_dealt_round_robin_across_sources() {
+        let dealt = deal_units(&[3, 1, 2], 4);
+        assert_eq!(dealt[0], vec![vec![0], vec![1], vec![2], vec![]]);
+        assert_eq!(dealt[1], vec![vec![], vec![], vec![], vec![0]]);
+        assert_eq!(dealt[2], vec![vec![0], vec![1], vec![], vec![]]);
+    }
+
+    #[test]
+    fn buffer_shares_add_up() {
+        for (size, count) in [(1000, 4), (1001, 4), (3, 8), (0, 2)] {
+            let total: usize = (0..count).map(|l| lane_buffer_size(size, count, l)).sum();
+            assert_eq!(total, size);
+        }
+    }
+
+    #[test]
+    fn lane_seeds_differ_and_are_pinned() {
+        assert_ne!(lane_seed(1234, 0), lane_seed(1234, 1));
+        assert_ne!(lane_seed(1234, 0), lane_seed(1235, 0));
+        assert_eq!(lane_seed(7, 3), lane_seed(7, 3));
+    }
+
+    /// Every node's blocks, merged by step, are the stream's blocks in order, and each node
+    /// only ever touches its own lanes.
+    #[test]
+    fn nodes_split_every_step_and_read_only_their_lanes() {
+        for (count, k, gb, nodes) in [(4, 2, 8, 2), (4, 2, 8, 4), (8, 1, 4, 2), (4, 4, 16, 1)] {
+            let s = spec(count, k);
+            let slices: Vec<NodeSlice> = (0..nodes)
+                .map(|n| NodeSlice::new(&s, gb, n, nodes).unwrap())
+                .collect();
+            let per_node = gb / u64::from(k) / u64::from(nodes);
+            let mut merged = Vec::new();
+            for step in 0..5u64 {
+                for slice in &slices {
+                    for i in 0..per_node {
+                        let block = slice.block(step * per_node + i);
+                        let (lane, _) = block_lane(&s, block);
+                        assert!(slice.owns_lane(lane), "{slice:?} block {block} lane {lane}");
+                        merged.push(block);
+                    }
+                }
+            }
+            let want: Vec<u64> = (0..merged.len() as u64).collect();
+            assert_eq!(merged, want, "count {count} k {k} gb {gb} nodes {nodes}");
+            let mut all: Vec<u32> = slices.iter().flat_map(NodeSlice::lanes).collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..count).collect::<Vec<_>>(), "each lane on one node");
+        }
+    }
+
+    #[test]
+    fn impossible_splits_are_refused_with_the_values() {
+        let s = spec(4, 2);
+        let e = NodeSlice::new(&s, 6, 0, 2).unwrap_err();
+        assert!(e.contains("multiple of 4"), "{e}");
+        let e = NodeSlice::new(&s, 24, 0, 2).unwrap_err();
+        assert!(e.contains("lanes.count must be a multiple of 12"), "{e}");
+        let e = NodeSlice::new(&s, 8, 2, 2).unwrap_err();
+        assert!(
+            e.contains("node rank 2 is not below the node count 2"),
+            "{e}"
+        );
+        assert!(
+            NodeSlice::new(&s, 6, 0, 1).is_ok(),
+            "one node serves any batch"
+        );
+    }
+
+    #[test]
+    fn the_end_is_the_first_block_a_lane_cannot_fill() {
+        let s = spec(3, 1);
+        // lane 1 ended with 2 blocks: blocks 0..=6 exist (lane 1's third block would be 7).
+        assert_eq!(
+            blocks_known(&s, &[(5, false), (2, true), (4, false)]),
+            (7, true)
+        );
+        // lane 2 is known only to block 1 (stream block 5): not yet the end.
+        assert_eq!(
+            blocks_known(&s, &[(5, false), (2, true), (1, false)]),
+            (5, false)
+        );
+    }
+}

@@ -1,0 +1,422 @@
+//! Many nodes, one stream: a recipe with `[lanes]` (config/quickstart-multinode.toml) packed in
+//! one process, packed as array-task parts plus a finish, and served by 1, 2 and 4 node daemons
+//! (real processes on ipc sockets, each with its node rank) to 8 `dsprep tap` ranks. Every way
+//! gives the same windows, byte for byte; each node runs only its own lanes.
+
+mod support;
+
+use dsprep_client::PackedDataset;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use support::daemon::{Daemon, headers, tap};
+use support::{dir_bytes, dsprep, dsprep_fails, dsprep_ok, repo_root};
+
+fn multinode() -> PathBuf {
+    repo_root().join("config/quickstart-multinode.toml")
+}
+
+/// `dsprep pack` of the multinode recipe, once for the whole test binary's use.
+fn packed(dir: &Path) -> PackedDataset {
+    let out = dir.join("whole");
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        multinode().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    PackedDataset::open(&out).unwrap()
+}
+
+/// The token bytes rank `rank` must receive: its micro batch of every complete global step.
+fn expected_rank_bytes(data: &PackedDataset, world: u64, micro_batch: u64, rank: u64) -> Vec<u8> {
+    let steps = data.num_windows() / (world * micro_batch);
+    let mut bytes = Vec::new();
+    for step in 0..steps {
+        for row in 0..micro_batch {
+            let index = (step * world + rank) * micro_batch + row;
+            bytes.extend_from_slice(data.window(index).unwrap().tokens.as_bytes());
+        }
+    }
+    bytes
+}
+
+fn pack_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let recipe = Box::leak(multinode().to_str().unwrap().to_string().into_boxed_str());
+    let mut args = vec!["pack", "--recipe", recipe, "--out", out, "--quiet"];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn array_task_parts_and_a_finish_equal_one_pack_even_after_a_killed_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = packed(tmp.path());
+    assert!(whole.num_windows() > 100, "{} windows", whole.num_windows());
+    let out = tmp.path().join("parts");
+    let out_s = out.to_str().unwrap();
+
+    for part in ["0", "1", "3"] {
+        let stdout = dsprep_ok(&pack_args(out_s, &["--part", part, "--parts", "4"]));
+        assert!(
+            stdout.contains(&format!("part {part} of 4: packed lanes")),
+            "{stdout}"
+        );
+    }
+    let early = dsprep_fails(&pack_args(out_s, &["--finish"]));
+    assert!(
+        early.contains("lane(s) [4, 5] of 8 are not packed"),
+        "the finish names the missing lanes: {early}"
+    );
+    // Part 2 as a Slurm array task (id 12 of 10..13): it packs lanes 4 and 5, then is "killed"
+    // mid-way through lane 5: its finished directory removed, a torn partial one left behind.
+    let run = Command::new(env!("CARGO_BIN_EXE_dsprep"))
+        .args(pack_args(out_s, &[]))
+        .env("SLURM_ARRAY_TASK_ID", "12")
+        .env("SLURM_ARRAY_TASK_MIN", "10")
+        .env("SLURM_ARRAY_TASK_COUNT", "4")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains("part 2 of 4: packed lanes [4, 5]"),
+        "{stdout}"
+    );
+    let lanes = tmp.path().join("parts.lanes");
+    std::fs::remove_dir_all(lanes.join("lane-00005")).unwrap();
+    std::fs::create_dir_all(lanes.join("lane-00005.partial")).unwrap();
+    std::fs::write(lanes.join("lane-00005.partial/tokens-00000.bin"), b"torn").unwrap();
+    let rerun = dsprep_ok(&pack_args(out_s, &["--part", "2", "--parts", "4"]));
+    assert!(
+        rerun.contains("packed lanes [5] (kept [4], complete from an earlier run)"),
+        "the rerun continues at its unfinished lane: {rerun}"
+    );
+
+    let summary = dsprep_ok(&pack_args(out_s, &["--finish"]));
+    assert!(summary.contains("packed"), "{summary}");
+    assert!(!lanes.exists(), "the finish removes OUT.lanes");
+    assert!(
+        dir_bytes(&out) == dir_bytes(&tmp.path().join("whole")),
+        "parts + finish wrote other bytes than one pack"
+    );
+    let verified = dsprep_ok(&["verify", out_s]);
+    assert!(verified.starts_with("ok: "), "{verified}");
+}
+
+#[test]
+fn bad_part_settings_are_refused_with_their_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let out_s = out.to_str().unwrap();
+    let e = dsprep_fails(&pack_args(out_s, &["--part", "4", "--parts", "4"]));
+    assert!(e.contains("--part 4 is not below --parts 4"), "{e}");
+    let e = dsprep_fails(&pack_args(out_s, &["--part", "0", "--parts", "9"]));
+    assert!(
+        e.contains("--parts 9 is more than the recipe's lanes.count = 8"),
+        "{e}"
+    );
+    let quickstart = repo_root().join("config/quickstart.toml");
+    let e = dsprep_fails(&[
+        "pack",
+        "--recipe",
+        quickstart.to_str().unwrap(),
+        "--out",
+        out_s,
+        "--part",
+        "0",
+        "--parts",
+        "2",
+    ]);
+    assert!(e.contains("need a recipe with [lanes]"), "{e}");
+}
+
+/// N node daemons (N = 1, 2, 4) serving world 8 × micro batch 2; a tap per rank on its node's
+/// socket. Every rank gets exactly the packed windows, and the end of data at the same step.
+#[test]
+fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = packed(tmp.path());
+    let (world, mb) = (8u32, 2u32);
+    let num_steps = whole.num_windows() / u64::from(world * mb);
+    for nodes in [1u32, 2, 4] {
+        let dir = tmp.path().join(format!("n{nodes}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state = dir.join("state");
+        let daemons: Vec<Daemon> = (0..nodes)
+            .map(|node| {
+                let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
+                let args = [
+                    "--world-size",
+                    &world.to_string(),
+                    "--micro-batch",
+                    &mb.to_string(),
+                    "--node-rank",
+                    &node.to_string(),
+                    "--nodes",
+                    &nodes.to_string(),
+                    "--state-dir",
+                    state.to_str().unwrap(),
+                    "--metrics",
+                    "127.0.0.1:0",
+                    "--threads",
+                    "1",
+                ]
+                .map(String::from);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Daemon::start_with(&multinode(), &endpoint, &args).unwrap()
+            })
+            .collect();
+        let per_node = world / nodes;
+        let taps: Vec<_> = (0..world)
+            .map(|rank| {
+                let out = dir.join(format!("rank{rank}.bin"));
+                let node = &daemons[(rank / per_node) as usize];
+                (
+                    rank,
+                    out.clone(),
+                    tap(&node.endpoint, rank, world, 0, num_steps + 3, &out),
+                )
+            })
+            .collect();
+        for (rank, out, child) in taps {
+            let result = child.wait_with_output().unwrap();
+            assert!(
+                result.status.success(),
+                "{nodes} nodes, rank {rank}: {}",
+                String::from_utf8_lossy(&result.stderr)
+            );
+            let got = std::fs::read(&out).unwrap();
+            let want =
+                expected_rank_bytes(&whole, u64::from(world), u64::from(mb), u64::from(rank));
+            assert!(
+                got == want,
+                "{nodes} nodes, rank {rank}: {} bytes received, {} expected",
+                got.len(),
+                want.len()
+            );
+            let last = headers(&out).last().cloned().unwrap();
+            assert_eq!(last["end_of_data"], true, "rank {rank}: {last}");
+            assert_eq!(last["step"], num_steps, "every rank ends at the same step");
+        }
+        let lanes: Vec<f64> = daemons
+            .iter()
+            .map(|d| d.metric("dsprep_lanes_run"))
+            .collect();
+        assert_eq!(
+            lanes,
+            vec![f64::from(8 / nodes); nodes as usize],
+            "{nodes} nodes"
+        );
+        let bytes: Vec<f64> = daemons
+            .iter()
+            .map(|d| d.metric("dsprep_input_bytes_assigned"))
+            .collect();
+        eprintln!("{nodes} node(s): input bytes per node {bytes:?}");
+        assert!(bytes.iter().all(|&b| b > 0.0));
+        for (node, d) in daemons.iter().enumerate() {
+            let series = format!("dsprep_node{{rank=\"{node}\",count=\"{nodes}\"}}");
+            assert_eq!(d.metric(&series), 1.0);
+        }
+    }
+}
+
+/// The launch the README shows: `SLURM_NNODES=2 SLURM_NODEID=i dsprep serve … --world-size 4
+/// --micro-batch 1`, ranks 0–1 on node 0 and 2–3 on node 1.
+#[test]
+fn slurm_environment_places_node_daemons_and_a_rank_on_the_wrong_node_is_told_where_to_go() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = packed(tmp.path());
+    let state = tmp.path().join("state");
+    let daemons: Vec<Daemon> = (0..2)
+        .map(|node| {
+            let endpoint = format!(
+                "ipc://{}",
+                tmp.path().join(format!("n{node}.sock")).display()
+            );
+            let mut child = Command::new(env!("CARGO_BIN_EXE_dsprep"));
+            child
+                .env("SLURM_NNODES", "2")
+                .env("SLURM_NODEID", node.to_string());
+            Daemon::start_cmd(
+                child,
+                &multinode(),
+                &endpoint,
+                &[
+                    "--world-size",
+                    "4",
+                    "--micro-batch",
+                    "1",
+                    "--state-dir",
+                    state.to_str().unwrap(),
+                    "--metrics",
+                    "off",
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(
+        daemons[1]
+            .log_text()
+            .contains("node 1 of 2 (from SLURM_NODEID/SLURM_NNODES)")
+    );
+    let steps = 20;
+    let taps: Vec<_> = (0..4u32)
+        .map(|rank| {
+            let out = tmp.path().join(format!("r{rank}.bin"));
+            let child = tap(
+                &daemons[(rank / 2) as usize].endpoint,
+                rank,
+                4,
+                0,
+                steps,
+                &out,
+            );
+            (rank, out, child)
+        })
+        .collect();
+    for (rank, out, child) in taps {
+        let result = child.wait_with_output().unwrap();
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let want = expected_rank_bytes(&whole, 4, 1, u64::from(rank));
+        let got = std::fs::read(&out).unwrap();
+        assert!(
+            got.len() <= want.len() && got == want[..got.len()],
+            "rank {rank}"
+        );
+        assert_eq!(headers(&out).len() as u64, steps);
+    }
+    let out = tmp.path().join("wrong.bin");
+    let result = tap(&daemons[0].endpoint, 3, 4, 0, 1, &out)
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains(
+            "rank 3 is not served here: this node daemon serves ranks 0..=1 of world size 4"
+        ),
+        "{stderr}"
+    );
+    // A second daemon given node rank 1 on the same state directory.
+    let endpoint = format!("ipc://{}", tmp.path().join("dup.sock").display());
+    let e = Daemon::start_with(
+        &multinode(),
+        &endpoint,
+        &[
+            "--world-size",
+            "4",
+            "--micro-batch",
+            "1",
+            "--node-rank",
+            "1",
+            "--nodes",
+            "2",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(
+        e.contains("is already served by another daemon on this state directory")
+            && e.contains("node rank 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn node_settings_that_cannot_work_are_refused_before_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let endpoint = format!("ipc://{}", tmp.path().join("x.sock").display());
+    let serve = |recipe: &Path, extra: &[&str]| -> String {
+        let mut args = vec![
+            "serve",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--endpoint",
+            &endpoint,
+            "--metrics",
+            "off",
+        ];
+        args.extend_from_slice(extra);
+        let out = dsprep(&args);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let state = tmp.path().join("s");
+    let state = state.to_str().unwrap();
+    let e = serve(
+        &multinode(),
+        &[
+            "--world-size",
+            "4",
+            "--micro-batch",
+            "1",
+            "--node-rank",
+            "0",
+            "--nodes",
+            "4",
+            "--state-dir",
+            state,
+        ],
+    );
+    assert!(
+        e.contains("4 nodes cannot split a global batch of 4 windows into whole blocks of lanes.block_windows = 2"),
+        "{e}"
+    );
+    let e = serve(
+        &multinode(),
+        &[
+            "--world-size",
+            "8",
+            "--micro-batch",
+            "1",
+            "--node-rank",
+            "0",
+            "--nodes",
+            "2",
+        ],
+    );
+    assert!(
+        e.contains("pass --state-dir on a filesystem every node shares"),
+        "{e}"
+    );
+    let e = serve(
+        &repo_root().join("config/quickstart.toml"),
+        &[
+            "--world-size",
+            "8",
+            "--micro-batch",
+            "1",
+            "--node-rank",
+            "1",
+            "--nodes",
+            "2",
+        ],
+    );
+    assert!(e.contains("the recipe has no [lanes]"), "{e}");
+    let e = serve(
+        &multinode(),
+        &[
+            "--world-size",
+            "6",
+            "--micro-batch",
+            "1",
+            "--node-rank",
+            "1",
+            "--nodes",
+            "4",
+            "--state-dir",
+            state,
+        ],
+    );
+    assert!(
+        e.contains("world size 6 cannot be split over 4 nodes"),
+        "{e}"
+    );
+}
