@@ -420,3 +420,86 @@ fn node_settings_that_cannot_work_are_refused_before_serving() {
         "{e}"
     );
 }
+
+/// World 8 with tensor parallel 2: four data-parallel ranks, on two node daemons. Both ranks of a
+/// TP group receive identical bytes, and the four DP ranks together receive the stream.
+#[test]
+fn tensor_parallel_ranks_share_their_data_parallel_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = packed(tmp.path());
+    let state = tmp.path().join("state");
+    let daemons: Vec<Daemon> = (0..2)
+        .map(|node| {
+            let endpoint = format!(
+                "ipc://{}",
+                tmp.path().join(format!("n{node}.sock")).display()
+            );
+            let node = node.to_string();
+            let args = [
+                "--world-size",
+                "4",
+                "--micro-batch",
+                "2",
+                "--node-rank",
+                &node,
+                "--nodes",
+                "2",
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--metrics",
+                "off",
+            ];
+            Daemon::start_with(&multinode(), &endpoint, &args).unwrap()
+        })
+        .collect();
+    // Eight trainer ranks in lock step (a barrier per step stands in for the collectives that
+    // keep model-parallel peers together), each with the Rust client.
+    let steps = 10u64;
+    let barrier = std::sync::Barrier::new(8);
+    let received: Vec<Vec<u8>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8u32)
+            .map(|rank| {
+                // Ranks 0–3 are DP ranks 0–1, on node 0; ranks 4–7 are DP ranks 2–3, on node 1.
+                let endpoint = daemons[(rank / 4) as usize].endpoint.clone();
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let config = dsprep_client::ClientConfig {
+                        endpoint,
+                        rank,
+                        world_size: 8,
+                        recipe_hash: None,
+                        timeout: std::time::Duration::from_secs(10),
+                        attempts: 3,
+                        parallel: dsprep_client::Parallelism {
+                            tensor: 2,
+                            ..Default::default()
+                        },
+                    };
+                    let mut client = dsprep_client::Client::with_config(config).unwrap();
+                    assert_eq!(client.data_parallel(), (rank / 2, 4));
+                    let mut bytes = Vec::new();
+                    for _ in 0..steps {
+                        let batch = client.next_batch().unwrap().expect("a step");
+                        bytes.extend_from_slice(batch.tokens().as_bytes());
+                        barrier.wait();
+                    }
+                    bytes
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for dp in 0..4usize {
+        assert!(
+            received[2 * dp] == received[2 * dp + 1],
+            "TP pair of DP rank {dp} differs"
+        );
+        let mut want = expected_rank_bytes(&whole, 4, 2, dp as u64);
+        want.truncate(received[2 * dp].len());
+        assert_eq!(received[2 * dp].len() as u64, steps * 2 * 513 * 2);
+        assert!(
+            received[2 * dp] == want,
+            "DP rank {dp} is not its slice of the stream"
+        );
+    }
+}

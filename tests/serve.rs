@@ -38,6 +38,7 @@ fn client(endpoint: &str, rank: u32, world_size: u32) -> Client {
         recipe_hash: None,
         timeout: Duration::from_secs(10),
         attempts: 2,
+        parallel: Default::default(),
     };
     Client::with_config(config).unwrap()
 }

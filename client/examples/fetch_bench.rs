@@ -38,6 +38,7 @@ fn main() {
                         recipe_hash: None,
                         timeout: Duration::from_secs(30),
                         attempts: 1,
+                        parallel: Default::default(),
                     };
                     let mut client = Client::with_config(config).expect("connect");
                     let mut latencies = Vec::with_capacity(requests as usize);

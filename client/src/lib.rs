@@ -5,10 +5,12 @@
 pub mod batch;
 pub mod format;
 pub mod packed;
+pub mod parallel;
 pub mod protocol;
 pub mod served;
 
 pub use batch::{Batch, BatchLayout};
 pub use format::{Dtype, Manifest};
 pub use packed::{PackedDataset, ReadError, TokenSlice, Window};
+pub use parallel::{Parallelism, RankOrder};
 pub use served::{Client, ClientConfig, ClientError, ServedBatch};

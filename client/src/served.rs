@@ -2,6 +2,7 @@
 //! timeouts with reconnect, and batches whose tokens are a view of the received frame (no copy).
 
 use crate::packed::TokenSlice;
+use crate::parallel::{Parallelism, RankOrder};
 use crate::protocol::{DecodeError, ReplyHeader, Request, RequestKind, Status, decode_doc_starts};
 use std::time::{Duration, Instant};
 
@@ -50,11 +51,15 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Attempts before giving up with [`ClientError::DaemonGone`].
     pub attempts: u32,
+    /// Tensor/context/pipeline parallel sizes: the client asks for its data-parallel rank's
+    /// batches, so every rank of one model-parallel group gets the same bytes (`parallel.rs`).
+    pub parallel: Parallelism,
 }
 
 impl ClientConfig {
     /// Rank and world size from `RANK` and `WORLD_SIZE` (as torchrun sets them); a single process
-    /// (neither set) is rank 0 of 1.
+    /// (neither set) is rank 0 of 1. Model parallelism from `DSPREP_TP`, `DSPREP_CP`, `DSPREP_PP`
+    /// (default 1) and `DSPREP_RANK_ORDER` (default `tp-cp-dp-pp`).
     pub fn from_env(endpoint: &str) -> Result<ClientConfig, ClientError> {
         let read = |name: &str| -> Result<Option<u32>, ClientError> {
             match std::env::var(name) {
@@ -73,6 +78,17 @@ impl ClientConfig {
                 ));
             }
         };
+        let order = match std::env::var("DSPREP_RANK_ORDER") {
+            Ok(text) => RankOrder::parse(&text)
+                .map_err(|e| ClientError::Config(format!("DSPREP_RANK_ORDER: {e}")))?,
+            Err(_) => RankOrder::default(),
+        };
+        let parallel = Parallelism {
+            tensor: read("DSPREP_TP")?.unwrap_or(1),
+            context: read("DSPREP_CP")?.unwrap_or(1),
+            pipeline: read("DSPREP_PP")?.unwrap_or(1),
+            order,
+        };
         Ok(ClientConfig {
             endpoint: endpoint.to_string(),
             rank,
@@ -80,6 +96,7 @@ impl ClientConfig {
             recipe_hash: None,
             timeout: Duration::from_secs(30),
             attempts: 4,
+            parallel,
         })
     }
 }
@@ -194,6 +211,8 @@ pub struct Client {
     context: zmq::Context,
     socket: zmq::Socket,
     config: ClientConfig,
+    /// This rank's data-parallel rank and the data-parallel world: what it asks the daemon for.
+    data_parallel: (u32, u32),
     recipe_hash: Option<[u8; 32]>,
     next_step: u64,
     next_request_id: u64,
@@ -212,6 +231,10 @@ impl Client {
                 config.rank, config.world_size
             )));
         }
+        let data_parallel = config
+            .parallel
+            .data_parallel(config.rank, config.world_size)
+            .map_err(ClientError::Config)?;
         let recipe_hash = match &config.recipe_hash {
             None => None,
             Some(h) => {
@@ -227,6 +250,7 @@ impl Client {
             context,
             socket,
             config,
+            data_parallel,
             recipe_hash,
             next_step: 0,
             next_request_id: 1,
@@ -235,6 +259,11 @@ impl Client {
 
     pub fn config(&self) -> &ClientConfig {
         &self.config
+    }
+
+    /// (data-parallel rank, data-parallel world size): the rank and world size the daemon sees.
+    pub fn data_parallel(&self) -> (u32, u32) {
+        self.data_parallel
     }
 
     /// The step `next_batch` asks for next.
@@ -273,8 +302,8 @@ impl Client {
             let request = Request {
                 kind: RequestKind::Batch,
                 request_id,
-                rank: self.config.rank,
-                world_size: self.config.world_size,
+                rank: self.data_parallel.0,
+                world_size: self.data_parallel.1,
                 step,
                 recipe_hash: self.recipe_hash,
             };

@@ -135,6 +135,19 @@ enum Command {
         /// Seconds to wait for each reply before reconnecting.
         #[arg(long, default_value_t = 30)]
         timeout_s: u64,
+        /// Tensor parallel size: ranks of one TP group get the same batches.
+        #[arg(long, default_value_t = 1)]
+        tensor_parallel: u32,
+        /// Context parallel size.
+        #[arg(long, default_value_t = 1)]
+        context_parallel: u32,
+        /// Pipeline parallel size.
+        #[arg(long, default_value_t = 1)]
+        pipeline_parallel: u32,
+        /// How global ranks are laid out, fastest dimension first: "tp-cp-dp-pp" (Megatron,
+        /// torchtitan, NxD) or "tp-cp-pp-dp".
+        #[arg(long, default_value = "tp-cp-dp-pp")]
+        rank_order: String,
     },
     /// Show what a recipe would read: Hub revisions resolved, shards and sizes listed, nothing
     /// downloaded.
@@ -292,7 +305,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             recipe_hash,
             timeout_s,
+            tensor_parallel,
+            context_parallel,
+            pipeline_parallel,
+            rank_order,
         } => {
+            let parallel = dsprep_client::Parallelism {
+                tensor: tensor_parallel,
+                context: context_parallel,
+                pipeline: pipeline_parallel,
+                order: dsprep_client::RankOrder::parse(&rank_order)
+                    .map_err(|e| anyhow::anyhow!("--rank-order: {e}"))?,
+            };
             let options = TapOptions {
                 endpoint,
                 rank,
@@ -302,6 +326,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 out,
                 recipe_hash,
                 timeout: Duration::from_secs(timeout_s),
+                parallel,
             };
             let written = dsprep::tap::tap(&options)?;
             println!(

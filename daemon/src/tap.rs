@@ -3,7 +3,7 @@
 //! its header to `<out>.jsonl`. For debugging and tests.
 
 use anyhow::Context;
-use dsprep_client::{Client, ClientConfig};
+use dsprep_client::{Client, ClientConfig, Parallelism};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +17,8 @@ pub struct TapOptions {
     pub out: PathBuf,
     pub recipe_hash: Option<String>,
     pub timeout: Duration,
+    /// Model parallelism: the tap asks for its data-parallel rank's batches.
+    pub parallel: Parallelism,
 }
 
 /// Returns the number of steps written (fewer than asked when the data ends).
@@ -28,6 +30,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         recipe_hash: options.recipe_hash.clone(),
         timeout: options.timeout,
         attempts: 3,
+        parallel: options.parallel,
     };
     let mut client = Client::with_config(config)?;
     let create = |path: &PathBuf| {

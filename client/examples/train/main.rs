@@ -169,6 +169,7 @@ fn train(args: &Args) -> Result<(), Error> {
     let config = ClientConfig {
         timeout: args.timeout,
         attempts: 2,
+        parallel: Default::default(),
         ..ClientConfig::from_env(&args.endpoint)?
     };
     let (rank, world) = (config.rank, config.world_size);

@@ -126,3 +126,34 @@ def test_a_raw_zmq_request_encoded_by_the_package_gets_the_packed_window(daemon_
     batch = decode_reply(frames)
     assert np.array_equal(batch.tokens[0], raw.tokens[3])
     socket.close(linger=0)
+
+
+def test_tensor_parallel_peers_get_their_data_parallel_rank_served_and_packed(daemon_factory, packed_dir, raw):
+    # World 4 with tensor parallel 2 (Megatron/torchtitan order): DP ranks 0, 0, 1, 1; the daemon
+    # serves the DP world of 2. Peers in lock step, as their collectives keep them.
+    dp_world, mb = 2, 2
+    daemon = daemon_factory(world_size=dp_world, micro_batch=mb, prefetch=4)
+    served = [Client(daemon.endpoint, rank=r, world_size=4, timeout=10, tensor_parallel=2) for r in range(4)]
+    packed = [PackedDataset(packed_dir, micro_batch=mb, rank=r, world_size=4, tensor_parallel=2) for r in range(4)]
+    assert [(c.dp_rank, c.dp_size) for c in served] == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    for step in range(12):
+        got = [c.next_batch() for c in served]
+        from_pack = [p.next_batch() for p in packed]
+        for r in range(4):
+            dp = r // 2
+            want = raw.tokens[list(raw.rank_windows(step, dp, dp_world, mb))]
+            assert np.array_equal(got[r].tokens, want) and np.array_equal(from_pack[r].tokens, want)
+
+
+def test_parallel_sizes_that_do_not_divide_the_world_are_refused():
+    import pytest
+
+    from dsprep_client import ConfigError
+    from dsprep_client.parallel import data_parallel
+
+    assert [data_parallel(r, 8, tensor=2, pipeline=2)[0] for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert [data_parallel(r, 8, tensor=2, pipeline=2, order="tp-cp-pp-dp")[0] for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(ConfigError, match=r"world size 8 is not a multiple of tensor × context × pipeline parallel = 3 × 1 × 1 = 3"):
+        data_parallel(0, 8, tensor=3)
+    with pytest.raises(ConfigError, match="rank order"):
+        data_parallel(0, 8, order="dp-tp")

@@ -13,6 +13,7 @@ import zmq
 
 from .batch import Batch
 from .errors import ConfigError, DaemonGone, StepAhead
+from .parallel import data_parallel, parallel_from_env
 from .protocol import UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
 
 #: How often a rank that is ahead of the others asks again.
@@ -61,6 +62,9 @@ class Client:
 
     `timeout` (seconds) bounds one attempt; after `attempts` attempts without a reply,
     `DaemonGone` is raised. `recipe_hash` (hex) refuses a daemon serving another recipe.
+    With model parallelism (`tensor_parallel`, `context_parallel`, `pipeline_parallel`,
+    `rank_order`; else DSPREP_TP/CP/PP/RANK_ORDER) the client asks for its data-parallel rank's
+    batches: `self.dp_rank` of `self.dp_size` (see parallel.py).
     """
 
     def __init__(
@@ -71,9 +75,15 @@ class Client:
         recipe_hash: Optional[str] = None,
         timeout: float = 30.0,
         attempts: int = 4,
+        tensor_parallel: Optional[int] = None,
+        context_parallel: Optional[int] = None,
+        pipeline_parallel: Optional[int] = None,
+        rank_order: Optional[str] = None,
     ):
         self.endpoint = endpoint
         self.rank, self.world_size = layout_from_env(rank, world_size)
+        tp, cp, pp, order = parallel_from_env(tensor_parallel, context_parallel, pipeline_parallel, rank_order)
+        self.dp_rank, self.dp_size = data_parallel(self.rank, self.world_size, tp, cp, pp, order)
         self._expected_hash = parse_recipe_hash(recipe_hash)
         self.timeout = float(timeout)
         self.attempts = max(1, int(attempts))
@@ -162,7 +172,7 @@ class Client:
         for attempt in range(1, self.attempts + 1):
             request_id = self._next_request_id
             self._next_request_id += 1
-            frame = encode_request(request_id, self.rank, self.world_size, step, self._expected_hash)
+            frame = encode_request(request_id, self.dp_rank, self.dp_size, step, self._expected_hash)
             self._socket.send(frame)
             reply = self._wait_reply(request_id)
             if reply is not None:

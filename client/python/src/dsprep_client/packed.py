@@ -15,6 +15,7 @@ import numpy as np
 
 from .batch import Batch
 from .client import layout_from_env, parse_recipe_hash
+from .parallel import data_parallel, parallel_from_env
 from .errors import ConfigError, DsprepError, RecipeMismatch
 
 FORMAT_NAME = "dsprep-packed"
@@ -39,9 +40,16 @@ class PackedDataset:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         recipe_hash: Optional[str] = None,
+        tensor_parallel: Optional[int] = None,
+        context_parallel: Optional[int] = None,
+        pipeline_parallel: Optional[int] = None,
+        rank_order: Optional[str] = None,
     ):
         self.path = Path(path)
         self.rank, self.world_size = layout_from_env(rank, world_size)
+        tp, cp, pp, order = parallel_from_env(tensor_parallel, context_parallel, pipeline_parallel, rank_order)
+        #: The data-parallel rank and size whose rows this rank reads (as `Client`).
+        self.dp_rank, self.dp_size = data_parallel(self.rank, self.world_size, tp, cp, pp, order)
         if micro_batch < 1:
             raise ConfigError(f"micro batch must be at least 1, got {micro_batch}")
         self.micro_batch = int(micro_batch)
@@ -63,7 +71,7 @@ class PackedDataset:
         self._doc_offsets = self._map(m["doc_starts_offsets"], np.dtype("<u8"))
         if len(self._doc_offsets) != self.num_windows + 1:
             raise PackedFormatError(f"{self.path / m['doc_starts_offsets']['file']}: does not hold num_windows + 1 offsets")
-        self.num_steps = self.num_windows // (self.world_size * self.micro_batch)
+        self.num_steps = self.num_windows // (self.dp_size * self.micro_batch)
         #: The step `next_batch` reads next.
         self.next_step = 0
 
@@ -87,7 +95,7 @@ class PackedDataset:
             raise IndexError(f"step {step} is negative")
         if step >= self.num_steps:
             return None
-        first = (step * self.world_size + self.rank) * self.micro_batch
+        first = (step * self.dp_size + self.dp_rank) * self.micro_batch
         shard, at = divmod(first, self._per_shard)
         if at + self.micro_batch <= self._per_shard:
             tokens = self._shards[shard][at : at + self.micro_batch]  # a view of one shard's map
@@ -97,8 +105,8 @@ class PackedDataset:
         self.next_step = step + 1
         return Batch(
             step=step,
-            rank=self.rank,
-            world_size=self.world_size,
+            rank=self.dp_rank,
+            world_size=self.dp_size,
             first_window=first,
             tokens=tokens,
             doc_starts=starts,

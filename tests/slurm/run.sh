@@ -1,0 +1,66 @@
+#!/bin/bash
+# The shipped Slurm examples on a real (one-machine, 4-node) Slurm cluster: config/slurm/serve.sbatch
+# with 4 node daemons and 8 `dsprep tap` ranks, and config/slurm/pack.sh with 4 array tasks and
+# the finish. Both must equal one `dsprep pack` of config/quickstart-multinode.toml, byte for byte.
+# Needs root (it installs and starts Slurm: tests/slurm/cluster.sh). Bounded: 5 minutes per job.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+export DSPREP=${DSPREP:-$root/target/debug/dsprep}
+[ -x "$DSPREP" ] || cargo build -q -p dsprep
+recipe=$root/config/quickstart-multinode.toml
+
+if [ "$(id -u)" != 0 ]; then
+  if [ "${CI:-}" = true ]; then
+    echo "error: tests/slurm/run.sh needs root in CI (it installs and starts Slurm)" >&2
+    exit 1
+  fi
+  echo "SKIPPED tests/slurm/run.sh: it needs root to install and start Slurm (CI runs it as root)" >&2
+  exit 0
+fi
+tests/slurm/cluster.sh start
+trap 'tests/slurm/cluster.sh stop' EXIT
+export W=$(mktemp -d /tmp/dsprep-slurm.XXXXXX)
+chmod 755 "$W"
+
+wait_job() {  # wait_job ID: until it has left the queue (at most 300 s)
+  for _ in $(seq 1 300); do
+    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+    sleep 1
+  done
+  echo "error: Slurm job $1 did not finish in 300 s" >&2
+  squeue >&2
+  return 1
+}
+
+"$DSPREP" pack --recipe "$recipe" --out "$W/whole" --quiet
+
+echo "== serve: 4 node daemons (srun, SLURM_NODEID) × 2 ranks each"
+export RANKS_PER_NODE=2 MICRO_BATCH=2 STATE_DIR=$W/state SOCK_DIR=$W
+export TRAINER='"$DSPREP" tap --endpoint "$DSPREP_ENDPOINT" --rank "$RANK" --world-size "$WORLD_SIZE" --steps 1000000 --out "$W/rank$RANK.bin"'
+job=$(sbatch --parsable -N 4 -o "$W/serve.out" config/slurm/serve.sbatch "$recipe")
+wait_job "$job"
+cat "$W/serve.out"
+python3 - "$W" <<'PY'
+import json, os, sys
+w = sys.argv[1]
+m = json.load(open(f"{w}/whole/manifest.json"))
+stream = b"".join(open(f"{w}/whole/{s['file']}", "rb").read() for s in m["shards"])
+window = m["window_tokens"] * (2 if m["dtype"] == "u16" else 4)
+world, mb = 8, 2
+steps = m["num_windows"] // (world * mb)
+for rank in range(world):
+    want = b"".join(stream[((s * world + rank) * mb) * window:((s * world + rank) * mb + mb) * window]
+                    for s in range(steps))
+    got = open(f"{w}/rank{rank}.bin", "rb").read()
+    assert got == want, f"rank {rank}: {len(got)} bytes received, {len(want)} expected"
+print(f"serve: 8 ranks on 4 node daemons received exactly the packed stream ({steps} steps each)")
+PY
+
+echo "== pack: 4 array tasks, then the finish"
+finish=$(config/slurm/pack.sh "$recipe" "$W/parts" 4 -o "$W/pack-%A_%a.out")
+wait_job "$finish"
+cat "$W"/pack-*.out
+diff -r "$W/whole" "$W/parts"
+echo "pack: 4 array tasks + finish wrote exactly the bytes of one pack"
+echo "slurm: 2 passed, 0 failed"
