@@ -29,6 +29,40 @@ fn packed(dir: &Path) -> PackedDataset {
     PackedDataset::open(&out).unwrap()
 }
 
+/// `nodes` node daemons of the multinode recipe on sockets `dir/node<N>.sock`, sharing
+/// `dir/state`, serving `world × micro_batch` (plus `extra` arguments).
+fn start_nodes(
+    dir: &Path,
+    nodes: u32,
+    world: u32,
+    micro_batch: u32,
+    extra: &[&str],
+) -> Vec<Daemon> {
+    let state = dir.join("state");
+    (0..nodes)
+        .map(|node| {
+            let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
+            let mut args: Vec<String> = [
+                "--world-size",
+                &world.to_string(),
+                "--micro-batch",
+                &micro_batch.to_string(),
+                "--node-rank",
+                &node.to_string(),
+                "--nodes",
+                &nodes.to_string(),
+                "--state-dir",
+                state.to_str().unwrap(),
+            ]
+            .map(String::from)
+            .to_vec();
+            args.extend(extra.iter().map(|a| a.to_string()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Daemon::start_with(&multinode(), &endpoint, &args).unwrap()
+        })
+        .collect()
+}
+
 /// The token bytes rank `rank` must receive: its micro batch of every complete global step.
 fn expected_rank_bytes(data: &PackedDataset, world: u64, micro_batch: u64, rank: u64) -> Vec<u8> {
     let steps = data.num_windows() / (world * micro_batch);
@@ -142,31 +176,13 @@ fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
     for nodes in [1u32, 2, 4] {
         let dir = tmp.path().join(format!("n{nodes}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let state = dir.join("state");
-        let daemons: Vec<Daemon> = (0..nodes)
-            .map(|node| {
-                let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
-                let args = [
-                    "--world-size",
-                    &world.to_string(),
-                    "--micro-batch",
-                    &mb.to_string(),
-                    "--node-rank",
-                    &node.to_string(),
-                    "--nodes",
-                    &nodes.to_string(),
-                    "--state-dir",
-                    state.to_str().unwrap(),
-                    "--metrics",
-                    "127.0.0.1:0",
-                    "--threads",
-                    "1",
-                ]
-                .map(String::from);
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Daemon::start_with(&multinode(), &endpoint, &args).unwrap()
-            })
-            .collect();
+        let daemons = start_nodes(
+            &dir,
+            nodes,
+            world,
+            mb,
+            &["--metrics", "127.0.0.1:0", "--threads", "1"],
+        );
         let per_node = world / nodes;
         let taps: Vec<_> = (0..world)
             .map(|rank| {
@@ -427,31 +443,7 @@ fn node_settings_that_cannot_work_are_refused_before_serving() {
 fn tensor_parallel_ranks_share_their_data_parallel_batches() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = packed(tmp.path());
-    let state = tmp.path().join("state");
-    let daemons: Vec<Daemon> = (0..2)
-        .map(|node| {
-            let endpoint = format!(
-                "ipc://{}",
-                tmp.path().join(format!("n{node}.sock")).display()
-            );
-            let node = node.to_string();
-            let args = [
-                "--world-size",
-                "4",
-                "--micro-batch",
-                "2",
-                "--node-rank",
-                &node,
-                "--nodes",
-                "2",
-                "--state-dir",
-                state.to_str().unwrap(),
-                "--metrics",
-                "off",
-            ];
-            Daemon::start_with(&multinode(), &endpoint, &args).unwrap()
-        })
-        .collect();
+    let daemons = start_nodes(tmp.path(), 2, 4, 2, &["--metrics", "off"]);
     // Eight trainer ranks in lock step (a barrier per step stands in for the collectives that
     // keep model-parallel peers together), each with the Rust client.
     let steps = 10u64;

@@ -136,3 +136,27 @@ pub fn sync_dir(dir: &Path) {
         let _ = handle.sync_all();
     }
 }
+
+/// Why [`try_lock_file`] did not get its lock.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it.
+    Held,
+    Io(io::Error),
+}
+
+/// Open (creating) `path` and take an exclusive lock on it without waiting. The lock lasts as long
+/// as the returned file is open, and ends with the process whatever way it ends.
+pub fn try_lock_file(path: &Path) -> Result<File, LockError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(LockError::Io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(LockError::Held),
+        Err(std::fs::TryLockError::Error(e)) => Err(LockError::Io(e)),
+    }
+}

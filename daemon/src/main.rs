@@ -227,8 +227,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if let Some(parts) = parts.or(from_slurm) {
                     let report = pack::pack_part(&options, &loaded, parts)?;
                     println!(
-                        "part {} of {}: packed lanes {:?}{} into {} in {:.2} s; run `dsprep pack \
-                         --finish` with the same --recipe and --out once every part is done",
+                        "part {} of {}: packed lanes {:?}{} ({} input bytes) into {} in {:.2} s; \
+                         run `dsprep pack --finish` with the same --recipe and --out once every \
+                         part is done",
                         report.parts.part,
                         report.parts.parts,
                         report.packed,
@@ -237,6 +238,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         } else {
                             format!(" (kept {:?}, complete from an earlier run)", report.kept)
                         },
+                        report.input_bytes,
                         report.lanes_dir.display(),
                         report.wall.as_secs_f64()
                     );

@@ -12,7 +12,7 @@
 //!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
 
 use super::output::{self, PackWriter};
-use super::{PackOptions, PackReport, hash_inputs, new_manifest, source_stats};
+use super::{PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, source_stats};
 use crate::driver::lanes::{LaneInputs, deal_inputs, run_packed};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig};
 use crate::driver::{LoadedRecipe, hub_client};
@@ -52,6 +52,8 @@ pub struct PartReport {
     pub packed: Vec<u32>,
     /// Lanes found complete from an earlier run and kept.
     pub kept: Vec<u32>,
+    /// Bytes of the input units of this part's lanes.
+    pub input_bytes: u64,
     pub wall: Duration,
 }
 
@@ -67,6 +69,18 @@ struct LaneInfo {
 }
 
 const LANE_INFO_FILE: &str = "lane.json";
+
+impl LaneInfo {
+    fn new(loaded: &LoadedRecipe, inputs: &LaneInputs, lane: u32) -> LaneInfo {
+        LaneInfo {
+            recipe_hash: loaded.recipe.hash(),
+            lane,
+            count: inputs.spec.count,
+            block_windows: inputs.spec.block_windows,
+            input_bytes: inputs.lane_bytes[lane as usize],
+        }
+    }
+}
 
 /// `OUT.lanes`, beside `out`.
 fn lanes_dir(out: &Path) -> anyhow::Result<PathBuf> {
@@ -138,16 +152,15 @@ pub fn pack_part(
         lanes_dir: dir.clone(),
         packed: Vec::new(),
         kept: Vec::new(),
+        input_bytes: parts
+            .lanes(&spec)
+            .iter()
+            .map(|&l| inputs.lane_bytes[l as usize])
+            .sum(),
         wall: Duration::ZERO,
     };
     for lane in parts.lanes(&spec) {
-        let info = LaneInfo {
-            recipe_hash: loaded.recipe.hash(),
-            lane,
-            count: spec.count,
-            block_windows: spec.block_windows,
-            input_bytes: inputs.lane_bytes[lane as usize],
-        };
+        let info = LaneInfo::new(loaded, &inputs, lane);
         let out = lane_dir(&dir, lane);
         if complete_lane(&out, &info).is_some() && !options.fresh {
             tracing::info!("lane {lane}: {} is complete, kept", out.display());
@@ -224,13 +237,7 @@ pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<Pa
     let mut lanes = Vec::with_capacity(spec.count as usize);
     let mut missing = Vec::new();
     for lane in 0..spec.count {
-        let info = LaneInfo {
-            recipe_hash: loaded.recipe.hash(),
-            lane,
-            count: spec.count,
-            block_windows: spec.block_windows,
-            input_bytes: inputs.lane_bytes[lane as usize],
-        };
+        let info = LaneInfo::new(loaded, &inputs, lane);
         match complete_lane(&lane_dir(&dir, lane), &info) {
             Some(data) => lanes.push(data),
             None => missing.push(lane),
@@ -268,11 +275,7 @@ pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<Pa
         writer.abandon();
         return Err(e);
     }
-    let inputs = match hashing
-        .join()
-        .map_err(|_| anyhow!("the input-hashing thread panicked"))
-        .and_then(|r| r)
-    {
+    let inputs = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => {
             writer.abandon();

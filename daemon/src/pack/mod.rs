@@ -207,11 +207,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     };
     let (docs_per_source, tokens_per_source) = (&meta.docs_per_source, &meta.tokens_per_source);
     progress.finish_and_clear();
-    let inputs = match hashing
-        .join()
-        .map_err(|_| anyhow!("the input-hashing thread panicked"))
-        .and_then(|r| r)
-    {
+    let inputs = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => {
             writer.abandon();
@@ -237,6 +233,16 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         engine: loaded.stage.engine_description(),
         continued_from,
     })
+}
+
+/// The result of the input-hashing thread.
+fn join_hashing(
+    hashing: std::thread::JoinHandle<anyhow::Result<Vec<InputFile>>>,
+) -> anyhow::Result<Vec<InputFile>> {
+    hashing
+        .join()
+        .map_err(|_| anyhow!("the input-hashing thread panicked"))
+        .and_then(|r| r)
 }
 
 /// The manifest's per-source table.

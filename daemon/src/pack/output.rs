@@ -6,7 +6,7 @@
 //! `<out>.partial/.lock` keeps two packs from writing it at once. An interrupted pack leaves
 //! its checkpoint there, and the next pack to `<out>` continues from it ([`PackWriter::resume`]).
 
-use crate::files::HashingWriter;
+use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
 use dsprep_client::format::{self, Dtype, Manifest, OutputFile};
 use dsprep_mixers::PackedWindow;
@@ -346,21 +346,13 @@ impl PackWriter {
 fn lock_partial(tmp: &Path) -> anyhow::Result<std::fs::File> {
     std::fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let path = tmp.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => bail!(
+    match try_lock_file(&path) {
+        Ok(file) => Ok(file),
+        Err(LockError::Held) => bail!(
             "another dsprep pack is writing {} (it holds {})",
             tmp.display(),
             path.display()
         ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("cannot lock {}", path.display()))
-        }
+        Err(LockError::Io(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
     }
 }

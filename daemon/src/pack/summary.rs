@@ -39,10 +39,18 @@ pub fn print_summary(report: &PackReport) {
             100.0 * s.target_fraction
         );
     }
-    println!(
-        "dropped tail: {} tokens (less than one window)",
-        m.dropped_tail_tokens
-    );
+    if m.recipe.get("lanes").is_some() {
+        println!(
+            "dropped tail: {} tokens (each lane's last partial window, and what the longer lanes \
+             hold past the end of the stream)",
+            m.dropped_tail_tokens
+        );
+    } else {
+        println!(
+            "dropped tail: {} tokens (less than one window)",
+            m.dropped_tail_tokens
+        );
+    }
     println!(
         "recipe {}  tokenizer sha256 {}",
         m.recipe_hash, m.tokenizer.sha256

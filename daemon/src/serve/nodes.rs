@@ -6,6 +6,7 @@ use super::ServeOptions;
 use super::progress::LaneProgress;
 use crate::driver::lanes::{LaneInputs, deal_inputs};
 use crate::driver::{LoadedRecipe, hub_client};
+use crate::files::{LockError, try_lock_file};
 use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::lanes::NodeSlice;
 use sha2::{Digest, Sha256};
@@ -258,20 +259,14 @@ fn lock_lanes(
         .into_iter()
         .map(|lane| {
             let path = dir.join(format!("lane-{lane:05}.lock"));
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("cannot open {}", path.display()))?;
-            match file.try_lock() {
-                Ok(()) => Ok(file),
-                Err(std::fs::TryLockError::WouldBlock) => bail!(
+            match try_lock_file(&path) {
+                Ok(file) => Ok(file),
+                Err(LockError::Held) => bail!(
                     "lane {lane} is already served by another daemon on this state directory (it \
                      holds {}): is node rank {node} given to two daemons?",
                     path.display()
                 ),
-                Err(std::fs::TryLockError::Error(e)) => {
+                Err(LockError::Io(e)) => {
                     Err(e).with_context(|| format!("cannot lock {}", path.display()))
                 }
             }
