@@ -3,8 +3,10 @@
 //! `pack` parts plus their finish, one daemon, N node daemons) asks this module, so they agree.
 //!
 //! - **Input.** Each source's units (a local parquet row group, or a whole file otherwise), in
-//!   the source's seeded shard order, are dealt round-robin to the lanes. The deal of source `k`
-//!   starts where source `k−1`'s ended, so sources with fewer units than lanes still spread.
+//!   the source's seeded shard order, are dealt to the lanes by size: each unit goes to the lane
+//!   holding the fewest bytes of that source so far (ties: the fewest bytes of all sources, then
+//!   the lowest lane). Every lane gets about `1/count` of every source, so the lanes' mixes run
+//!   out at about the same point; a source with fewer units than lanes still spreads.
 //! - **Each lane** is the recipe's whole pipeline (mix → shuffle → tokenize → pack) over its
 //!   units, with its own seed ([`lane_seed`]) and `buffer_size / count` of the shuffle buffer.
 //! - **Interleave.** The stream is made of blocks of `block_windows` windows: block `b` is lane
@@ -32,18 +34,23 @@ pub fn lane_buffer_size(buffer_size: usize, count: u32, lane: u32) -> usize {
     buffer_size / count + usize::from((lane as usize) < buffer_size % count)
 }
 
-/// Deal each source's units to the lanes: `result[source][lane]` lists the unit indices (in
-/// reading order) that lane reads of that source.
-pub fn deal_units(units_per_source: &[usize], count: u32) -> Vec<Vec<Vec<usize>>> {
+/// Deal each source's units to the lanes (`unit_bytes[source][unit]`, in reading order):
+/// `result[source][lane]` lists the unit indices that lane reads of that source, in reading order.
+pub fn deal_units(unit_bytes: &[Vec<u64>], count: u32) -> Vec<Vec<Vec<usize>>> {
     let count = count.max(1) as usize;
-    let mut next_lane = 0usize;
-    units_per_source
+    let mut total = vec![0u64; count];
+    unit_bytes
         .iter()
-        .map(|&units| {
+        .map(|units| {
             let mut lanes = vec![Vec::new(); count];
-            for unit in 0..units {
-                lanes[next_lane].push(unit);
-                next_lane = (next_lane + 1) % count;
+            let mut bytes = vec![0u64; count];
+            for (unit, &size) in units.iter().enumerate() {
+                let lane = (0..count)
+                    .min_by_key(|&l| (bytes[l], total[l], l))
+                    .expect("at least one lane");
+                lanes[lane].push(unit);
+                bytes[lane] += size;
+                total[lane] += size;
             }
             lanes
         })
@@ -172,11 +179,13 @@ mod tests {
     }
 
     #[test]
-    fn units_are_dealt_round_robin_across_sources() {
-        let dealt = deal_units(&[3, 1, 2], 4);
-        assert_eq!(dealt[0], vec![vec![0], vec![1], vec![2], vec![]]);
-        assert_eq!(dealt[1], vec![vec![], vec![], vec![], vec![0]]);
-        assert_eq!(dealt[2], vec![vec![0], vec![1], vec![], vec![]]);
+    fn units_are_dealt_by_size_and_single_units_spread() {
+        // Row groups alternating full and partial would split 2:1 by count; by size they even out.
+        let dealt = deal_units(&[vec![10, 2, 10, 2, 10, 2, 10, 2], vec![5], vec![5]], 2);
+        assert_eq!(dealt[0], vec![vec![0, 3, 4, 7], vec![1, 2, 5, 6]]);
+        // Lane 0 holds 24 bytes and lane 1 24: the lone unit goes to lane 0, the next to lane 1.
+        assert_eq!(dealt[1], vec![vec![0], vec![]]);
+        assert_eq!(dealt[2], vec![vec![], vec![0]]);
     }
 
     #[test]

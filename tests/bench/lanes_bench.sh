@@ -91,7 +91,7 @@ PY
   cmp -s "$WORK/p$n/tokens-00000.bin" "$WORK/l2/tokens-00000.bin" || { echo "parts of $n differ from one pack" >&2; exit 1; }
 done
 for r in 1 2; do
-  "$CEILING" "$WORK/lanes8.toml" "$r" | python3 -c 'import json,sys; l=json.load(sys.stdin); l["run"]=f"reader_ceiling_lanes8_r{l["reader_threads"]}"; print(json.dumps(l))' >> "$RESULTS"
+  "$CEILING" "$WORK/lanes8.toml" "$r" | python3 -c 'import json,sys; l=json.load(sys.stdin); l["run"]="reader_ceiling_lanes8_r%d" % l["reader_threads"]; print(json.dumps(l))' >> "$RESULTS"
 done
 "$CEILING" "$WORK/plain.toml" | python3 -c 'import json,sys; l=json.load(sys.stdin); l["run"]="reader_ceiling_plain"; print(json.dumps(l))' >> "$RESULTS"
 echo "results appended to $RESULTS"

@@ -1,6 +1,6 @@
 //! The lanes of a recipe with `[lanes]` (the arithmetic is `dsprep_mixers::lanes`): each
-//! source's input listed once and dealt to the lanes — a local parquet file by row group, any
-//! other file whole — and one lane built into its own document stream and run through the
+//! source's input listed once and dealt to the lanes by size — a local parquet file by row group,
+//! any other file whole — and one lane built into its own document stream and run through the
 //! threaded pipeline and a packer. `dsprep pack` (all lanes, or a part's) and the node daemons of
 //! `dsprep serve` (their own lanes) run lanes with these functions, so they read the same units.
 
@@ -71,8 +71,11 @@ pub fn deal_inputs(
         sources.push(shards);
         units.push(source_units);
     }
-    let counts: Vec<usize> = units.iter().map(Vec::len).collect();
-    let dealt = deal_units(&counts, spec.count);
+    let sizes: Vec<Vec<u64>> = units
+        .iter()
+        .map(|u| u.iter().map(|(_, bytes)| *bytes).collect())
+        .collect();
+    let dealt = deal_units(&sizes, spec.count);
     let mut lanes = vec![vec![Vec::new(); recipe.sources.len()]; spec.count as usize];
     let mut lane_bytes = vec![0u64; spec.count as usize];
     for (source, per_lane) in dealt.iter().enumerate() {
@@ -84,7 +87,7 @@ pub fn deal_inputs(
             }
         }
     }
-    let total: usize = counts.iter().sum();
+    let total: usize = units.iter().map(Vec::len).sum();
     if let Some(empty) = lanes.iter().position(|l| l.iter().all(Vec::is_empty)) {
         bail!(
             "lanes.count = {} but the sources have {total} units of input in all (row groups of \
