@@ -3,6 +3,7 @@
 //! (real processes on ipc sockets, each with its node rank) to 8 `dsprep tap` ranks. Every way
 //! gives the same windows, byte for byte; each node runs only its own lanes.
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 mod support;
 
 use dsprep_client::PackedDataset;

@@ -63,7 +63,7 @@ impl Parallelism {
     /// The data-parallel rank and size of global `rank` of `world_size`.
     pub fn data_parallel(&self, rank: u32, world_size: u32) -> Result<(u32, u32), String> {
         let model = u64::from(self.tensor) * u64::from(self.context) * u64::from(self.pipeline);
-        if model == 0 || u64::from(world_size) % model != 0 {
+        if model == 0 || !u64::from(world_size).is_multiple_of(model) {
             return Err(format!(
                 "world size {world_size} is not a multiple of tensor × context × pipeline \
                  parallel = {} × {} × {} = {model}",

@@ -114,7 +114,7 @@ impl NodeSlice {
             return Ok(slice);
         }
         let n = u64::from(nodes);
-        if global_batch % (k * n) != 0 {
+        if !global_batch.is_multiple_of(k * n) {
             return Err(format!(
                 "{nodes} nodes cannot split a global batch of {global_batch} windows into whole \
                  blocks of lanes.block_windows = {k}: the global batch (world size × micro batch) \
@@ -123,7 +123,7 @@ impl NodeSlice {
             ));
         }
         let blocks = global_batch / k;
-        if count % blocks != 0 {
+        if !count.is_multiple_of(blocks) {
             return Err(format!(
                 "a global step of {global_batch} windows is {blocks} blocks of {k}; with \
                  lanes.count = {count} the nodes would need each other's lanes: lanes.count must \

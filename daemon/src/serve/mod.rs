@@ -103,7 +103,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                 }
             };
             Work::Single {
-                stream,
+                stream: Box::new(stream),
                 checkpoints,
             }
         }
@@ -203,7 +203,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                                 wake: &wake,
                                 checkpoints,
                             }
-                            .run(stream, start),
+                            .run(*stream, start),
                         }
                     }),
                     Work::Lanes(lanes) => lanes::LaneProducer {
@@ -274,7 +274,8 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
 /// What the producer runs: the recipe's one stream (with checkpoints), or this node's lanes.
 enum Work {
     Single {
-        stream: dsprep_mixers::DocStream<crate::sources::LocalSource>,
+        /// Boxed: the stream is large beside the lanes' handles.
+        stream: Box<dsprep_mixers::DocStream<crate::sources::LocalSource>>,
         checkpoints: Option<Checkpointing>,
     },
     Lanes(nodes::NodeLanes),

@@ -127,7 +127,7 @@ impl NodeRanks {
                 place.origin.describe()
             );
         }
-        if world_size % place.count != 0 {
+        if !world_size.is_multiple_of(place.count) {
             bail!(
                 "world size {world_size} cannot be split over {} nodes ({}): ranks are laid out \
                  node by node, the same number on each; use a world size that is a multiple of {}",
