@@ -496,3 +496,26 @@ fn tensor_parallel_ranks_share_their_data_parallel_batches() {
         );
     }
 }
+
+#[test]
+fn plan_shows_how_the_input_is_dealt_to_the_lanes() {
+    let text = dsprep_ok(&["plan", "--recipe", multinode().to_str().unwrap()]);
+    assert!(text.contains("lanes: 8, 2 windows per block"), "{text}");
+    let lanes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("lane "))
+        .collect();
+    assert_eq!(lanes.len(), 8, "{text}");
+    // Every unit is dealt once: the units per lane add up to the sources' row groups and files.
+    let units: usize = lanes
+        .iter()
+        .map(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .unwrap()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(units, 26, "{text}");
+}

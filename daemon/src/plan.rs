@@ -1,8 +1,10 @@
 //! `dsprep plan`: what a recipe would read, without reading it. Resolves every Hub revision to
 //! its commit, lists every source's shards in reading order with their sizes, downloads nothing
-//! (a Hub shard's size and checksum come from the listing).
+//! (a Hub shard's size and checksum come from the listing). For a recipe with `[lanes]`, also how
+//! the input is dealt: units and bytes per lane, and per source.
 
-use crate::driver::{build_mixer, load_recipe};
+use crate::driver::lanes::deal_inputs;
+use crate::driver::{build_mixer, hub_client, load_recipe};
 use crate::sources::Shard;
 use anyhow::Context;
 use std::fmt::Write;
@@ -12,15 +14,28 @@ use std::path::Path;
 pub fn plan(recipe_path: &Path) -> anyhow::Result<String> {
     let loaded = load_recipe(recipe_path)?;
     let recipe = &loaded.recipe;
-    let mixer =
-        build_mixer(&loaded).with_context(|| format!("recipe {}", recipe_path.display()))?;
+    let context = || format!("recipe {}", recipe_path.display());
+    // One listing: the lanes' deal when the recipe has lanes, else the mixer's.
+    let (lists, dealt) = match recipe.lanes {
+        Some(_) => {
+            let inputs = deal_inputs(&loaded, hub_client(&loaded)?).with_context(context)?;
+            (inputs.sources.clone(), Some(inputs))
+        }
+        None => {
+            let mixer = build_mixer(&loaded).with_context(context)?;
+            let lists = mixer
+                .inputs()
+                .iter()
+                .map(|i| i.source.shard_list().to_vec());
+            (lists.collect(), None)
+        }
+    };
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
     let mut out = String::new();
     let mut all_shards = 0usize;
     let mut all_bytes = 0u64;
     let _ = writeln!(out, "recipe {} ({})", recipe_path.display(), recipe.hash());
-    for input in mixer.inputs() {
-        let shards = input.source.shard_list();
+    for (input, shards) in recipe.sources.iter().zip(&lists) {
         let mut lines = String::new();
         let mut bytes = 0u64;
         for (i, shard) in shards.iter().enumerate() {
@@ -72,5 +87,24 @@ pub fn plan(recipe_path: &Path) -> anyhow::Result<String> {
         out,
         "{all_shards} shards, {all_bytes} bytes; nothing was downloaded"
     );
+    if let Some(inputs) = dealt {
+        let spec = inputs.spec;
+        let _ = writeln!(
+            out,
+            "lanes: {}, {} windows per block; units (a local parquet row group, else a file) \
+             and bytes per lane, then units per source:",
+            spec.count, spec.block_windows
+        );
+        for (lane, sources) in inputs.lanes.iter().enumerate() {
+            let units: Vec<String> = sources.iter().map(|u| u.len().to_string()).collect();
+            let _ = writeln!(
+                out,
+                "  lane {lane:>4}  {:>6} units  {:>14} bytes  [{}]",
+                sources.iter().map(Vec::len).sum::<usize>(),
+                inputs.lane_bytes[lane],
+                units.join(", ")
+            );
+        }
+    }
     Ok(out)
 }
