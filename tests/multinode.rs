@@ -231,9 +231,13 @@ fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
             .collect();
         eprintln!("{nodes} node(s): input bytes per node {bytes:?}");
         assert!(bytes.iter().all(|&b| b > 0.0));
-        for (node, d) in daemons.iter().enumerate() {
+        for (node, mut d) in daemons.into_iter().enumerate() {
             let series = format!("dsprep_node{{rank=\"{node}\",count=\"{nodes}\"}}");
             assert_eq!(d.metric(&series), 1.0);
+            d.terminate();
+            let summary = format!("shut down: node {node} of {nodes} tokenized ");
+            assert!(d.log_text().contains(&summary), "{}", d.log_text());
+            assert!(d.log_text().contains("input bytes assigned"));
         }
     }
 }

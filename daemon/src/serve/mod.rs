@@ -254,7 +254,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         router,
         wake,
         store: Arc::clone(&store),
-        metrics,
+        metrics: Arc::clone(&metrics),
         layout,
         shutdown,
         gate,
@@ -267,7 +267,29 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     if let Some(path) = options.endpoint.strip_prefix("ipc://") {
         let _ = std::fs::remove_file(path);
     }
-    tracing::info!("shut down");
+    let documents: u64 = metrics
+        .documents
+        .iter()
+        .map(|d| d.load(Ordering::Relaxed))
+        .sum();
+    let tokens: u64 = metrics
+        .tokens
+        .iter()
+        .map(|t| t.load(Ordering::Relaxed))
+        .sum();
+    tracing::info!(
+        "shut down: node {} of {} tokenized {documents} documents, {tokens} tokens{}",
+        options.node.rank,
+        options.node.count,
+        if metrics.lanes.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " in lanes {:?} ({} input bytes assigned)",
+                metrics.lanes, metrics.input_bytes_assigned
+            )
+        }
+    );
     served
 }
 
