@@ -7,7 +7,8 @@
 //! lane m: …                                                                  ├─▶ node order → StepStore
 //! ```
 //! Each lane publishes its progress ([`LaneProgress`]) so that every node learns where the
-//! stream ends. A lane that runs ahead blocks on its channel: memory stays bounded by the
+//! stream ends. Resuming (`--resume latest`) recomputes the lanes from their start and drops the
+//! windows before the first step asked for: exact, with no checkpoint (lanes have none yet). A lane that runs ahead blocks on its channel: memory stays bounded by the
 //! store's prefetch plus two blocks per lane.
 
 use super::metrics::Metrics;
@@ -41,6 +42,9 @@ pub struct LaneProducer<'a> {
     pub chunk_text_bytes: usize,
     pub dtype: Dtype,
     pub wake: &'a zmq::Socket,
+    /// Start at the first step a rank asks for (the store is unplaced until then), recomputing
+    /// the lanes from their start and dropping the windows before it.
+    pub resume: bool,
 }
 
 impl LaneProducer<'_> {
@@ -154,14 +158,25 @@ impl LaneProducer<'_> {
     /// Take the node's blocks in order and cut them into its part of each global step, until a
     /// lane ends (or fails: its thread says why) or the store stops.
     fn assemble(&self, receivers: &BTreeMap<u32, Receiver<Vec<PackedWindow>>>) -> Ended {
-        self.store.place(0);
+        let first = match self.resume {
+            false => 0,
+            true => match self.store.wait_first_request() {
+                Ok(step) => step,
+                Err(_) => return Ended::Stopped,
+            },
+        };
+        if first > 0 {
+            tracing::info!("the first request is for step {first}: recomputing the lanes up to it");
+        }
+        self.store.place(first);
+        let per_step = self.slice.windows_per_step();
         let mut steps = StepAssembler {
-            global_batch: self.slice.windows_per_step(),
+            global_batch: per_step,
             dtype: self.dtype,
             next_window: 0,
-            keep_from: 0,
+            keep_from: first * per_step,
             current: StepData {
-                step: 0,
+                step: first,
                 tokens: Vec::new(),
                 doc_starts: Vec::new(),
             },

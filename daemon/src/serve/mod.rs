@@ -217,6 +217,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                         chunk_text_bytes: config.chunk_text_bytes,
                         dtype,
                         wake: &wake,
+                        resume,
                     }
                     .run(),
                 };
