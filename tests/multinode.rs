@@ -562,8 +562,9 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         .map(|r| expected_rank_bytes(&whole, 4, 1, r))
         .collect();
     let row = 513 * 2;
-    let mut daemons = start_nodes(tmp.path(), 2, 4, 1, &["--metrics", "off"]);
-    let first = tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 0, 10, "a");
+    let every = ["--metrics", "off", "--checkpoint-every", "3"];
+    let mut daemons = start_nodes(tmp.path(), 2, 4, 1, &every);
+    let first = tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 0, 60, "a");
     daemons[1].child.kill().unwrap();
     daemons[1].child.wait().unwrap();
     let state = tmp.path().join("state");
@@ -585,10 +586,20 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
             "off",
             "--resume",
             "latest",
+            "--checkpoint-every",
+            "3",
         ],
     )
     .unwrap();
-    let second = tap_all(tmp.path(), &[&daemons[0], &node1], 10, 15, "b");
+    let second = tap_all(tmp.path(), &[&daemons[0], &node1], 60, 40, "b");
+    // Node 1 runs the odd lanes (2 blocks per step of 4 windows, 2 nodes); those that had
+    // written a checkpoint by the kill continue from it, the others recompute from their start.
+    let log = node1.log_text();
+    assert!(log.contains("lanes [1, 3, 5, 7] of 8"), "{log}");
+    assert!(
+        log.contains(": resuming from"),
+        "no lane checkpoint was used: {log}"
+    );
     drop(node1);
     drop(daemons);
     let endpoint = format!("ipc://{}", tmp.path().join("one.sock").display());
@@ -613,17 +624,22 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         ],
     )
     .unwrap();
-    let third = tap_all(tmp.path(), &[&one], 25, 10, "c");
+    let third = tap_all(tmp.path(), &[&one], 100, 20, "c");
+    // One node runs all 8 lanes, from the checkpoints the two nodes left.
+    let log = one.log_text();
+    assert!(log.contains("the first request is for step 100"), "{log}");
+    let resumed = (0..8)
+        .filter(|lane| log.contains(&format!("lane {lane}: resuming from")))
+        .count();
     assert!(
-        one.log_text().contains("the first request is for step 25"),
-        "{}",
-        one.log_text()
+        resumed >= 4,
+        "{resumed} of 8 lanes used a checkpoint: {log}"
     );
     for rank in 0..4 {
         let got = [&first[rank][..], &second[rank][..], &third[rank][..]].concat();
-        assert_eq!(got.len(), 35 * row, "rank {rank}");
+        assert_eq!(got.len(), 120 * row, "rank {rank}");
         assert!(
-            got == want[rank][..35 * row],
+            got == want[rank][..120 * row],
             "rank {rank}: the resumed bytes differ"
         );
     }

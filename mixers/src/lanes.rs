@@ -63,6 +63,18 @@ pub fn block_lane(spec: &LanesSpec, block: u64) -> (u32, u64) {
     ((block % count) as u32, block / count)
 }
 
+/// Windows lane `lane` contributes before stream block `block` (whole blocks of it): where the
+/// lane must start to serve from that block.
+pub fn lane_windows_before(spec: &LanesSpec, lane: u32, block: u64) -> u64 {
+    let (count, lane) = (u64::from(spec.count), u64::from(lane));
+    let blocks = if block > lane {
+        (block - lane - 1) / count + 1
+    } else {
+        0
+    };
+    blocks * u64::from(spec.block_windows)
+}
+
 /// Where the stream ends, in blocks: given, per lane, how many complete blocks it has and
 /// whether that is all it will ever have, the number of blocks of the stream known to exist
 /// and whether that is its end (`(blocks, true)`), or only a lower bound (`(blocks, false)`).
@@ -156,6 +168,19 @@ impl NodeSlice {
         self.global_batch / u64::from(self.nodes)
     }
 
+    /// The stream block that holds global step `step`'s first window.
+    pub fn step_block(&self, step: u64) -> u64 {
+        step * self.global_batch / self.block_windows
+    }
+
+    /// This node's own block index (see [`NodeSlice::block`]) of its first block of `step`.
+    pub fn first_block_of_step(&self, step: u64) -> u64 {
+        if self.nodes == 1 {
+            return self.step_block(step);
+        }
+        step * (self.blocks_per_step() / u64::from(self.nodes))
+    }
+
     /// The stream block that is this node's `i`-th block (counting only its own blocks).
     pub fn block(&self, i: u64) -> u64 {
         if self.nodes == 1 {
@@ -230,6 +255,25 @@ mod tests {
             all.sort_unstable();
             assert_eq!(all, (0..count).collect::<Vec<_>>(), "each lane on one node");
         }
+    }
+
+    #[test]
+    fn a_lane_starts_where_its_blocks_before_a_step_end() {
+        let s = spec(4, 2);
+        // Blocks 0..9 before block 9: lane 0 has 0, 4, 8 (3 blocks), lane 1 has 1, 5 (2 blocks).
+        assert_eq!(lane_windows_before(&s, 0, 9), 6);
+        assert_eq!(lane_windows_before(&s, 1, 9), 4);
+        assert_eq!(lane_windows_before(&s, 3, 3), 0);
+        let slice = NodeSlice::new(&s, 8, 1, 2).unwrap();
+        // Step 3 of 4 blocks: stream block 12; node 1's own blocks 2 per step, so index 6.
+        assert_eq!((slice.step_block(3), slice.first_block_of_step(3)), (12, 6));
+        assert_eq!(slice.block(6), 14);
+        let one = NodeSlice::new(&s, 3, 0, 1).unwrap();
+        assert_eq!(
+            one.first_block_of_step(3),
+            4,
+            "9 windows in: block 4 holds window 9"
+        );
     }
 
     #[test]

@@ -9,11 +9,12 @@ use super::stream::{LoadedRecipe, Locator};
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, Shard, SourceContext, list_source, local_row_groups};
 use anyhow::{anyhow, bail};
+use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::lanes::{deal_units, lane_buffer_size, lane_seed};
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::{Format, LanesSpec};
-use dsprep_mixers::{DocStream, Mixer, PackedWindow, Packer, Shuffler};
+use dsprep_mixers::{DocStream, Mixer, PackedWindow, Packer, PackerState, Shuffler};
 use std::sync::Arc;
 
 /// A recipe's input, listed once and dealt to its lanes.
@@ -153,17 +154,25 @@ pub struct LaneRun {
     pub stopped: bool,
 }
 
-/// Run one lane's stream through the pipeline and a packer: `on_doc(source, tokens)` for every
-/// document in stream order, `on_window` for every complete window. `on_window` returning
-/// [`Stopped`] ends the run early without an error.
+/// Run one lane's stream through the pipeline and a packer (a fresh one, or one continuing from
+/// `packer`): `on_doc(source, tokens)` for every document in stream order, `on_window` for every
+/// complete window, `on_state` with the whole state after a chunk whose snapshot was asked for
+/// (`config.snapshot`). `on_window` returning [`Stopped`] ends the run early without an error.
 pub fn run_packed(
     loaded: &LoadedRecipe,
     stream: DocStream<LocalSource>,
     config: &PipelineConfig,
+    packer: Option<PackerState>,
     mut on_doc: impl FnMut(u16, u64),
     mut on_window: impl FnMut(PackedWindow) -> anyhow::Result<()>,
+    mut on_state: impl FnMut(PipelineState),
 ) -> anyhow::Result<LaneRun> {
-    let mut packer = Packer::new(loaded.recipe.packing.window_tokens());
+    let window_tokens = loaded.recipe.packing.window_tokens();
+    let mut packer = match packer {
+        None => Packer::new(window_tokens),
+        Some(state) => Packer::from_state(window_tokens, state)
+            .ok_or_else(|| anyhow!("the checkpoint's packer state does not fit this recipe"))?,
+    };
     let locator = Locator::new(stream.mixer());
     let locate = |pos: &DocPos| locator.locate(pos);
     let mut windows = Vec::new();
@@ -177,6 +186,12 @@ pub fn run_packed(
         }
         for window in windows.drain(..) {
             on_window(window)?;
+        }
+        if let Some(state) = chunk.state {
+            on_state(PipelineState {
+                stream: *state,
+                packer: packer.state(),
+            });
         }
         Ok(())
     });

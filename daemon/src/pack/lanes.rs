@@ -199,11 +199,13 @@ fn pack_lane(
         loaded,
         stream,
         &config,
+        None,
         |source, len| {
             docs[source as usize] += 1;
             tokens[source as usize] += len;
         },
         |window| writer.write_window(&window),
+        |_| {},
     );
     let run = match run {
         Ok(run) => run,

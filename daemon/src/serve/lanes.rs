@@ -7,10 +7,15 @@
 //! lane m: …                                                                  ├─▶ node order → StepStore
 //! ```
 //! Each lane publishes its progress ([`LaneProgress`]) so that every node learns where the
-//! stream ends. Resuming (`--resume latest`) recomputes the lanes from their start and drops the
-//! windows before the first step asked for: exact, with no checkpoint (lanes have none yet). A lane that runs ahead blocks on its channel: memory stays bounded by the
+//! stream ends. A lane that runs ahead blocks on its channel: memory stays bounded by the
 //! store's prefetch plus two blocks per lane.
+//!
+//! With a state directory each lane checkpoints itself ([`LaneCheckpoints`]) at or below what the
+//! slowest rank has reached. Resuming (`--resume latest`) starts at the first step a rank asks
+//! for: each lane continues from its newest checkpoint at or below the windows it owes before
+//! that step (else from its start) and drops the windows in between.
 
+use super::lane_checkpoints::LaneCheckpoints;
 use super::metrics::Metrics;
 use super::producer::{Ended, StepAssembler};
 use super::progress::{LaneFact, LaneProgress};
@@ -18,17 +23,20 @@ use super::store::{StepData, StepStore};
 use crate::driver::LoadedRecipe;
 use crate::driver::lanes::{LaneInputs, Stopped, run_packed};
 use crate::driver::pipeline::PipelineConfig;
-use anyhow::anyhow;
-use crossbeam_channel::{Receiver, TrySendError, bounded};
+use anyhow::{Context, anyhow};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::PackedWindow;
-use dsprep_mixers::lanes::{NodeSlice, block_lane};
-use std::collections::BTreeMap;
+use dsprep_mixers::checkpoint::PipelineState;
+use dsprep_mixers::lanes::{NodeSlice, block_lane, lane_windows_before};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Blocks a lane may have ready beyond the one being consumed.
 const LANE_QUEUE_BLOCKS: usize = 2;
+/// The smallest chunk of text a lane's reader hands its tokenizers.
+const MIN_CHUNK_TEXT_BYTES: usize = 1 << 10;
 
 pub struct LaneProducer<'a> {
     pub loaded: &'a LoadedRecipe,
@@ -39,24 +47,42 @@ pub struct LaneProducer<'a> {
     /// Shared with the server when other nodes must be heard (more than one node).
     pub progress: Option<Arc<LaneProgress>>,
     pub threads: usize,
+    /// The most text per chunk (a lane takes about half its share of a step, up to this).
     pub chunk_text_bytes: usize,
     pub dtype: Dtype,
     pub wake: &'a zmq::Socket,
-    /// Start at the first step a rank asks for (the store is unplaced until then), recomputing
-    /// the lanes from their start and dropping the windows before it.
+    /// Start at the first step a rank asks for (the store is unplaced until then).
     pub resume: bool,
+    /// With a state directory: the lanes' checkpoints, and every how many steps to write one.
+    pub checkpoints: Option<LaneCheckpoints>,
+    pub checkpoint_every: u64,
 }
 
 impl LaneProducer<'_> {
     pub fn run(self) -> anyhow::Result<Ended> {
+        let first = match self.resume {
+            false => 0,
+            true => match self.store.wait_first_request() {
+                Ok(step) => step,
+                Err(_) => return Ok(Ended::Stopped),
+            },
+        };
+        if first > 0 {
+            tracing::info!("the first request is for step {first}");
+        }
         let lanes = self.slice.lanes();
-        let spec = self.inputs.spec;
-        let k = spec.block_windows as usize;
-        let config = PipelineConfig {
+        // About half of one lane's share of a step per chunk (~4 bytes per token), so that
+        // snapshots, hence lane checkpoints, come at least about twice per step.
+        let window_tokens = self.loaded.recipe.packing.window_tokens() as u64;
+        let lane_step_text =
+            self.slice.global_batch * window_tokens * 2 / u64::from(self.slice.count);
+        let chunk_text_bytes =
+            (lane_step_text as usize).clamp(MIN_CHUNK_TEXT_BYTES, self.chunk_text_bytes);
+        let config = |snapshot| PipelineConfig {
             threads: (self.threads / lanes.len().max(1)).max(1),
             shuffle_fill: None,
-            snapshot: None,
-            chunk_text_bytes: self.chunk_text_bytes,
+            snapshot,
+            chunk_text_bytes,
         };
         std::thread::scope(|scope| {
             let mut receivers: BTreeMap<u32, Receiver<Vec<PackedWindow>>> = BTreeMap::new();
@@ -64,80 +90,30 @@ impl LaneProducer<'_> {
             for &lane in &lanes {
                 let (tx, rx) = bounded::<Vec<PackedWindow>>(LANE_QUEUE_BLOCKS);
                 receivers.insert(lane, rx);
-                let (config, progress) = (&config, self.progress.as_deref());
+                let snapshot = self
+                    .checkpoints
+                    .as_ref()
+                    .map(|_| Arc::new(AtomicBool::new(false)));
+                let config = config(snapshot.clone());
+                let lane_run = LaneRun {
+                    loaded: self.loaded,
+                    inputs: self.inputs,
+                    slice: &self.slice,
+                    store: self.store,
+                    metrics: self.metrics,
+                    progress: self.progress.as_deref(),
+                    checkpoints: self.checkpoints.as_ref(),
+                    checkpoint_every: self.checkpoint_every,
+                };
                 let handle = std::thread::Builder::new()
                     .name(format!("dsprep-lane-{lane}"))
                     .spawn_scoped(scope, move || {
-                        let stream = self.inputs.stream(self.loaded, lane)?;
-                        let mut block = Vec::with_capacity(k);
-                        let mut blocks = 0u64;
-                        let run = run_packed(
-                            self.loaded,
-                            stream,
-                            config,
-                            |source, len| {
-                                self.metrics.documents[source as usize]
-                                    .fetch_add(1, Ordering::Relaxed);
-                                self.metrics.tokens[source as usize]
-                                    .fetch_add(len, Ordering::Relaxed);
-                            },
-                            |window| {
-                                block.push(window);
-                                if block.len() < k {
-                                    return Ok(());
-                                }
-                                let full = std::mem::replace(&mut block, Vec::with_capacity(k));
-                                let full = match tx.try_send(full) {
-                                    Ok(()) => None,
-                                    Err(TrySendError::Full(full)) => Some(full),
-                                    Err(TrySendError::Disconnected(_)) => {
-                                        return Err(anyhow!(Stopped));
-                                    }
-                                };
-                                if let Some(full) = full {
-                                    // About to wait for the consumer: say how far this lane is
-                                    // first, so other nodes are never left waiting on a stale file.
-                                    if let Some(p) = progress {
-                                        p.advance(
-                                            lane,
-                                            LaneFact {
-                                                blocks,
-                                                ended: false,
-                                            },
-                                            true,
-                                        );
-                                    }
-                                    tx.send(full).map_err(|_| anyhow!(Stopped))?;
-                                }
-                                blocks += 1;
-                                if let Some(p) = progress {
-                                    p.advance(
-                                        lane,
-                                        LaneFact {
-                                            blocks,
-                                            ended: false,
-                                        },
-                                        false,
-                                    );
-                                }
-                                Ok(())
-                            },
-                        )?;
-                        if !run.stopped {
-                            tracing::info!("lane {lane} ended after {blocks} blocks");
-                        }
-                        // Stopped or ended, the last count is written: other nodes may still
-                        // be waiting to learn how far this lane reaches.
-                        if let Some(p) = progress {
-                            let ended = !run.stopped;
-                            p.advance(lane, LaneFact { blocks, ended }, true);
-                        }
-                        anyhow::Ok(())
+                        lane_run.run(lane, first, &config, snapshot.as_deref(), tx)
                     })
                     .map_err(|e| anyhow!("cannot start lane {lane}'s thread: {e}"))?;
                 handles.insert(lane, handle);
             }
-            let ended = self.assemble(&receivers);
+            let ended = self.assemble(first, &receivers);
             drop(receivers); // a lane still running sees its channel close and stops
             let mut failure = None;
             for (lane, handle) in handles {
@@ -155,25 +131,20 @@ impl LaneProducer<'_> {
         })
     }
 
-    /// Take the node's blocks in order and cut them into its part of each global step, until a
-    /// lane ends (or fails: its thread says why) or the store stops.
-    fn assemble(&self, receivers: &BTreeMap<u32, Receiver<Vec<PackedWindow>>>) -> Ended {
-        let first = match self.resume {
-            false => 0,
-            true => match self.store.wait_first_request() {
-                Ok(step) => step,
-                Err(_) => return Ended::Stopped,
-            },
-        };
-        if first > 0 {
-            tracing::info!("the first request is for step {first}: recomputing the lanes up to it");
-        }
+    /// Take the node's blocks in order from step `first` and cut them into its part of each
+    /// global step, until a lane ends (or fails: its thread says why) or the store stops.
+    fn assemble(
+        &self,
+        first: u64,
+        receivers: &BTreeMap<u32, Receiver<Vec<PackedWindow>>>,
+    ) -> Ended {
         self.store.place(first);
         let per_step = self.slice.windows_per_step();
+        let from = self.slice.first_block_of_step(first);
         let mut steps = StepAssembler {
             global_batch: per_step,
             dtype: self.dtype,
-            next_window: 0,
+            next_window: from * self.slice.block_windows,
             keep_from: first * per_step,
             current: StepData {
                 step: first,
@@ -181,7 +152,7 @@ impl LaneProducer<'_> {
                 doc_starts: Vec::new(),
             },
         };
-        for i in 0.. {
+        for i in from.. {
             let (lane, _) = block_lane(&self.inputs.spec, self.slice.block(i));
             let Some(Ok(block)) = receivers.get(&lane).map(Receiver::recv) else {
                 return Ended::EndOfData(steps.current.step);
@@ -197,5 +168,188 @@ impl LaneProducer<'_> {
             }
         }
         Ended::EndOfData(steps.current.step)
+    }
+}
+
+/// What a lane's thread needs of the producer (all of it shareable between threads).
+#[derive(Clone, Copy)]
+struct LaneRun<'a> {
+    loaded: &'a LoadedRecipe,
+    inputs: &'a LaneInputs,
+    slice: &'a NodeSlice,
+    store: &'a StepStore,
+    metrics: &'a Metrics,
+    progress: Option<&'a LaneProgress>,
+    checkpoints: Option<&'a LaneCheckpoints>,
+    checkpoint_every: u64,
+}
+
+impl LaneRun<'_> {
+    /// One lane, from the windows it owes before step `first`: sends its blocks to `tx`.
+    fn run(
+        &self,
+        lane: u32,
+        first: u64,
+        config: &PipelineConfig,
+        snapshot: Option<&AtomicBool>,
+        tx: Sender<Vec<PackedWindow>>,
+    ) -> anyhow::Result<()> {
+        let spec = self.inputs.spec;
+        let k = spec.block_windows as usize;
+        let progress = self.progress;
+        let start = lane_windows_before(&spec, lane, self.slice.step_block(first));
+        let mut stream = self.inputs.stream(self.loaded, lane)?;
+        let resumed = match (self.checkpoints, first) {
+            (Some(c), 1..) => c.newest_at_or_below(lane, start),
+            _ => None,
+        };
+        let (mut skip, packer) = match resumed {
+            Some(r) => {
+                stream
+                    .restore(&r.state.stream)
+                    .with_context(|| format!("resume from {}", r.path.display()))?;
+                tracing::info!(
+                    "lane {lane}: resuming from {} (window {}), recomputing {} windows to window {start}",
+                    r.path.display(),
+                    r.windows,
+                    start - r.windows
+                );
+                (start - r.windows, Some(r.state.packer))
+            }
+            None => (start, None),
+        };
+        let mut writer = self.checkpoints.map(|c| LaneWriter {
+            checkpoints: c,
+            lane,
+            held: VecDeque::new(),
+            written: start,
+            every_windows: (self.checkpoint_every * self.slice.global_batch
+                / u64::from(spec.count))
+            .max(1),
+        });
+        let mut block = Vec::with_capacity(k);
+        let mut blocks = start / spec.block_windows as u64;
+        let run = run_packed(
+            self.loaded,
+            stream,
+            config,
+            packer,
+            |source, len| {
+                self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
+                self.metrics.tokens[source as usize].fetch_add(len, Ordering::Relaxed);
+            },
+            |window| {
+                if skip > 0 {
+                    skip -= 1;
+                    return Ok(());
+                }
+                block.push(window);
+                if block.len() < k {
+                    return Ok(());
+                }
+                let full = std::mem::replace(&mut block, Vec::with_capacity(k));
+                let full = match tx.try_send(full) {
+                    Ok(()) => None,
+                    Err(TrySendError::Full(full)) => Some(full),
+                    Err(TrySendError::Disconnected(_)) => return Err(anyhow!(Stopped)),
+                };
+                if let Some(full) = full {
+                    // About to wait for the consumer: say how far this lane is first, so other
+                    // nodes are never left waiting on a stale file.
+                    if let Some(p) = progress {
+                        p.advance(
+                            lane,
+                            LaneFact {
+                                blocks,
+                                ended: false,
+                            },
+                            true,
+                        );
+                    }
+                    tx.send(full).map_err(|_| anyhow!(Stopped))?;
+                }
+                blocks += 1;
+                if let Some(p) = progress {
+                    p.advance(
+                        lane,
+                        LaneFact {
+                            blocks,
+                            ended: false,
+                        },
+                        false,
+                    );
+                }
+                if let Some(asked) = snapshot {
+                    asked.store(true, Ordering::Release); // one snapshot per block at most
+                }
+                Ok(())
+            },
+            |state| {
+                if let Some(w) = writer.as_mut() {
+                    let reached = lane_windows_before(
+                        &spec,
+                        lane,
+                        self.slice.step_block(self.store.slowest()),
+                    );
+                    w.add(state, reached);
+                }
+            },
+        )?;
+        if !run.stopped {
+            tracing::info!("lane {lane} ended after {blocks} blocks");
+        }
+        // Stopped or ended, the last count is written: other nodes may still be waiting to
+        // learn how far this lane reaches.
+        if let Some(p) = progress {
+            p.advance(
+                lane,
+                LaneFact {
+                    blocks,
+                    ended: !run.stopped,
+                },
+                true,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A lane's snapshots since its last checkpoint, and when to write the next: the newest snapshot
+/// at or below the windows the slowest rank has reached, once `every_windows` have passed.
+struct LaneWriter<'a> {
+    checkpoints: &'a LaneCheckpoints,
+    lane: u32,
+    held: VecDeque<PipelineState>,
+    written: u64,
+    every_windows: u64,
+}
+
+impl LaneWriter<'_> {
+    fn add(&mut self, state: PipelineState, reached: u64) {
+        tracing::debug!(
+            lane = self.lane,
+            windows = state.packer.windows_emitted,
+            reached,
+            held = self.held.len(),
+            "lane snapshot"
+        );
+        self.held.push_back(state);
+        let Some(newest) = self
+            .held
+            .iter()
+            .rposition(|s| s.packer.windows_emitted <= reached)
+        else {
+            return;
+        };
+        let state = &self.held[newest];
+        let windows = state.packer.windows_emitted;
+        if windows >= self.written + self.every_windows {
+            match self.checkpoints.write(self.lane, windows, state) {
+                Ok(path) => tracing::debug!("lane {} checkpoint {}", self.lane, path.display()),
+                Err(e) => tracing::warn!("lane {}: {e:#} (the next one is tried later)", self.lane),
+            }
+            self.written = windows;
+        }
+        self.held.drain(..newest);
     }
 }

@@ -6,6 +6,7 @@
 //! thread answers `/metrics`. Graceful shutdown on SIGINT/SIGTERM.
 
 pub mod endpoint;
+mod lane_checkpoints;
 mod lanes;
 mod metrics;
 mod nodes;
@@ -22,6 +23,7 @@ use crate::driver::{Locator, build_stream, load_recipe_with};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
+use lane_checkpoints::LaneCheckpoints;
 use metrics::Metrics;
 use producer::{Checkpointing, Ended, Producer, Start};
 use server::{Layout, Server};
@@ -157,6 +159,8 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     }
 
     let resume = options.resume;
+    let (keep_checkpoints, checkpoint_every) = (options.keep_checkpoints, options.checkpoint_every);
+    let lane_recipe_hash = recipe_hash_hex.clone();
     let producer = {
         let (store, metrics, shutdown, context) = (
             Arc::clone(&store),
@@ -218,6 +222,10 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                         dtype,
                         wake: &wake,
                         resume,
+                        checkpoints: lanes.stream_dir.as_deref().map(|dir| {
+                            LaneCheckpoints::new(dir, lane_recipe_hash.clone(), keep_checkpoints)
+                        }),
+                        checkpoint_every,
                     }
                     .run(),
                 };

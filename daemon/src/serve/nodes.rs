@@ -150,6 +150,8 @@ pub struct NodeLanes {
     pub slice: NodeSlice,
     /// With more than one node: the lanes' shared progress (the end of the stream).
     pub progress: Option<Arc<LaneProgress>>,
+    /// With a state directory: where this stream's progress, locks and lane checkpoints are.
+    pub stream_dir: Option<std::path::PathBuf>,
     /// One lock per lane this node runs, held for the daemon's life.
     _locks: Vec<std::fs::File>,
 }
@@ -173,15 +175,8 @@ impl NodeLanes {
                 place.origin.describe()
             )
         })?;
-        if options.resume {
-            tracing::warn!(
-                "--resume with [lanes]: lanes have no checkpoints yet, so this node recomputes its \
-                 lanes from their start up to the first step its ranks ask for (exact, and as slow \
-                 as the stream is long)"
-            );
-        }
         let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
-        let (progress, locks) = match (&options.state_dir, place.count) {
+        let (shared, locks) = match (&options.state_dir, place.count) {
             (None, 1) => (None, Vec::new()),
             (None, n) => bail!(
                 "{n} node daemons learn where the stream ends from each other's files: pass \
@@ -191,13 +186,9 @@ impl NodeLanes {
                 let id = stream_id(loaded, &inputs);
                 let progress = LaneProgress::new(spec, dir, &id)
                     .with_context(|| format!("cannot use --state-dir {}", dir.display()))?;
-                let locks = lock_lanes(&dir.join(format!("lanes-{id}")), &slice, place.rank)?;
-                tracing::warn!(
-                    "checkpoints are not written for a recipe with [lanes] yet; {} holds the \
-                     lanes' progress only",
-                    dir.display()
-                );
-                (Some(Arc::new(progress)), locks)
+                let stream_dir = dir.join(format!("lanes-{id}"));
+                let locks = lock_lanes(&stream_dir, &slice, place.rank)?;
+                (Some((Arc::new(progress), stream_dir)), locks)
             }
         };
         tracing::info!(
@@ -213,9 +204,11 @@ impl NodeLanes {
                 .map(|&l| inputs.lane_bytes[l as usize])
                 .sum::<u64>()
         );
+        let (progress, stream_dir) = shared.unzip();
         Ok(NodeLanes {
             inputs,
             progress: progress.filter(|_| place.count > 1),
+            stream_dir,
             slice,
             _locks: locks,
         })
