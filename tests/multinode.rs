@@ -600,7 +600,10 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         log.contains(": resuming from"),
         "no lane checkpoint was used: {log}"
     );
-    drop(node1);
+    // A graceful stop this time (SIGTERM): each lane writes its newest reached snapshot.
+    let mut node1 = node1;
+    node1.terminate();
+    daemons[0].terminate();
     drop(daemons);
     let endpoint = format!("ipc://{}", tmp.path().join("one.sock").display());
     let one = Daemon::start_with(

@@ -216,7 +216,15 @@ impl LaneRun<'_> {
                 );
                 (start - r.windows, Some(r.state.packer))
             }
-            None => (start, None),
+            None => {
+                if first > 0 {
+                    tracing::info!(
+                        "lane {lane}: no checkpoint at or below window {start}: recomputing it from \
+                         its start"
+                    );
+                }
+                (start, None)
+            }
         };
         let mut writer = self.checkpoints.map(|c| LaneWriter {
             checkpoints: c,
@@ -298,6 +306,15 @@ impl LaneRun<'_> {
         if !run.stopped {
             tracing::info!("lane {lane} ended after {blocks} blocks");
         }
+        if let Some(w) = writer.as_mut() {
+            // Shutting down (or ended): the newest snapshot the slowest rank has reached is
+            // written whatever --checkpoint-every says, so a restart redoes as little as it can.
+            w.flush(lane_windows_before(
+                &spec,
+                lane,
+                self.slice.step_block(self.store.slowest()),
+            ));
+        }
         // Stopped or ended, the last count is written: other nodes may still be waiting to
         // learn how far this lane reaches.
         if let Some(p) = progress {
@@ -341,15 +358,37 @@ impl LaneWriter<'_> {
         else {
             return;
         };
-        let state = &self.held[newest];
-        let windows = state.packer.windows_emitted;
-        if windows >= self.written + self.every_windows {
-            match self.checkpoints.write(self.lane, windows, state) {
-                Ok(path) => tracing::debug!("lane {} checkpoint {}", self.lane, path.display()),
-                Err(e) => tracing::warn!("lane {}: {e:#} (the next one is tried later)", self.lane),
-            }
-            self.written = windows;
+        if self.held[newest].packer.windows_emitted >= self.written + self.every_windows {
+            self.write(newest);
         }
         self.held.drain(..newest);
+    }
+
+    /// Write the newest held snapshot at or below `reached` if it is newer than the last written.
+    fn flush(&mut self, reached: u64) {
+        let newest = self
+            .held
+            .iter()
+            .rposition(|s| s.packer.windows_emitted <= reached);
+        if let Some(newest) = newest
+            && self.held[newest].packer.windows_emitted > self.written
+        {
+            self.write(newest);
+            tracing::info!(
+                "lane {}: checkpoint at window {} written on stop",
+                self.lane,
+                self.written
+            );
+        }
+    }
+
+    fn write(&mut self, at: usize) {
+        let state = &self.held[at];
+        let windows = state.packer.windows_emitted;
+        match self.checkpoints.write(self.lane, windows, state) {
+            Ok(path) => tracing::debug!("lane {} checkpoint {}", self.lane, path.display()),
+            Err(e) => tracing::warn!("lane {}: {e:#} (the next one is tried later)", self.lane),
+        }
+        self.written = windows;
     }
 }
