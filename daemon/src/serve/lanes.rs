@@ -385,8 +385,15 @@ impl LaneWriter<'_> {
     fn write(&mut self, at: usize) {
         let state = &self.held[at];
         let windows = state.packer.windows_emitted;
+        let began = std::time::Instant::now();
         match self.checkpoints.write(self.lane, windows, state) {
-            Ok(path) => tracing::debug!("lane {} checkpoint {}", self.lane, path.display()),
+            Ok(path) => tracing::debug!(
+                "lane {} checkpoint {} ({} buffered, {:.1} ms)",
+                self.lane,
+                path.display(),
+                state.stream.buffered.len(),
+                began.elapsed().as_secs_f64() * 1e3
+            ),
             Err(e) => tracing::warn!("lane {}: {e:#} (the next one is tried later)", self.lane),
         }
         self.written = windows;
