@@ -235,6 +235,15 @@ impl LaneRun<'_> {
                 / u64::from(spec.count))
             .max(1),
         });
+        // How far this lane is, for the other nodes (`now`: write the file at once).
+        let publish = |blocks: u64, ended: bool, now: bool| {
+            if let Some(p) = progress {
+                p.advance(lane, LaneFact { blocks, ended }, now);
+            }
+        };
+        // The lane's windows the slowest local rank has reached: checkpoints stay at or below.
+        let reached =
+            || lane_windows_before(&spec, lane, self.slice.step_block(self.store.slowest()));
         let mut block = Vec::with_capacity(k);
         let mut blocks = start / spec.block_windows as u64;
         let run = run_packed(
@@ -264,29 +273,11 @@ impl LaneRun<'_> {
                 if let Some(full) = full {
                     // About to wait for the consumer: say how far this lane is first, so other
                     // nodes are never left waiting on a stale file.
-                    if let Some(p) = progress {
-                        p.advance(
-                            lane,
-                            LaneFact {
-                                blocks,
-                                ended: false,
-                            },
-                            true,
-                        );
-                    }
+                    publish(blocks, false, true);
                     tx.send(full).map_err(|_| anyhow!(Stopped))?;
                 }
                 blocks += 1;
-                if let Some(p) = progress {
-                    p.advance(
-                        lane,
-                        LaneFact {
-                            blocks,
-                            ended: false,
-                        },
-                        false,
-                    );
-                }
+                publish(blocks, false, false);
                 if let Some(asked) = snapshot {
                     asked.store(true, Ordering::Release); // one snapshot per block at most
                 }
@@ -294,12 +285,7 @@ impl LaneRun<'_> {
             },
             |state| {
                 if let Some(w) = writer.as_mut() {
-                    let reached = lane_windows_before(
-                        &spec,
-                        lane,
-                        self.slice.step_block(self.store.slowest()),
-                    );
-                    w.add(state, reached);
+                    w.add(state, reached());
                 }
             },
         )?;
@@ -309,24 +295,11 @@ impl LaneRun<'_> {
         if let Some(w) = writer.as_mut() {
             // Shutting down (or ended): the newest snapshot the slowest rank has reached is
             // written whatever --checkpoint-every says, so a restart redoes as little as it can.
-            w.flush(lane_windows_before(
-                &spec,
-                lane,
-                self.slice.step_block(self.store.slowest()),
-            ));
+            w.flush(reached());
         }
         // Stopped or ended, the last count is written: other nodes may still be waiting to
         // learn how far this lane reaches.
-        if let Some(p) = progress {
-            p.advance(
-                lane,
-                LaneFact {
-                    blocks,
-                    ended: !run.stopped,
-                },
-                true,
-            );
-        }
+        publish(blocks, !run.stopped, true);
         Ok(())
     }
 }
