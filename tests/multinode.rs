@@ -30,8 +30,51 @@ fn packed(dir: &Path) -> PackedDataset {
     PackedDataset::open(&out).unwrap()
 }
 
-/// `nodes` node daemons of the multinode recipe on sockets `dir/node<N>.sock`, sharing
-/// `dir/state`, serving `world × micro_batch` (plus `extra` arguments).
+/// `serve` arguments for node `node` of `nodes` serving `world × micro_batch`, sharing
+/// `dir/state`, plus `extra`.
+fn node_args(
+    dir: &Path,
+    node: u32,
+    nodes: u32,
+    world: u32,
+    micro_batch: u32,
+    extra: &[&str],
+) -> Vec<String> {
+    let state = dir.join("state");
+    let mut args: Vec<String> = [
+        "--world-size",
+        &world.to_string(),
+        "--micro-batch",
+        &micro_batch.to_string(),
+        "--node-rank",
+        &node.to_string(),
+        "--nodes",
+        &nodes.to_string(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// Node `node` of `nodes` of the multinode recipe on `dir/node<N>.sock` (see [`node_args`]).
+fn start_node(
+    dir: &Path,
+    node: u32,
+    nodes: u32,
+    world: u32,
+    micro_batch: u32,
+    extra: &[&str],
+) -> Result<Daemon, String> {
+    let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
+    let args = node_args(dir, node, nodes, world, micro_batch, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Daemon::start_with(&multinode(), &endpoint, &args)
+}
+
+/// All `nodes` node daemons (see [`start_node`]).
 fn start_nodes(
     dir: &Path,
     nodes: u32,
@@ -39,28 +82,8 @@ fn start_nodes(
     micro_batch: u32,
     extra: &[&str],
 ) -> Vec<Daemon> {
-    let state = dir.join("state");
     (0..nodes)
-        .map(|node| {
-            let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
-            let mut args: Vec<String> = [
-                "--world-size",
-                &world.to_string(),
-                "--micro-batch",
-                &micro_batch.to_string(),
-                "--node-rank",
-                &node.to_string(),
-                "--nodes",
-                &nodes.to_string(),
-                "--state-dir",
-                state.to_str().unwrap(),
-            ]
-            .map(String::from)
-            .to_vec();
-            args.extend(extra.iter().map(|a| a.to_string()));
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            Daemon::start_with(&multinode(), &endpoint, &args).unwrap()
-        })
+        .map(|node| start_node(dir, node, nodes, world, micro_batch, extra).unwrap())
         .collect()
 }
 
@@ -323,26 +346,10 @@ fn slurm_environment_places_node_daemons_and_a_rank_on_the_wrong_node_is_told_wh
         ),
         "{stderr}"
     );
-    // A second daemon given node rank 1 on the same state directory.
-    let endpoint = format!("ipc://{}", tmp.path().join("dup.sock").display());
-    let e = Daemon::start_with(
-        &multinode(),
-        &endpoint,
-        &[
-            "--world-size",
-            "4",
-            "--micro-batch",
-            "1",
-            "--node-rank",
-            "1",
-            "--nodes",
-            "2",
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    )
-    .map(|_| ())
-    .unwrap_err();
+    // A second daemon given node rank 1 on the same state directory (`tmp/state`).
+    let e = start_node(tmp.path(), 1, 2, 4, 1, &[])
+        .map(|_| ())
+        .unwrap_err();
     assert!(
         e.contains("is already served by another daemon on this state directory")
             && e.contains("node rank 1"),
@@ -567,30 +574,15 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
     let first = tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 0, 60, "a");
     daemons[1].child.kill().unwrap();
     daemons[1].child.wait().unwrap();
-    let state = tmp.path().join("state");
-    let node1 = Daemon::start_with(
-        &multinode(),
-        &daemons[1].endpoint,
-        &[
-            "--world-size",
-            "4",
-            "--micro-batch",
-            "1",
-            "--node-rank",
-            "1",
-            "--nodes",
-            "2",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--metrics",
-            "off",
-            "--resume",
-            "latest",
-            "--checkpoint-every",
-            "3",
-        ],
-    )
-    .unwrap();
+    let resume = [
+        "--metrics",
+        "off",
+        "--resume",
+        "latest",
+        "--checkpoint-every",
+        "3",
+    ];
+    let node1 = start_node(tmp.path(), 1, 2, 4, 1, &resume).unwrap();
     let second = tap_all(tmp.path(), &[&daemons[0], &node1], 60, 40, "b");
     // Node 1 runs the odd lanes (2 blocks per step of 4 windows, 2 nodes); those that had
     // written a checkpoint by the kill continue from it, the others recompute from their start.
@@ -605,28 +597,7 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
     node1.terminate();
     daemons[0].terminate();
     drop(daemons);
-    let endpoint = format!("ipc://{}", tmp.path().join("one.sock").display());
-    let one = Daemon::start_with(
-        &multinode(),
-        &endpoint,
-        &[
-            "--world-size",
-            "4",
-            "--micro-batch",
-            "1",
-            "--nodes",
-            "1",
-            "--node-rank",
-            "0",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--metrics",
-            "off",
-            "--resume",
-            "latest",
-        ],
-    )
-    .unwrap();
+    let one = start_node(tmp.path(), 0, 1, 4, 1, &resume).unwrap();
     let third = tap_all(tmp.path(), &[&one], 100, 20, "c");
     // One node runs all 8 lanes, from the checkpoints the two nodes left.
     let log = one.log_text();
