@@ -207,25 +207,9 @@ fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
             mb,
             &["--metrics", "127.0.0.1:0", "--threads", "1"],
         );
-        let per_node = world / nodes;
-        let taps: Vec<_> = (0..world)
-            .map(|rank| {
-                let out = dir.join(format!("rank{rank}.bin"));
-                let node = &daemons[(rank / per_node) as usize];
-                (
-                    rank,
-                    out.clone(),
-                    tap(&node.endpoint, rank, world, 0, num_steps + 3, &out),
-                )
-            })
-            .collect();
-        for (rank, out, child) in taps {
-            let result = child.wait_with_output().unwrap();
-            assert!(
-                result.status.success(),
-                "{nodes} nodes, rank {rank}: {}",
-                String::from_utf8_lossy(&result.stderr)
-            );
+        let nodes_of: Vec<&Daemon> = daemons.iter().collect();
+        let outs = tap_all(&dir, &nodes_of, world, 0, num_steps + 3, "rank");
+        for (rank, out) in (0..world).zip(outs) {
             let got = std::fs::read(&out).unwrap();
             let want =
                 expected_rank_bytes(&whole, u64::from(world), u64::from(mb), u64::from(rank));
@@ -306,27 +290,8 @@ fn slurm_environment_places_node_daemons_and_a_rank_on_the_wrong_node_is_told_wh
             .contains("node 1 of 2 (from SLURM_NODEID/SLURM_NNODES)")
     );
     let steps = 20;
-    let taps: Vec<_> = (0..4u32)
-        .map(|rank| {
-            let out = tmp.path().join(format!("r{rank}.bin"));
-            let child = tap(
-                &daemons[(rank / 2) as usize].endpoint,
-                rank,
-                4,
-                0,
-                steps,
-                &out,
-            );
-            (rank, out, child)
-        })
-        .collect();
-    for (rank, out, child) in taps {
-        let result = child.wait_with_output().unwrap();
-        assert!(
-            result.status.success(),
-            "{}",
-            String::from_utf8_lossy(&result.stderr)
-        );
+    let outs = tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 4, 0, steps, "r");
+    for (rank, out) in (0..4u32).zip(outs) {
         let want = expected_rank_bytes(&whole, 4, 1, u64::from(rank));
         let got = std::fs::read(&out).unwrap();
         assert!(
@@ -531,30 +496,50 @@ fn plan_shows_how_the_input_is_dealt_to_the_lanes() {
     assert_eq!(units, 26, "{text}");
 }
 
-/// Taps for every rank of world 4 × micro batch 1, each on its node's daemon, from `start` for
-/// `steps` steps; returns each rank's bytes.
-fn tap_all(dir: &Path, daemons: &[&Daemon], start: u64, steps: u64, tag: &str) -> Vec<Vec<u8>> {
-    let per_node = 4 / daemons.len() as u32;
-    let taps: Vec<_> = (0..4u32)
+/// A `dsprep tap` for every rank of `world`, each on its node's daemon (ranks laid out node by
+/// node over `daemons`), from step `start` for `steps` steps, all at once; waits for them, checks
+/// each succeeded, and returns each rank's output file (raw token bytes; headers beside it).
+fn tap_all(
+    dir: &Path,
+    daemons: &[&Daemon],
+    world: u32,
+    start: u64,
+    steps: u64,
+    tag: &str,
+) -> Vec<PathBuf> {
+    let per_node = world / daemons.len() as u32;
+    let taps: Vec<_> = (0..world)
         .map(|rank| {
             let out = dir.join(format!("{tag}-r{rank}.bin"));
             let node = daemons[(rank / per_node) as usize];
-            (
-                out.clone(),
-                tap(&node.endpoint, rank, 4, start, steps, &out),
-            )
+            let child = tap(&node.endpoint, rank, world, start, steps, &out);
+            (rank, out, child)
         })
         .collect();
     taps.into_iter()
-        .map(|(out, child)| {
+        .map(|(rank, out, child)| {
             let result = child.wait_with_output().unwrap();
             assert!(
                 result.status.success(),
-                "{}",
+                "{tag}: rank {rank}: {}",
                 String::from_utf8_lossy(&result.stderr)
             );
-            std::fs::read(out).unwrap()
+            out
         })
+        .collect()
+}
+
+/// [`tap_all`]'s outputs, read.
+fn tap_all_bytes(
+    dir: &Path,
+    daemons: &[&Daemon],
+    start: u64,
+    steps: u64,
+    tag: &str,
+) -> Vec<Vec<u8>> {
+    tap_all(dir, daemons, 4, start, steps, tag)
+        .into_iter()
+        .map(|out| std::fs::read(out).unwrap())
         .collect()
 }
 
@@ -571,7 +556,7 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
     let row = 513 * 2;
     let every = ["--metrics", "off", "--checkpoint-every", "3"];
     let mut daemons = start_nodes(tmp.path(), 2, 4, 1, &every);
-    let first = tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 0, 60, "a");
+    let first = tap_all_bytes(tmp.path(), &[&daemons[0], &daemons[1]], 0, 60, "a");
     daemons[1].child.kill().unwrap();
     daemons[1].child.wait().unwrap();
     let resume = [
@@ -583,7 +568,7 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         "3",
     ];
     let node1 = start_node(tmp.path(), 1, 2, 4, 1, &resume).unwrap();
-    let second = tap_all(tmp.path(), &[&daemons[0], &node1], 60, 40, "b");
+    let second = tap_all_bytes(tmp.path(), &[&daemons[0], &node1], 60, 40, "b");
     // Node 1 runs the odd lanes (2 blocks per step of 4 windows, 2 nodes); those that had
     // written a checkpoint by the kill continue from it, the others recompute from their start.
     let log = node1.log_text();
@@ -598,7 +583,7 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
     daemons[0].terminate();
     drop(daemons);
     let one = start_node(tmp.path(), 0, 1, 4, 1, &resume).unwrap();
-    let third = tap_all(tmp.path(), &[&one], 100, 20, "c");
+    let third = tap_all_bytes(tmp.path(), &[&one], 100, 20, "c");
     // One node runs all 8 lanes, from the checkpoints the two nodes left.
     let log = one.log_text();
     assert!(log.contains("the first request is for step 100"), "{log}");

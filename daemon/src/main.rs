@@ -213,17 +213,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (Some(part), Some(parts)) => Some(pack::Parts { part, parts }),
                 _ => None,
             };
-            if finish || parts.is_some() || slurm_array_parts()?.is_some() {
+            let from_slurm = slurm_array_parts()?;
+            if finish || parts.is_some() || from_slurm.is_some() {
                 let loaded = dsprep::driver::load_recipe_with(&options.recipe, options.engine)?;
                 if finish {
                     pack::print_summary(&pack::finish(&options, &loaded)?);
                     return Ok(());
                 }
-                let from_slurm = if loaded.recipe.lanes.is_some() {
-                    slurm_array_parts()?
-                } else {
-                    None
-                };
+                // An array task's environment makes a part only of a recipe with lanes.
+                let from_slurm = from_slurm.filter(|_| loaded.recipe.lanes.is_some());
                 if let Some(parts) = parts.or(from_slurm) {
                     let report = pack::pack_part(&options, &loaded, parts)?;
                     println!(

@@ -17,28 +17,9 @@ trap 'rm -rf "$WORK"' EXIT
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep"
 CEILING="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/reader_ceiling"
 
-recipe() {  # lanes (0 = none)
-  cat <<TOML
-version = 1
-[tokenizer]
-path = "$TOK"
-eos = "<|endoftext|>"
-[packing]
-seq_len = 2048
-[shuffle]
-seed = 0
-buffer_size = 10000
-[mix]
-stopping = "first_exhausted"
-TOML
-  if [ "$1" != 0 ]; then printf '[lanes]\ncount = %s\nblock_windows = 4\n' "$1"; fi
-  local s name weight col
-  for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
-    IFS=: read -r name weight col <<<"$s"
-    printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \
-      "$name" "$weight" "$CORPUS" "$name" "$col"
-  done
-}
+# shellcheck source=tests/bench/peer_recipe.sh
+source "$ROOT/tests/bench/peer_recipe.sh"
+recipe() { peer_recipe 2048 10000 "$1"; }  # lanes (0 = none)
 
 timed() {  # name extra-json command...: runs it under /usr/bin/time, appends a JSON line
   local name="$1" extra="$2"; shift 2

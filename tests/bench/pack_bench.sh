@@ -22,27 +22,9 @@ if [ -z "${DSPREP_BIN:-}" ]; then
 fi
 BIN="${DSPREP_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep}"
 
-recipe() {  # buffer_size
-  cat <<TOML
-version = 1
-[tokenizer]
-path = "$TOK"
-eos = "<|endoftext|>"
-[packing]
-seq_len = 2048
-[shuffle]
-seed = 0
-buffer_size = $1
-[mix]
-stopping = "first_exhausted"
-TOML
-  local s name weight col   # recipe() must not clobber the caller's variables
-  for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
-    IFS=: read -r name weight col <<<"$s"
-    printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \
-      "$name" "$weight" "$CORPUS" "$name" "$col"
-  done
-}
+# shellcheck source=tests/bench/peer_recipe.sh
+source "$ROOT/tests/bench/peer_recipe.sh"
+recipe() { peer_recipe 2048 "$1"; }  # buffer_size
 
 run() {  # name threads buffer [extra dsprep args]
   local name="$1" threads="$2" buffer="$3"; shift 3

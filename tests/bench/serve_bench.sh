@@ -15,15 +15,9 @@ trap cleanup EXIT
 (cd "$ROOT" && cargo build --release -p dsprep -p dsprep-client --example fetch_bench --quiet)
 T="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
-recipe() {  # seq_len buffer
-  printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "<|endoftext|>"\n[packing]\nseq_len = %s\n' "$TOK" "$1"
-  printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\n' "$2"
-  local s name weight col   # recipe() must not clobber the caller's variables
-  for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
-    IFS=: read -r name weight col <<<"$s"
-    printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' "$name" "$weight" "$CORPUS" "$name" "$col"
-  done
-}
+# shellcheck source=tests/bench/peer_recipe.sh
+source "$ROOT/tests/bench/peer_recipe.sh"
+recipe() { peer_recipe "$1" "$2"; }  # seq_len buffer
 
 metric() {  # port series
   curl -s "http://127.0.0.1:$1/metrics" | awk -v s="$2" 'index($0, s" ") == 1 { print $2 }'

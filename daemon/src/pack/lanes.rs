@@ -12,12 +12,14 @@
 //!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
 
 use super::output::{self, PackWriter};
-use super::{PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, source_stats};
+use super::{
+    PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
+};
 use crate::driver::lanes::{LaneInputs, deal_inputs, run_packed};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig};
 use crate::driver::{LoadedRecipe, hub_client};
 use anyhow::{Context, anyhow, bail};
-use dsprep_client::format::{Dtype, Manifest};
+use dsprep_client::format::Manifest;
 use dsprep_client::packed::PackedDataset;
 use dsprep_mixers::PackedWindow;
 use dsprep_mixers::doc::SourceCounters;
@@ -84,10 +86,7 @@ impl LaneInfo {
 
 /// `OUT.lanes`, beside `out`.
 fn lanes_dir(out: &Path) -> anyhow::Result<PathBuf> {
-    let name = out
-        .file_name()
-        .with_context(|| format!("output {} has no directory name", out.display()))?;
-    Ok(out.with_file_name(format!("{}.lanes", name.to_string_lossy())))
+    output::sibling_dir(out, "lanes")
 }
 
 fn lane_dir(lanes_dir: &Path, lane: u32) -> PathBuf {
@@ -101,12 +100,6 @@ fn spec_of(loaded: &LoadedRecipe) -> anyhow::Result<LanesSpec> {
              pipeline; see config/quickstart-multinode.toml)"
         )
     })
-}
-
-fn windows_per_shard(loaded: &LoadedRecipe, options: &PackOptions) -> (Dtype, u64) {
-    let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
-    let window_bytes = (loaded.recipe.packing.window_tokens() * dtype.size_bytes()) as u64;
-    (dtype, (options.shard_bytes / window_bytes).max(1))
 }
 
 /// A lane's complete directory, if it holds this lane of this recipe.
@@ -183,7 +176,7 @@ fn pack_lane(
     out: &Path,
 ) -> anyhow::Result<()> {
     let began = Instant::now();
-    let (dtype, per_shard) = windows_per_shard(loaded, options);
+    let (dtype, per_shard) = output_layout(loaded, options);
     let stream = inputs.stream(loaded, info.lane)?;
     let mut writer = PackWriter::create(out, dtype, per_shard)?;
     writer.add_tokenizer(&loaded.tokenizer_json)?;
@@ -254,7 +247,7 @@ pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<Pa
             dir.display()
         );
     }
-    let (dtype, per_shard) = windows_per_shard(loaded, options);
+    let (dtype, per_shard) = output_layout(loaded, options);
     let k = u64::from(spec.block_windows);
     let ended: Vec<(u64, bool)> = lanes.iter().map(|d| (d.num_windows() / k, true)).collect();
     let (blocks, _) = blocks_known(&spec, &ended);

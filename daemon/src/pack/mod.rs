@@ -88,10 +88,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         })
         .context("cannot start the input-hashing thread")?;
 
-    let dtype = Dtype::for_vocab(stage.vocab_size());
+    let (dtype, windows_per_shard) = output_layout(&loaded, options);
     let window_tokens = recipe.packing.window_tokens();
-    let window_bytes = (window_tokens * dtype.size_bytes()) as u64;
-    let windows_per_shard = (options.shard_bytes / window_bytes).max(1);
     let mut meta = PackCheckpoint {
         created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
         recipe_hash: recipe.hash(),
@@ -233,6 +231,14 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         engine: loaded.stage.engine_description(),
         continued_from,
     })
+}
+
+/// The token dtype of this recipe's output, and whole windows per token shard (at least one)
+/// for `--shard-mib`.
+fn output_layout(loaded: &LoadedRecipe, options: &PackOptions) -> (Dtype, u64) {
+    let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
+    let window_bytes = (loaded.recipe.packing.window_tokens() * dtype.size_bytes()) as u64;
+    (dtype, (options.shard_bytes / window_bytes).max(1))
 }
 
 /// The result of the input-hashing thread.

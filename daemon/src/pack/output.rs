@@ -39,10 +39,15 @@ pub fn refuse_existing(out: &Path, force: bool) -> anyhow::Result<()> {
 
 /// `<out>.partial`, beside `out`.
 pub fn partial_dir(out: &Path) -> anyhow::Result<PathBuf> {
+    sibling_dir(out, "partial")
+}
+
+/// `<out>.<suffix>`, beside `out`.
+pub fn sibling_dir(out: &Path, suffix: &str) -> anyhow::Result<PathBuf> {
     let name = out
         .file_name()
         .with_context(|| format!("output {} has no directory name", out.display()))?;
-    Ok(out.with_file_name(format!("{}.partial", name.to_string_lossy())))
+    Ok(out.with_file_name(format!("{}.{suffix}", name.to_string_lossy())))
 }
 
 pub struct PackWriter {

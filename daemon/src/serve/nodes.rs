@@ -191,27 +191,24 @@ impl NodeLanes {
                 (Some((Arc::new(progress), stream_dir)), locks)
             }
         };
-        tracing::info!(
-            "node {} of {} ({}): lanes {:?} of {}, {} input bytes",
-            place.rank,
-            place.count,
-            place.origin.describe(),
-            slice.lanes(),
-            spec.count,
-            slice
-                .lanes()
-                .iter()
-                .map(|&l| inputs.lane_bytes[l as usize])
-                .sum::<u64>()
-        );
         let (progress, stream_dir) = shared.unzip();
-        Ok(NodeLanes {
+        let lanes = NodeLanes {
             inputs,
             progress: progress.filter(|_| place.count > 1),
             stream_dir,
             slice,
             _locks: locks,
-        })
+        };
+        tracing::info!(
+            "node {} of {} ({}): lanes {:?} of {}, {} input bytes",
+            place.rank,
+            place.count,
+            place.origin.describe(),
+            lanes.slice.lanes(),
+            spec.count,
+            lanes.input_bytes()
+        );
+        Ok(lanes)
     }
 
     /// Bytes of the input units of this node's lanes.

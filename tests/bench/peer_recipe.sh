@@ -1,0 +1,16 @@
+# The peer pipeline's recipe for the bench scripts (source this file): the peer's default mix
+# (fineweb-edu 0.40, c4 0.15, zyda-2 0.30, the-stack-v2 0.10, finemath 0.05), first_exhausted,
+# seed 0, over $CORPUS (../shared/bench/peer/make_corpus.py output), tokenized with $TOK.
+#
+#   peer_recipe SEQ_LEN BUFFER [LANES]    # LANES > 0 adds [lanes] count = LANES, block_windows = 4
+peer_recipe() {
+  printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "<|endoftext|>"\n[packing]\nseq_len = %s\n' "$TOK" "$1"
+  printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\n' "$2"
+  if [ "${3:-0}" != 0 ]; then printf '[lanes]\ncount = %s\nblock_windows = 4\n' "$3"; fi
+  local s name weight col   # must not clobber the caller's variables
+  for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
+    IFS=: read -r name weight col <<<"$s"
+    printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \
+      "$name" "$weight" "$CORPUS" "$name" "$col"
+  done
+}
