@@ -1,8 +1,10 @@
 //! The trainer side of dsprep. Now: the packed-shard format (v1) written by `dsprep pack` and a
 //! memory-mapped reader that hands out windows and per-rank batches without copying.
-//! The wire protocol (v1) and the per-rank client of the daemon.
+//! The wire protocol (v2, answering v1) and the per-rank client of the daemon, which checks the
+//! stream chain (`chain`) of every step it receives.
 
 pub mod batch;
+pub mod chain;
 pub mod format;
 pub mod packed;
 pub mod parallel;

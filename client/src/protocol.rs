@@ -1,16 +1,34 @@
-//! Wire protocol v1 between the daemon and trainer ranks (documented frame by frame in
-//! PROTOCOL.md). One implementation, used by both sides.
+//! Wire protocol v2 between the daemon and trainer ranks (documented frame by frame in
+//! PROTOCOL.md), and v1, which the daemon still answers. One implementation, used by both sides.
 //!
 //! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
-//! one 64-byte frame; a reply is a 96-byte header frame followed by the token payload and the
-//! document-boundary frame (ok), or by one UTF-8 message frame (error). All integers are
-//! little-endian. Decoding never panics: every malformed input is a typed error.
+//! one 64-byte frame; a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream
+//! chain around the rank's rows and the step, see `chain`) followed by the token payload and the
+//! document-boundary frame (ok), or by one UTF-8 message frame (error). A reply speaks the
+//! request's version. All integers are little-endian. Decoding never panics: every malformed
+//! input is a typed error.
 
-pub const PROTOCOL_VERSION: u16 = 1;
+use crate::chain::Hash;
+
+/// The version clients send.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest version the daemon still answers (in that version).
+pub const OLDEST_VERSION: u16 = 1;
 pub const REQUEST_MAGIC: [u8; 4] = *b"DSPQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"DSPR";
 pub const REQUEST_LEN: usize = 64;
-pub const REPLY_HEADER_LEN: usize = 96;
+/// A version 1 reply header.
+pub const REPLY_HEADER_V1_LEN: usize = 96;
+/// A version 2 reply header: v1's, then four chain values.
+pub const REPLY_HEADER_LEN: usize = REPLY_HEADER_V1_LEN + 4 * 32;
+
+/// The length of a reply header in `version`.
+pub fn reply_header_len(version: u16) -> usize {
+    match version {
+        1 => REPLY_HEADER_V1_LEN,
+        _ => REPLY_HEADER_LEN,
+    }
+}
 
 /// What a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +39,8 @@ pub enum RequestKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// [`PROTOCOL_VERSION`], or [`OLDEST_VERSION`] from an old client: the reply speaks it.
+    pub version: u16,
     pub kind: RequestKind,
     /// Echoed in the reply, so a client can drop late replies to requests it gave up on.
     pub request_id: u64,
@@ -76,9 +96,25 @@ impl Status {
     }
 }
 
+/// The stream chain (`crate::chain`) around an ok reply's rows, in version 2: what a client
+/// checks its rows against, and what links one step to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyChain {
+    /// Before the step's first window (`step × world_size × micro_batch`).
+    pub step_start: Hash,
+    /// Before this rank's first row (`first_window`).
+    pub rows_start: Hash,
+    /// After this rank's last row: `rows_start` extended by the rows' bytes.
+    pub rows_end: Hash,
+    /// After the step's last window: the next step's `step_start`.
+    pub step_end: Hash,
+}
+
 /// The first frame of every reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplyHeader {
+    /// The request's version: 2, or 1 for an old client.
+    pub version: u16,
     pub status: Status,
     pub request_id: u64,
     pub step: u64,
@@ -94,6 +130,8 @@ pub struct ReplyHeader {
     pub num_steps: u64,
     /// Index of the first window of this rank's rows in the whole stream.
     pub first_window: u64,
+    /// Version 2 ok replies: the stream chain around the rows and the step.
+    pub chain: Option<ReplyChain>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -103,7 +141,8 @@ pub enum DecodeError {
     #[error("bad magic bytes {found:02x?}")]
     Magic { found: [u8; 4] },
     #[error(
-        "protocol version {found} is not supported (this side speaks version {PROTOCOL_VERSION})"
+        "protocol version {found} is not supported (this side speaks versions \
+         {OLDEST_VERSION} to {PROTOCOL_VERSION})"
     )]
     Version { found: u16 },
     #[error("unknown request kind {0}")]
@@ -142,11 +181,17 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn check_frame(bytes: &[u8], expected: usize, magic: [u8; 4]) -> Result<Reader<'_>, DecodeError> {
-    if bytes.len() != expected {
+/// Check a frame's magic, version and length (`expected` for its version); returns the version
+/// and a reader after it.
+fn check_frame(
+    bytes: &[u8],
+    expected: fn(u16) -> usize,
+    magic: [u8; 4],
+) -> Result<(u16, Reader<'_>), DecodeError> {
+    if bytes.len() < 6 {
         return Err(DecodeError::Length {
             len: bytes.len(),
-            expected,
+            expected: expected(PROTOCOL_VERSION),
         });
     }
     let mut r = Reader { bytes, at: 0 };
@@ -155,17 +200,23 @@ fn check_frame(bytes: &[u8], expected: usize, magic: [u8; 4]) -> Result<Reader<'
         return Err(DecodeError::Magic { found });
     }
     let version = r.u16();
-    if version != PROTOCOL_VERSION {
+    if !(OLDEST_VERSION..=PROTOCOL_VERSION).contains(&version) {
         return Err(DecodeError::Version { found: version });
     }
-    Ok(r)
+    if bytes.len() != expected(version) {
+        return Err(DecodeError::Length {
+            len: bytes.len(),
+            expected: expected(version),
+        });
+    }
+    Ok((version, r))
 }
 
 impl Request {
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut out = [0u8; REQUEST_LEN];
         out[0..4].copy_from_slice(&REQUEST_MAGIC);
-        out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out[4..6].copy_from_slice(&self.version.to_le_bytes());
         out[6..8].copy_from_slice(&(self.kind as u16).to_le_bytes());
         out[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         out[16..20].copy_from_slice(&self.rank.to_le_bytes());
@@ -176,7 +227,7 @@ impl Request {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
-        let mut r = check_frame(bytes, REQUEST_LEN, REQUEST_MAGIC)?;
+        let (version, mut r) = check_frame(bytes, |_| REQUEST_LEN, REQUEST_MAGIC)?;
         let kind = match r.u16() {
             1 => RequestKind::Batch,
             other => return Err(DecodeError::Kind(other)),
@@ -188,6 +239,7 @@ impl Request {
         let hash = r.take::<32>();
         let recipe_hash = (hash != [0; 32]).then_some(hash);
         Ok(Request {
+            version,
             kind,
             request_id,
             rank,
@@ -209,10 +261,11 @@ impl Request {
 }
 
 impl ReplyHeader {
-    pub fn encode(&self) -> [u8; REPLY_HEADER_LEN] {
-        let mut out = [0u8; REPLY_HEADER_LEN];
+    /// The header frame in the header's version (a v1 header has no chain).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![0u8; reply_header_len(self.version)];
         out[0..4].copy_from_slice(&REPLY_MAGIC);
-        out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out[4..6].copy_from_slice(&self.version.to_le_bytes());
         out[6..8].copy_from_slice(&(self.status as u16).to_le_bytes());
         out[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         out[16..24].copy_from_slice(&self.step.to_le_bytes());
@@ -225,11 +278,17 @@ impl ReplyHeader {
         out[48..80].copy_from_slice(&self.recipe_hash);
         out[80..88].copy_from_slice(&self.num_steps.to_le_bytes());
         out[88..96].copy_from_slice(&self.first_window.to_le_bytes());
+        if let (2.., Some(c)) = (self.version, &self.chain) {
+            out[96..128].copy_from_slice(&c.step_start);
+            out[128..160].copy_from_slice(&c.rows_start);
+            out[160..192].copy_from_slice(&c.rows_end);
+            out[192..224].copy_from_slice(&c.step_end);
+        }
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ReplyHeader, DecodeError> {
-        let mut r = check_frame(bytes, REPLY_HEADER_LEN, REPLY_MAGIC)?;
+        let (version, mut r) = check_frame(bytes, reply_header_len, REPLY_MAGIC)?;
         let code = r.u16();
         let status = Status::from_u16(code).ok_or(DecodeError::Status(code))?;
         let request_id = r.u64();
@@ -246,7 +305,14 @@ impl ReplyHeader {
         let recipe_hash = r.take::<32>();
         let num_steps = r.u64();
         let first_window = r.u64();
+        let chain = (version >= 2 && status == Status::Ok).then(|| ReplyChain {
+            step_start: r.take(),
+            rows_start: r.take(),
+            rows_end: r.take(),
+            step_end: r.take(),
+        });
         Ok(ReplyHeader {
+            version,
             status,
             request_id,
             step,
@@ -258,6 +324,7 @@ impl ReplyHeader {
             recipe_hash,
             num_steps,
             first_window,
+            chain,
         })
     }
 

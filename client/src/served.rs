@@ -1,9 +1,15 @@
 //! The trainer-side client of the daemon: one rank's connection, `next_batch()` / `batch_at(step)`,
-//! timeouts with reconnect, and batches whose tokens are a view of the received frame (no copy).
+//! timeouts with reconnect, batches whose tokens are a view of the received frame (no copy), and
+//! the stream chain checked on every step (its rows hash to the chain the daemon states, and each
+//! step continues the one before, or the value a resumed trainer saved).
 
+use crate::chain::{self, Hash};
 use crate::packed::TokenSlice;
 use crate::parallel::{Parallelism, RankOrder};
-use crate::protocol::{DecodeError, ReplyHeader, Request, RequestKind, Status, decode_doc_starts};
+use crate::protocol::{
+    DecodeError, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
+    decode_doc_starts,
+};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +44,10 @@ pub enum ClientError {
     DaemonFailed(String),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// The stream chain does not continue: the daemon is not serving the stream this trainer
+    /// consumed, or the bytes changed on the way.
+    #[error("stream chain: {0}")]
+    ChainMismatch(String),
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +143,12 @@ impl ServedBatch {
         self.header.micro_batch as usize
     }
 
+    /// Row `i`'s bytes as received (little-endian ids): what the stream chain hashes.
+    fn row_bytes(&self, i: usize) -> &[u8] {
+        let row = self.header.window_tokens as usize * self.header.dtype_bytes as usize;
+        &self.bytes()[i * row..(i + 1) * row]
+    }
+
     fn bytes(&self) -> &[u8] {
         match &self.payload {
             Payload::Frame(m) => m,
@@ -216,6 +232,8 @@ pub struct Client {
     recipe_hash: Option<[u8; 32]>,
     next_step: u64,
     next_request_id: u64,
+    /// The stream chain before a step: what that step's reply must start from.
+    chain_before: Option<(u64, Hash)>,
 }
 
 impl Client {
@@ -254,7 +272,21 @@ impl Client {
             recipe_hash,
             next_step: 0,
             next_request_id: 1,
+            chain_before: None,
         })
+    }
+
+    /// `(step, chain)`: the stream chain before `step`, once a step has been received. A trainer
+    /// saves it with its checkpoint and gives it back to [`Client::expect_chain`] on resume.
+    pub fn stream_chain(&self) -> Option<(u64, Hash)> {
+        self.chain_before
+    }
+
+    /// A resumed trainer's saved [`Client::stream_chain`]: the reply for `step` must start from
+    /// `chain`, else [`ClientError::ChainMismatch`] (the daemon is not continuing this stream).
+    pub fn expect_chain(&mut self, step: u64, chain: Hash) {
+        self.chain_before = Some((step, chain));
+        self.next_step = step;
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -300,6 +332,7 @@ impl Client {
             let request_id = self.next_request_id;
             self.next_request_id += 1;
             let request = Request {
+                version: PROTOCOL_VERSION,
                 kind: RequestKind::Batch,
                 request_id,
                 rank: self.data_parallel.0,
@@ -310,6 +343,9 @@ impl Client {
             self.socket.send(&request.encode()[..], 0)?;
             if let Some(reply) = self.wait_reply(request_id)? {
                 let batch = reply?;
+                if let Some(batch) = &batch {
+                    self.check_chain(batch)?;
+                }
                 self.next_step = step + 1;
                 return Ok(batch);
             }
@@ -414,6 +450,54 @@ impl Client {
             doc_starts,
         }))
     }
+}
+
+impl Client {
+    /// The rows hash to the chain the reply states, and the step starts where this trainer's
+    /// stream stands (the previous step, or the value given to `expect_chain`).
+    fn check_chain(&mut self, batch: &ServedBatch) -> Result<(), ClientError> {
+        let header = &batch.header;
+        let Some(c) = header.chain else {
+            return Err(DecodeError::Frames("an ok v2 reply without its chain".into()).into());
+        };
+        let step = header.step;
+        let rows = (0..batch.rows()).map(|i| batch.row_bytes(i));
+        let rows_end = chain::extend(&c.rows_start, rows);
+        let step_first = step * u64::from(header.world_size) * u64::from(header.micro_batch);
+        let last_rank = header.rank + 1 == header.world_size;
+        if rows_end != c.rows_end
+            || (header.first_window == step_first && c.rows_start != c.step_start)
+            || (last_rank && c.rows_end != c.step_end)
+        {
+            return Err(ClientError::ChainMismatch(format!(
+                "rank {}'s rows at step {step} do not hash to the chain the daemon states ({} \
+                 from {}, the rows give {}): the bytes changed between the daemon and this rank",
+                header.rank,
+                chain::to_hex(&c.rows_end),
+                chain::to_hex(&c.rows_start),
+                chain::to_hex(&rows_end)
+            )));
+        }
+        if let Some((expected_step, expected)) = self.chain_before
+            && expected_step == step
+            && expected != c.step_start
+        {
+            return Err(ClientError::ChainMismatch(chain_break(step, &expected, &c)));
+        }
+        self.chain_before = Some((step + 1, c.step_end));
+        Ok(())
+    }
+}
+
+/// The message for a step that does not continue this trainer's stream.
+fn chain_break(step: u64, expected: &Hash, c: &ReplyChain) -> String {
+    format!(
+        "the stream this trainer consumed stands at {} before step {step}, the daemon's step \
+         {step} starts from {}: the daemon is not continuing the same stream (other inputs, \
+         another --state-dir, or a resume that went wrong); nothing from it was used",
+        chain::to_hex(expected),
+        chain::to_hex(&c.step_start)
+    )
 }
 
 fn open_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, ClientError> {

@@ -28,6 +28,10 @@ pub struct CheckpointMeta {
     pub micro_batch: u32,
     /// Per source, its shards in reading order (paths, or `hf://` locations at a commit).
     pub shards: Vec<Vec<String>>,
+    /// The stream chain after `windows` windows (hex; `dsprep_client::chain`). Older
+    /// checkpoints lack it: a daemon then recomputes the stream from its start.
+    #[serde(default)]
+    pub chain: Option<String>,
 }
 
 /// What this run is: checked against every checkpoint before it is used.
@@ -41,7 +45,7 @@ pub struct RunIdentity {
 }
 
 impl RunIdentity {
-    pub fn meta(&self, windows: u64) -> CheckpointMeta {
+    pub fn meta(&self, windows: u64, chain: dsprep_client::chain::Hash) -> CheckpointMeta {
         CheckpointMeta {
             created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
             recipe_hash: self.recipe_hash.clone(),
@@ -51,6 +55,7 @@ impl RunIdentity {
             world_size: self.world_size,
             micro_batch: self.micro_batch,
             shards: self.shards.clone(),
+            chain: Some(dsprep_client::chain::to_hex(&chain)),
         }
     }
 

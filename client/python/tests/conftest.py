@@ -130,6 +130,15 @@ class RawWindows:
         self.recipe_hash = m["recipe_hash"]
         self.num_windows = m["num_windows"]
 
+    def chain_before(self, window: int) -> bytes:
+        """The stream chain before `window` (FORMAT.md "Stream chain"), by hand with hashlib."""
+        import hashlib
+
+        at = bytes(32)
+        for w in range(window):
+            at = hashlib.sha256(at + hashlib.sha256(self.tokens[w].tobytes()).digest()).digest()
+        return at
+
     def doc_starts(self, window: int) -> np.ndarray:
         return self.starts[self.offsets[window] : self.offsets[window + 1]]
 

@@ -190,7 +190,7 @@ def test_bad_settings_and_bad_replies_are_typed(tmp_path, monkeypatch):
     c = Client(f"ipc://{tmp_path}/x.sock")
     assert (c.rank, c.world_size) == (1, 4)
     c.close()
-    with pytest.raises(ProtocolError, match="reply header is 5 bytes, expected 96"):
+    with pytest.raises(ProtocolError, match="reply header is 5 bytes, expected 224"):
         decode_header(b"hello")
     with pytest.raises(ProtocolError, match="bad magic"):
         decode_header(b"XXXX" + bytes(92))

@@ -1,5 +1,6 @@
-"""`state_dict()` / `load_state_dict()`: the next step and the recipe hash, for the served
-client and the packed reader alike; a resumed reader continues exactly where the saved one was,
+"""`state_dict()` / `load_state_dict()`: the next step and the recipe hash (and for the served
+client the stream chain, checked on resume: test_chain.py), for the served client and the packed
+reader alike; a resumed reader continues exactly where the saved one was,
 also against a restarted daemon (which serves any step it still holds)."""
 
 import numpy as np
@@ -14,7 +15,7 @@ def test_client_state_round_trips_across_a_daemon_restart(daemon_factory, raw, t
     for _ in range(5):
         client.next_batch()
     state = client.state_dict()
-    assert state == {"next_step": 5, "recipe_hash": raw.recipe_hash}
+    assert state == {"next_step": 5, "recipe_hash": raw.recipe_hash, "stream_chain": [5, raw.chain_before(10).hex()]}
     client.close()
     first.stop()
 
@@ -24,7 +25,7 @@ def test_client_state_round_trips_across_a_daemon_restart(daemon_factory, raw, t
     batch = resumed.next_batch()
     assert batch.step == 5
     assert np.array_equal(batch.tokens, raw.tokens[10:12])
-    assert resumed.state_dict() == {"next_step": 6, "recipe_hash": raw.recipe_hash}
+    assert resumed.state_dict() == {"next_step": 6, "recipe_hash": raw.recipe_hash, "stream_chain": [6, raw.chain_before(12).hex()]}
 
     # A saved recipe hash is enforced from then on.
     stale = Client(second.endpoint, rank=0, world_size=1, timeout=10)

@@ -3,6 +3,7 @@ use proptest::prelude::*;
 
 fn request() -> Request {
     Request {
+        version: PROTOCOL_VERSION,
         kind: RequestKind::Batch,
         request_id: 7,
         rank: 3,
@@ -14,6 +15,7 @@ fn request() -> Request {
 
 fn header() -> ReplyHeader {
     ReplyHeader {
+        version: PROTOCOL_VERSION,
         status: Status::Ok,
         request_id: 7,
         step: 1234,
@@ -25,6 +27,12 @@ fn header() -> ReplyHeader {
         recipe_hash: [0xcd; 32],
         num_steps: u64::MAX,
         first_window: 39_500,
+        chain: Some(ReplyChain {
+            step_start: [1; 32],
+            rows_start: [2; 32],
+            rows_end: [3; 32],
+            step_end: [4; 32],
+        }),
     }
 }
 
@@ -32,7 +40,7 @@ fn header() -> ReplyHeader {
 fn request_round_trips_and_has_a_fixed_layout() {
     let bytes = request().encode();
     assert_eq!(&bytes[0..4], b"DSPQ");
-    assert_eq!(&bytes[4..6], &[1, 0]);
+    assert_eq!(&bytes[4..6], &[2, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
     assert_eq!(Request::decode(&bytes), Ok(request()));
     let none = Request {
@@ -44,8 +52,52 @@ fn request_round_trips_and_has_a_fixed_layout() {
 
 #[test]
 fn header_round_trips() {
-    assert_eq!(ReplyHeader::decode(&header().encode()), Ok(header()));
+    let bytes = header().encode();
+    assert_eq!(bytes.len(), 224);
+    assert_eq!(&bytes[96..128], &[1; 32], "the chain follows v1's fields");
+    assert_eq!(&bytes[192..224], &[4; 32]);
+    assert_eq!(ReplyHeader::decode(&bytes), Ok(header()));
     assert_eq!(header().payload_bytes(), 4 * 2049 * 2);
+    // An error reply carries no chain (its chain bytes are zero).
+    let error = ReplyHeader {
+        status: Status::StepGone,
+        chain: None,
+        ..header()
+    };
+    assert_eq!(ReplyHeader::decode(&error.encode()), Ok(error));
+}
+
+#[test]
+fn version_1_is_still_spoken() {
+    let old = Request {
+        version: 1,
+        ..request()
+    };
+    let bytes = old.encode();
+    assert_eq!(&bytes[4..6], &[1, 0]);
+    assert_eq!(Request::decode(&bytes), Ok(old));
+    let v1 = ReplyHeader {
+        version: 1,
+        chain: None,
+        ..header()
+    };
+    let bytes = v1.encode();
+    assert_eq!(bytes.len(), 96, "a v1 header is 96 bytes: no chain");
+    assert_eq!(ReplyHeader::decode(&bytes), Ok(v1));
+    // A chain given to a v1 header is not sent.
+    let dropped = ReplyHeader {
+        version: 1,
+        ..header()
+    };
+    assert_eq!(ReplyHeader::decode(&dropped.encode()), Ok(v1));
+    assert_eq!(
+        ReplyHeader::decode(&header().encode()[..96]),
+        Err(DecodeError::Length {
+            len: 96,
+            expected: 224
+        }),
+        "a v2 header must have its chain"
+    );
 }
 
 #[test]
@@ -65,14 +117,19 @@ fn each_malformation_has_its_error() {
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
     let mut bad = good;
-    bad[4] = 2;
+    bad[4] = 3;
     assert_eq!(
         Request::decode(&bad),
-        Err(DecodeError::Version { found: 2 })
+        Err(DecodeError::Version { found: 3 })
     );
     assert_eq!(
-        DecodeError::Version { found: 2 }.to_string(),
-        "protocol version 2 is not supported (this side speaks version 1)"
+        DecodeError::Version { found: 3 }.to_string(),
+        "protocol version 3 is not supported (this side speaks versions 1 to 2)"
+    );
+    bad[4] = 0;
+    assert_eq!(
+        Request::decode(&bad),
+        Err(DecodeError::Version { found: 0 })
     );
     let mut bad = good;
     bad[6] = 9;
@@ -162,7 +219,7 @@ fn decoders_survive_a_million_hostile_inputs() {
 proptest! {
     #[test]
     fn any_request_round_trips(id in any::<u64>(), rank in any::<u32>(), world in any::<u32>(), step in any::<u64>(), hash in any::<[u8; 32]>()) {
-        let req = Request { kind: RequestKind::Batch, request_id: id, rank, world_size: world, step, recipe_hash: (hash != [0; 32]).then_some(hash) };
+        let req = Request { version: PROTOCOL_VERSION, kind: RequestKind::Batch, request_id: id, rank, world_size: world, step, recipe_hash: (hash != [0; 32]).then_some(hash) };
         prop_assert_eq!(Request::decode(&req.encode()), Ok(req));
     }
 }

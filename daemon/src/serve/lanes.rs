@@ -15,6 +15,7 @@
 //! for: each lane continues from its newest checkpoint at or below the windows it owes before
 //! that step (else from its start) and drops the windows in between.
 
+use super::lane_chain::{LaneChain, Linked};
 use super::lane_checkpoints::LaneCheckpoints;
 use super::metrics::Metrics;
 use super::producer::{Ended, StepAssembler};
@@ -55,6 +56,8 @@ pub struct LaneProducer<'a> {
     pub resume: bool,
     /// With a state directory: the lanes' checkpoints, and every how many steps to write one.
     pub checkpoints: Option<LaneCheckpoints>,
+    /// With a state directory: this stream's folder (progress, digests, chain, checkpoints).
+    pub stream_dir: Option<std::path::PathBuf>,
     pub checkpoint_every: u64,
 }
 
@@ -115,7 +118,10 @@ impl LaneProducer<'_> {
             }
             let ended = self.assemble(first, &receivers);
             drop(receivers); // a lane still running sees its channel close and stops
-            let mut failure = None;
+            let (ended, mut failure) = match ended {
+                Ok(ended) => (ended, None),
+                Err(e) => (Ended::EndOfData(0), Some(e)),
+            };
             for (lane, handle) in handles {
                 match handle.join() {
                     Ok(Ok(())) => {}
@@ -132,12 +138,19 @@ impl LaneProducer<'_> {
     }
 
     /// Take the node's blocks in order from step `first` and cut them into its part of each
-    /// global step, until a lane ends (or fails: its thread says why) or the store stops.
+    /// global step, each linked into the stream chain, until a lane ends (or fails: its thread
+    /// says why) or the store stops.
     fn assemble(
         &self,
         first: u64,
         receivers: &BTreeMap<u32, Receiver<Vec<PackedWindow>>>,
-    ) -> Ended {
+    ) -> anyhow::Result<Ended> {
+        let mut chain = LaneChain::new(
+            self.inputs.spec,
+            self.slice.clone(),
+            self.stream_dir.clone(),
+            self.progress.clone(),
+        );
         self.store.place(first);
         let per_step = self.slice.windows_per_step();
         let from = self.slice.first_block_of_step(first);
@@ -146,28 +159,31 @@ impl LaneProducer<'_> {
             dtype: self.dtype,
             next_window: from * self.slice.block_windows,
             keep_from: first * per_step,
-            current: StepData {
-                step: first,
-                tokens: Vec::new(),
-                doc_starts: Vec::new(),
-            },
+            current: StepData::new(first, per_step as usize),
+            chain: None,
         };
         for i in from.. {
             let (lane, _) = block_lane(&self.inputs.spec, self.slice.block(i));
             let Some(Ok(block)) = receivers.get(&lane).map(Receiver::recv) else {
-                return Ended::EndOfData(steps.current.step);
+                return Ok(Ended::EndOfData(steps.current.step));
             };
             for window in block {
-                let Some(done) = steps.add(window) else {
+                let Some(mut done) = steps.add(window) else {
                     continue;
                 };
+                match chain.link_step(&mut done, self.store) {
+                    Ok(Linked::Yes) => {}
+                    Ok(Linked::BeyondEnd) => return Ok(Ended::EndOfData(done.step)),
+                    Err(e) if e.is::<Stopped>() => return Ok(Ended::Stopped),
+                    Err(e) => return Err(e),
+                }
                 if self.store.push(done).is_err() {
-                    return Ended::Stopped;
+                    return Ok(Ended::Stopped);
                 }
                 let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
             }
         }
-        Ended::EndOfData(steps.current.step)
+        Ok(Ended::EndOfData(steps.current.step))
     }
 }
 

@@ -6,6 +6,7 @@
 //! thread answers `/metrics`. Graceful shutdown on SIGINT/SIGTERM.
 
 pub mod endpoint;
+mod lane_chain;
 mod lane_checkpoints;
 mod lanes;
 mod metrics;
@@ -226,6 +227,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                             LaneCheckpoints::new(dir, lane_recipe_hash.clone(), keep_checkpoints)
                         }),
                         checkpoint_every,
+                        stream_dir: lanes.stream_dir.clone(),
                     }
                     .run(),
                 };

@@ -4,12 +4,13 @@
 //! step it stores is exactly what an uninterrupted daemon would have served.
 
 use super::metrics::Metrics;
-use super::store::{StepData, StepStore};
+use super::store::{StepChain, StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
 use crate::driver::pipeline::{self, PipelineConfig};
 use crate::driver::{LoadedRecipe, Locator};
 use crate::sources::LocalSource;
 use anyhow::{Context, anyhow};
+use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::{DocStream, PackedWindow, Packer};
@@ -51,7 +52,8 @@ pub struct Producer<'a> {
 }
 
 /// Collects windows into global steps (or a node's part of them), dropping those below the
-/// first step to store.
+/// first step to store, with each window's digest. Over the whole stream (`chain` given) it also
+/// links the stream chain; a node daemon's part is linked by `LaneChain` instead.
 pub(super) struct StepAssembler {
     pub global_batch: u64,
     pub dtype: Dtype,
@@ -60,16 +62,17 @@ pub(super) struct StepAssembler {
     /// Windows below this index are recomputed only to get past them (fast-forward).
     pub keep_from: u64,
     pub current: StepData,
+    /// The stream chain before `current`'s first window (before `next_window` while
+    /// fast-forwarding), when this assembler sees every window of the stream.
+    pub chain: Option<Hash>,
 }
 
 impl StepAssembler {
     pub fn add(&mut self, window: PackedWindow) -> Option<StepData> {
         let index = self.next_window;
         self.next_window += 1;
-        if index < self.keep_from {
-            return None;
-        }
         let step = &mut self.current;
+        let from = step.tokens.len();
         match self.dtype {
             Dtype::U16 => step
                 .tokens
@@ -78,16 +81,38 @@ impl StepAssembler {
                 .tokens
                 .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
         }
+        let digest = chain::window_digest(&step.tokens[from..]);
+        if index < self.keep_from {
+            step.tokens.truncate(from);
+            if let Some(at) = &mut self.chain {
+                *at = chain::link(at, &digest);
+            }
+            return None;
+        }
         step.doc_starts.push(window.doc_starts);
+        step.digests.push(digest);
         if step.doc_starts.len() as u64 == self.global_batch {
-            let next = StepData {
-                step: step.step + 1,
-                tokens: Vec::with_capacity(step.tokens.len()),
-                doc_starts: Vec::with_capacity(self.global_batch as usize),
-            };
-            return Some(std::mem::replace(step, next));
+            let mut next = StepData::new(step.step + 1, self.global_batch as usize);
+            next.tokens.reserve(step.tokens.len());
+            let mut done = std::mem::replace(step, next);
+            if let Some(at) = &mut self.chain {
+                done.chain = StepChain::linked(*at, &done.digests);
+                *at = done.chain.step_end;
+            }
+            return Some(done);
         }
         None
+    }
+
+    /// The stream chain before `next_window` (when this assembler links it).
+    pub fn chain_now(&self) -> Option<Hash> {
+        let at = self.chain?;
+        Some(
+            self.current
+                .digests
+                .iter()
+                .fold(at, |at, digest| chain::link(&at, digest)),
+        )
     }
 }
 
@@ -101,7 +126,30 @@ impl Producer<'_> {
         let recipe = &self.loaded.recipe;
         let window_tokens = recipe.packing.window_tokens();
         let mut packer = Packer::new(window_tokens);
-        if let Some(resume) = start.resume {
+        let mut chain_at = chain::START;
+        let resume = match start.resume {
+            Some(resume) if resume.meta.chain.is_none() => {
+                tracing::warn!(
+                    "checkpoint {} was written before checkpoints held the stream chain: not \
+                     used, the stream is recomputed from its start",
+                    resume.path.display()
+                );
+                None
+            }
+            other => other,
+        };
+        if let Some(resume) = resume {
+            chain_at = resume
+                .meta
+                .chain
+                .as_deref()
+                .and_then(chain::from_hex)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "checkpoint {}: its chain is not 64 hex digits",
+                        resume.path.display()
+                    )
+                })?;
             let began = Instant::now();
             stream
                 .restore(&resume.state.stream)
@@ -136,11 +184,8 @@ impl Producer<'_> {
             dtype: self.dtype,
             next_window: packer.windows_emitted(),
             keep_from: start.step * self.global_batch,
-            current: StepData {
-                step: start.step,
-                tokens: Vec::new(),
-                doc_starts: Vec::new(),
-            },
+            current: StepData::new(start.step, self.global_batch as usize),
+            chain: Some(chain_at),
         };
         let snapshot = Arc::new(AtomicBool::new(false));
         if self.checkpoints.is_some() {
@@ -182,8 +227,13 @@ impl Producer<'_> {
                     Ok(())
                 };
             };
-            if let Some(state) = chunk.state {
-                kept.add(c, *state, &packer);
+            // A snapshot is taken where the steps have every window the packer emitted (not
+            // when a stop cut the loop above short): its chain is the chain there.
+            if let Some(state) = chunk.state
+                && steps.next_window == packer.windows_emitted()
+                && let Some(chain) = steps.chain_now()
+            {
+                kept.add(c, *state, &packer, chain);
             }
             kept.checkpoint(c, self.store.slowest(), stopped)?;
             if stopped {
@@ -221,8 +271,14 @@ struct Snapshots {
 }
 
 impl Snapshots {
-    fn add(&mut self, c: &Checkpointing, stream: dsprep_mixers::StreamState, packer: &Packer) {
-        let meta = c.run.meta(packer.windows_emitted());
+    fn add(
+        &mut self,
+        c: &Checkpointing,
+        stream: dsprep_mixers::StreamState,
+        packer: &Packer,
+        chain: Hash,
+    ) {
+        let meta = c.run.meta(packer.windows_emitted(), chain);
         tracing::debug!(step = meta.step, held = self.held.len(), "snapshot taken");
         if self.held.back().is_some_and(|(m, _)| m.step == meta.step) {
             self.held.pop_back(); // the newer one is as good and more recent

@@ -5,7 +5,9 @@
 use super::metrics::Metrics;
 use super::progress::{Gate, LaneProgress};
 use super::store::{Lookup, StepStore};
-use dsprep_client::protocol::{DecodeError, ReplyHeader, Request, Status, encode_doc_starts};
+use dsprep_client::protocol::{
+    DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, Status, encode_doc_starts,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -234,6 +236,7 @@ impl Server {
     fn header(&self, request: &Request, status: Status, num_steps: u64) -> ReplyHeader {
         let l = self.layout;
         ReplyHeader {
+            version: request.version,
             status,
             request_id: request.request_id,
             step: request.step,
@@ -246,6 +249,7 @@ impl Server {
             num_steps,
             first_window: (request.step * u64::from(l.world_size) + u64::from(request.rank))
                 * u64::from(l.micro_batch),
+            chain: None,
         }
     }
 
@@ -265,7 +269,23 @@ impl Server {
             .iter()
             .map(Vec::as_slice)
             .collect();
-        let header = self.header(request, Status::Ok, num_steps.unwrap_or(u64::MAX));
+        let chain = &step.chain;
+        let (Some(rows_start), Some(rows_end)) =
+            (chain.marks.get(first_row), chain.marks.get(first_row + mb))
+        else {
+            let msg = format!("internal error: step {} has no stream chain", step.step);
+            self.reply_error(identity, request, Status::DaemonFailed, &msg);
+            return;
+        };
+        let header = ReplyHeader {
+            chain: Some(ReplyChain {
+                step_start: chain.step_start,
+                rows_start: *rows_start,
+                rows_end: *rows_end,
+                step_end: chain.step_end,
+            }),
+            ..self.header(request, Status::Ok, num_steps.unwrap_or(u64::MAX))
+        };
         self.metrics.count_reply("ok");
         let _ = self.router.send_multipart(
             [
@@ -301,7 +321,9 @@ impl Server {
         status: Status,
         message: &str,
     ) {
+        // Answered in the oldest version: every client can read it.
         let request = Request {
+            version: OLDEST_VERSION,
             kind: dsprep_client::protocol::RequestKind::Batch,
             request_id,
             rank: 0,

@@ -7,6 +7,7 @@
 //! prefetch window is refused as `StepAhead`, never parked). A lagging rank slows the pipeline;
 //! it never grows memory.
 
+use dsprep_client::chain::{self, Hash};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -22,6 +23,51 @@ pub struct StepData {
     pub tokens: Vec<u8>,
     /// Document starts of every window.
     pub doc_starts: Vec<Vec<u32>>,
+    /// sha256 of every window's bytes, in order: what the stream chain links.
+    pub digests: Vec<Hash>,
+    /// The stream chain around the windows held (`dsprep_client::chain`).
+    pub chain: StepChain,
+}
+
+impl StepData {
+    /// An empty step `step`, for about `windows` windows.
+    pub fn new(step: u64, windows: usize) -> Self {
+        StepData {
+            step,
+            tokens: Vec::new(),
+            doc_starts: Vec::with_capacity(windows),
+            digests: Vec::with_capacity(windows),
+            chain: StepChain::default(),
+        }
+    }
+}
+
+/// The stream chain of one step as this daemon holds it: before the global step, before each
+/// window held and after the last (`marks`, one more than the windows), after the global step.
+/// A node daemon holds only its ranks' windows, a contiguous part of the step.
+#[derive(Debug, Default)]
+pub struct StepChain {
+    pub step_start: Hash,
+    pub marks: Vec<Hash>,
+    pub step_end: Hash,
+}
+
+impl StepChain {
+    /// The chain of windows `digests` from `start`, when they are the whole step.
+    pub fn linked(start: Hash, digests: &[Hash]) -> StepChain {
+        let mut marks = Vec::with_capacity(digests.len() + 1);
+        marks.push(start);
+        let mut at = start;
+        for digest in digests {
+            at = chain::link(&at, digest);
+            marks.push(at);
+        }
+        StepChain {
+            step_start: start,
+            marks,
+            step_end: at,
+        }
+    }
 }
 
 /// What a rank's request for a step finds.
@@ -175,6 +221,10 @@ impl StepStore {
         self.lock().failed = Some(message);
     }
 
+    pub fn is_shut_down(&self) -> bool {
+        self.lock().shutdown
+    }
+
     pub fn shutdown(&self) {
         self.lock().shutdown = true;
         self.room.notify_all();
@@ -263,9 +313,8 @@ mod tests {
 
     fn step(i: u64) -> StepData {
         StepData {
-            step: i,
             tokens: vec![i as u8],
-            doc_starts: vec![],
+            ..StepData::new(i, 0)
         }
     }
 

@@ -1,4 +1,5 @@
-"""Python trainer client of dsprep: `Client` speaks wire protocol v1 to `dsprep serve` (one rank),
+"""Python trainer client of dsprep: `Client` speaks wire protocol v2 to `dsprep serve` (one rank,
+checking the stream chain of every step),
 `PackedDataset` reads a `dsprep pack` directory with the same batch API, and
 `DsprepIterableDataset` wraps either for torch (imported lazily: torch is optional).
 """
@@ -8,6 +9,7 @@ from typing import Any
 from .batch import Batch
 from .client import Client
 from .errors import (
+    ChainMismatch,
     ConfigError,
     DaemonFailed,
     DaemonGone,
@@ -26,6 +28,7 @@ from .packed import PackedDataset, PackedFormatError
 
 __all__ = [
     "Batch",
+    "ChainMismatch",
     "Client",
     "ConfigError",
     "DaemonFailed",

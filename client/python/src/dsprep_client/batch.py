@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -31,6 +31,9 @@ class Batch:
     #: Steps every rank gets in total, once the end of the data is known.
     num_steps: Optional[int] = None
     recipe_hash: str = ""
+    #: Served batches (protocol v2): the stream chain around these rows and their step
+    #: (`protocol.ReplyChain`), which the client has checked.
+    chain: Optional[Any] = field(default=None, repr=False)
 
     @property
     def micro_batch(self) -> int:

@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import zmq
 
 from .batch import Batch
-from .errors import ConfigError, DaemonGone, StepAhead
+from . import chain
+from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, StepAhead
 from .parallel import data_parallel, parallel_from_env
 from .protocol import UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
 
@@ -94,6 +95,9 @@ class Client:
         self.seq_len: Optional[int] = None
         self.num_steps: Optional[int] = None
         self.served_recipe_hash: Optional[str] = None
+        #: (step, chain): the stream chain before `step`, once a step was received; saved by
+        #: `state_dict` and checked again after `load_state_dict`.
+        self.stream_chain: Optional[Tuple[int, bytes]] = None
         self._next_request_id = 1
         # The process-wide context: it outlives every client, so garbage collection never has to
         # terminate a context whose sockets are still open (that blocks forever).
@@ -132,19 +136,53 @@ class Client:
                 time.sleep(AHEAD_RETRY_S)
                 continue
             if batch is not None:
+                self._check_chain(batch)
                 self.next_step = step + 1
                 self.micro_batch, self.seq_len = batch.micro_batch, batch.seq_len
                 self.served_recipe_hash = batch.recipe_hash
             return batch
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"next_step": self.next_step, "recipe_hash": self.recipe_hash}
+        state: Dict[str, Any] = {"next_step": self.next_step, "recipe_hash": self.recipe_hash}
+        if self.stream_chain is not None:
+            state["stream_chain"] = [self.stream_chain[0], self.stream_chain[1].hex()]
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from the saved step; a saved recipe hash must match the daemon's from now on."""
+        """Continue from the saved step; a saved recipe hash must match the daemon's from now on,
+        and a saved stream chain must be where the daemon's stream stands (else `ChainMismatch`)."""
         self.next_step = int(state["next_step"])
         if state.get("recipe_hash"):
             self._expected_hash = parse_recipe_hash(state["recipe_hash"])
+        saved = state.get("stream_chain")
+        if saved:
+            step, value = int(saved[0]), bytes.fromhex(saved[1])
+            if len(value) != 32:
+                raise ConfigError(f"stream_chain {saved!r} is not a step and 64 hex digits")
+            self.stream_chain = (step, value)
+
+    def _check_chain(self, batch: Batch) -> None:
+        """The rows hash to the chain the reply states, and the step starts where this trainer's
+        stream stands (the previous step, or the saved state)."""
+        c = batch.chain
+        if c is None:
+            raise ProtocolError("an ok v2 reply without its chain")
+        rows_end = chain.extend(c.rows_start, (row.tobytes() for row in batch.tokens))
+        step_first = batch.step * batch.world_size * batch.micro_batch
+        last_rank = batch.rank + 1 == batch.world_size
+        if rows_end != c.rows_end or (batch.first_window == step_first and c.rows_start != c.step_start) or (last_rank and c.rows_end != c.step_end):
+            raise ChainMismatch(
+                f"rank {batch.rank}'s rows at step {batch.step} do not hash to the chain the daemon states "
+                f"({c.rows_end.hex()} from {c.rows_start.hex()}, the rows give {rows_end.hex()}): "
+                "the bytes changed between the daemon and this rank"
+            )
+        if self.stream_chain is not None and self.stream_chain[0] == batch.step and self.stream_chain[1] != c.step_start:
+            raise ChainMismatch(
+                f"the stream this trainer consumed stands at {self.stream_chain[1].hex()} before step {batch.step}, "
+                f"the daemon's step {batch.step} starts from {c.step_start.hex()}: the daemon is not continuing the same "
+                "stream (other inputs, another --state-dir, or a resume that went wrong); nothing from it was used"
+            )
+        self.stream_chain = (batch.step + 1, c.step_end)
 
     def close(self) -> None:
         self._socket.close(linger=0)

@@ -1,5 +1,6 @@
-"""Exceptions of the dsprep client: one class per reply status of wire protocol v1 (PROTOCOL.md),
-plus the client-side failures (nothing answers, a reply that breaks the protocol, bad settings).
+"""Exceptions of the dsprep client: one class per reply status of the wire protocol (PROTOCOL.md),
+plus the client-side failures (nothing answers, a reply that breaks the protocol, a stream chain
+that does not continue, bad settings).
 
 Every exception raised by this package derives from ``DsprepError``. A status error carries the
 daemon's message (``.message``), the status code (``.status``) and the reply header (``.header``).
@@ -33,8 +34,13 @@ class DaemonGone(DsprepError):
         )
 
 
+class ChainMismatch(DsprepError):
+    """The stream chain does not continue: the daemon is not serving the stream this trainer
+    consumed (other inputs, another state dir, a resume gone wrong), or the bytes changed on the way."""
+
+
 class ProtocolError(DsprepError):
-    """A reply that breaks wire protocol v1 (bad length, magic, frame count, document index)."""
+    """A reply that breaks the wire protocol (bad length, magic, frame count, document index)."""
 
 
 class StatusError(DsprepError):

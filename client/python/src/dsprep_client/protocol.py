@@ -1,9 +1,11 @@
-"""Wire protocol v1 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+"""Wire protocol v2 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
 describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
 
-A request is one 64-byte frame. A reply is a 96-byte header, then the token frame and the
-document-boundary frame (ok), nothing (end of data) or one UTF-8 message (an error status, raised
-as its exception class). Token and boundary frames become numpy views without a copy.
+A request is one 64-byte frame. A reply is a header (224 bytes in v2: v1's 96, then the stream
+chain around the rank's rows and the step; a reply speaks the request's version), then the token
+frame and the document-boundary frame (ok), nothing (end of data) or one UTF-8 message (an error
+status, raised as its exception class). Token and boundary frames become numpy views without a
+copy.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import numpy as np
 from .batch import Batch
 from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
 
-PROTOCOL_VERSION = 1
+#: The version this client sends.
+PROTOCOL_VERSION = 2
+#: The oldest version the daemon answers.
+OLDEST_VERSION = 1
 REQUEST_MAGIC = b"DSPQ"
 REPLY_MAGIC = b"DSPR"
 REQUEST_LEN = 64
-REPLY_HEADER_LEN = 96
+REPLY_HEADER_V1_LEN = 96
+REPLY_HEADER_LEN = REPLY_HEADER_V1_LEN + 4 * 32
 KIND_BATCH = 1
 STATUS_OK = 0
 STATUS_END_OF_DATA = 1
@@ -29,7 +35,18 @@ UNKNOWN_STEPS = 2**64 - 1
 
 _REQUEST = struct.Struct("<4sHHQIIQ32s")
 _HEADER = struct.Struct("<4sHHQQIIIIB7s32sQQ")
-assert _REQUEST.size == REQUEST_LEN and _HEADER.size == REPLY_HEADER_LEN
+_CHAIN = struct.Struct("<32s32s32s32s")
+assert _REQUEST.size == REQUEST_LEN and _HEADER.size == REPLY_HEADER_V1_LEN
+assert _HEADER.size + _CHAIN.size == REPLY_HEADER_LEN
+
+
+class ReplyChain(NamedTuple):
+    """The stream chain around an ok v2 reply's rows (PROTOCOL.md, "Reply")."""
+
+    step_start: bytes
+    rows_start: bytes
+    rows_end: bytes
+    step_end: bytes
 
 
 class ReplyHeader(NamedTuple):
@@ -46,17 +63,22 @@ class ReplyHeader(NamedTuple):
     recipe_hash: bytes
     num_steps: int
     first_window: int
+    version: int = PROTOCOL_VERSION
+    #: Version 2 ok replies: the stream chain around the rows and the step.
+    chain: Optional[ReplyChain] = None
 
     def payload_bytes(self) -> int:
         return self.micro_batch * self.window_tokens * self.dtype_bytes
 
 
-def encode_request(request_id: int, rank: int, world_size: int, step: int, recipe_hash: Optional[bytes] = None) -> bytes:
+def encode_request(
+    request_id: int, rank: int, world_size: int, step: int, recipe_hash: Optional[bytes] = None, version: int = PROTOCOL_VERSION
+) -> bytes:
     """One batch request; `recipe_hash` (32 bytes) or None to accept the daemon's recipe."""
     expected = recipe_hash if recipe_hash is not None else bytes(32)
     if len(expected) != 32:
         raise ValueError(f"a recipe hash is 32 bytes, got {len(expected)}")
-    return _REQUEST.pack(REQUEST_MAGIC, PROTOCOL_VERSION, KIND_BATCH, request_id, rank, world_size, step, expected)
+    return _REQUEST.pack(REQUEST_MAGIC, version, KIND_BATCH, request_id, rank, world_size, step, expected)
 
 
 def frame_view(frame: Any) -> memoryview:
@@ -67,19 +89,27 @@ def frame_view(frame: Any) -> memoryview:
 
 def decode_header(frame: Any) -> ReplyHeader:
     view = frame_view(frame)
-    if len(view) != REPLY_HEADER_LEN:
+    if len(view) < REPLY_HEADER_V1_LEN:
         raise ProtocolError(f"reply header is {len(view)} bytes, expected {REPLY_HEADER_LEN}")
     magic, version, status, *rest = _HEADER.unpack_from(view)
     if magic != REPLY_MAGIC:
         raise ProtocolError(f"bad magic bytes {magic!r} in the reply header")
-    if version != PROTOCOL_VERSION:
-        raise UnsupportedVersion(f"the daemon replied in protocol version {version}; this client speaks version {PROTOCOL_VERSION}")
+    if not OLDEST_VERSION <= version <= PROTOCOL_VERSION:
+        raise UnsupportedVersion(
+            f"the daemon replied in protocol version {version}; this client speaks versions {OLDEST_VERSION} to {PROTOCOL_VERSION}"
+        )
+    expected = REPLY_HEADER_V1_LEN if version == 1 else REPLY_HEADER_LEN
+    if len(view) != expected:
+        raise ProtocolError(f"a version {version} reply header is {expected} bytes, got {len(view)}")
     request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, _reserved, recipe_hash, num_steps, first_window = rest
     if status not in (STATUS_OK, STATUS_END_OF_DATA) and status not in STATUS_ERRORS:
         raise ProtocolError(f"unknown reply status {status}")
     if status == STATUS_OK and dtype_bytes not in (2, 4):
         raise ProtocolError(f"dtype of {dtype_bytes} bytes per token is not 2 or 4")
-    return ReplyHeader(status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window)
+    chain = ReplyChain(*_CHAIN.unpack_from(view, REPLY_HEADER_V1_LEN)) if version >= 2 and status == STATUS_OK else None
+    return ReplyHeader(
+        status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window, version, chain
+    )
 
 
 def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) -> Optional[Batch]:
@@ -109,6 +139,7 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
         doc_starts=doc_starts,
         num_steps=num_steps,
         recipe_hash=header.recipe_hash.hex(),
+        chain=header.chain,
     )
 
 

@@ -84,5 +84,7 @@ class DsprepIterableDataset(IterableDataset):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from the saved step; a different recipe is refused (`RecipeMismatch`)."""
         self._state = {"next_step": int(state["next_step"]), "recipe_hash": state.get("recipe_hash")}
+        if state.get("stream_chain"):
+            self._state["stream_chain"] = state["stream_chain"]
         if self._source is not None:
             self._source.load_state_dict(self._state)

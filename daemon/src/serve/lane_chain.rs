@@ -1,0 +1,295 @@
+//! The stream chain (`dsprep_client::chain`) of a laned stream, linked by every node daemon
+//! though each holds only its own ranks' windows: the nodes exchange window digests through the
+//! shared state directory, as they exchange lane progress (`progress.rs`).
+//!
+//! In `lanes-<stream id>/`:
+//! - `digests-NNNNN.bin`, per lane: the sha256 of each of the lane's windows, in the lane's order,
+//!   32 bytes each, written by the node that runs the lane as it assembles them.
+//! - `chain.bin`: the stream chain before each global block, 32 bytes per block, written by
+//!   every node (they are the same bytes): where a restarted node picks the chain up.
+//!
+//! Both hold facts about the deterministic stream. An entry already there (left by an earlier
+//! run, or by another node) is compared, never overwritten: a difference stops the daemon with a
+//! message naming the file and the window, because the stream is no longer the one served
+//! before. All-zero bytes (a hole in a file) mean "not written yet".
+//!
+//! Linking step `s` needs every window digest of the step: a node waits (re-reading at most
+//! every [`READ_EVERY`]) until the other nodes have assembled their parts, as their ranks must
+//! anyway for a synchronous training step.
+
+use super::progress::{Gate, LaneProgress, READ_EVERY};
+use super::store::{StepChain, StepData, StepStore};
+use crate::driver::lanes::Stopped;
+use anyhow::{Context, anyhow, bail};
+use dsprep_client::chain::{self, Hash};
+use dsprep_mixers::lanes::{NodeSlice, block_lane};
+use dsprep_mixers::recipe::LanesSpec;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a node waits on another node's digests before saying so in the log (it keeps
+/// waiting: that node may be restarting).
+const WAIT_LOG_AFTER: Duration = Duration::from_secs(10);
+
+pub struct LaneChain {
+    spec: LanesSpec,
+    slice: NodeSlice,
+    /// The stream's folder on the state directory; `None` for a lone daemon without one (every
+    /// window is then its own, and nothing is written).
+    dir: Option<PathBuf>,
+    progress: Option<Arc<LaneProgress>>,
+    digests: BTreeMap<u32, File>,
+    chain_file: Option<File>,
+    /// The chain before this global block, once known.
+    at: Option<(u64, Hash)>,
+}
+
+/// What linking a step found.
+pub enum Linked {
+    Yes,
+    /// The stream ends before this step (another node's lane ran out): it is never served.
+    BeyondEnd,
+}
+
+impl LaneChain {
+    pub fn new(
+        spec: LanesSpec,
+        slice: NodeSlice,
+        dir: Option<PathBuf>,
+        progress: Option<Arc<LaneProgress>>,
+    ) -> Self {
+        LaneChain {
+            spec,
+            slice,
+            dir,
+            progress,
+            digests: BTreeMap::new(),
+            chain_file: None,
+            at: None,
+        }
+    }
+
+    /// Fill `step.chain` from its own digests (`step.digests`, this node's part of the step) and
+    /// the other nodes' (from their files), after writing its own for them.
+    pub fn link_step(&mut self, step: &mut StepData, store: &StepStore) -> anyhow::Result<Linked> {
+        let g = self.slice.global_batch;
+        let part = self.slice.windows_per_step();
+        let first = step.step * g;
+        let own_from = first + u64::from(self.slice.node) * part;
+        for (i, digest) in step.digests.iter().enumerate() {
+            self.put_digest(own_from + i as u64, digest)?;
+        }
+        let k = self.slice.block_windows;
+        let mut at = match self.chain_before(first / k, store)? {
+            Some(at) => at,
+            None => return Ok(Linked::BeyondEnd),
+        };
+        let mut marks = Vec::with_capacity(part as usize + 1);
+        let step_start = at;
+        for w in first..first + g {
+            if w == own_from {
+                marks.push(at);
+            }
+            if w > first && w % k == 0 {
+                self.put_chain(w / k, &at)?;
+            }
+            let digest = match w.checked_sub(own_from) {
+                Some(i) if i < part => step.digests[i as usize],
+                _ => match self.wait_digest(w, step.step, store)? {
+                    Some(d) => d,
+                    None => return Ok(Linked::BeyondEnd),
+                },
+            };
+            at = chain::link(&at, &digest);
+            if w + 1 == own_from + part {
+                marks.push(at);
+            }
+        }
+        self.put_chain((first + g) / k, &at)?;
+        self.at = Some(((first + g) / k, at));
+        step.chain = StepChain {
+            step_start,
+            marks,
+            step_end: at,
+        };
+        Ok(Linked::Yes)
+    }
+
+    /// The chain before global block `block`: from memory, else `chain.bin`, else linked from
+    /// the newest entry below it through the digest files. `None`: the stream ends first.
+    fn chain_before(&mut self, block: u64, store: &StepStore) -> anyhow::Result<Option<Hash>> {
+        if let Some((b, at)) = self.at
+            && b == block
+        {
+            return Ok(Some(at));
+        }
+        let mut from = block;
+        let mut at = chain::START;
+        while from > 0 {
+            if let Some(found) = self.read_chain(from)? {
+                at = found;
+                break;
+            }
+            from -= 1;
+        }
+        let k = self.slice.block_windows;
+        for w in from * k..block * k {
+            let step = w / self.slice.global_batch;
+            match self.wait_digest(w, step, store)? {
+                Some(digest) => at = chain::link(&at, &digest),
+                None => return Ok(None),
+            }
+        }
+        if from < block {
+            tracing::info!(
+                "the stream chain before block {block} was linked from block {from}'s recorded \
+                 value and {} window digests",
+                (block - from) * k
+            );
+        }
+        Ok(Some(at))
+    }
+
+    /// Window `w`'s digest from its lane's file, waiting for its node to write it. `None` when
+    /// the stream is known to end before `step`, or the daemon is stopping.
+    fn wait_digest(
+        &mut self,
+        w: u64,
+        step: u64,
+        store: &StepStore,
+    ) -> anyhow::Result<Option<Hash>> {
+        let (lane, index) = self.lane_window(w);
+        let began = Instant::now();
+        let mut said = false;
+        loop {
+            if let Some(digest) = self.read_entry(Some(lane), index)? {
+                return Ok(Some(digest));
+            }
+            if store.is_shut_down() {
+                return Err(anyhow!(Stopped));
+            }
+            if let Some(p) = &self.progress
+                && let Gate::End(num_steps) = p.gate(step, self.slice.global_batch)
+                && step >= num_steps
+            {
+                return Ok(None);
+            }
+            if self.dir.is_none() {
+                bail!("internal error: window {w} is another node's, and there is no state dir");
+            }
+            if !said && began.elapsed() > WAIT_LOG_AFTER {
+                said = true;
+                tracing::warn!(
+                    "step {step}: waiting for lane {lane}'s window digests from the node that \
+                     runs it (is it running?)"
+                );
+            }
+            std::thread::sleep(READ_EVERY);
+        }
+    }
+
+    /// (lane, index among the lane's windows) of global window `w`.
+    fn lane_window(&self, w: u64) -> (u32, u64) {
+        let k = self.slice.block_windows;
+        let (lane, lane_block) = block_lane(&self.spec, w / k);
+        (lane, lane_block * k + w % k)
+    }
+
+    fn put_digest(&mut self, w: u64, digest: &Hash) -> anyhow::Result<()> {
+        let (lane, index) = self.lane_window(w);
+        self.put_entry(Some(lane), index, digest, || {
+            format!("window {w} of the stream (window {index} of lane {lane})")
+        })
+    }
+
+    fn put_chain(&mut self, block: u64, at: &Hash) -> anyhow::Result<()> {
+        self.put_entry(None, block, at, || {
+            format!("the stream chain before block {block}")
+        })
+    }
+
+    fn read_chain(&mut self, block: u64) -> anyhow::Result<Option<Hash>> {
+        self.read_entry(None, block)
+    }
+
+    /// The file of `lane`'s digests, or `chain.bin` (`None`), opened once.
+    fn file(&mut self, lane: Option<u32>) -> anyhow::Result<Option<(&File, PathBuf)>> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        let path = match lane {
+            Some(lane) => dir.join(format!("digests-{lane:05}.bin")),
+            None => dir.join("chain.bin"),
+        };
+        let slot = match lane {
+            Some(lane) => self.digests.entry(lane),
+            None => {
+                if self.chain_file.is_none() {
+                    self.chain_file = Some(open(&path)?);
+                }
+                return Ok(self.chain_file.as_ref().map(|f| (f, path)));
+            }
+        };
+        let file = match slot {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(open(&path)?),
+        };
+        Ok(Some((file, path)))
+    }
+
+    fn read_entry(&mut self, lane: Option<u32>, index: u64) -> anyhow::Result<Option<Hash>> {
+        let Some((file, path)) = self.file(lane)? else {
+            return Ok(None);
+        };
+        let mut entry = [0u8; 32];
+        match file.read_exact_at(&mut entry, index * 32) {
+            Ok(()) if entry != [0; 32] => Ok(Some(entry)),
+            Ok(()) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// Write an entry, or check the one already there.
+    fn put_entry(
+        &mut self,
+        lane: Option<u32>,
+        index: u64,
+        value: &Hash,
+        what: impl Fn() -> String,
+    ) -> anyhow::Result<()> {
+        let existing = self.read_entry(lane, index)?;
+        let Some((file, path)) = self.file(lane)? else {
+            return Ok(());
+        };
+        match existing {
+            Some(found) if found == *value => Ok(()),
+            Some(found) => bail!(
+                "{}: {} is {} in this run, but the file holds {} from an earlier one: this is \
+                 not the stream served before under this state directory (did its inputs \
+                 change?); nothing more is served",
+                path.display(),
+                what(),
+                chain::to_hex(value),
+                chain::to_hex(&found)
+            ),
+            None => file
+                .write_all_at(value, index * 32)
+                .with_context(|| format!("cannot write {}", path.display())),
+        }
+    }
+}
+
+fn open(path: &std::path::Path) -> anyhow::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))
+}
