@@ -9,7 +9,7 @@ mod support;
 use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::daemon::{Daemon, headers, tap};
+use support::daemon::{Daemon, assert_tap_chains, chain_marks, headers, tap, tap_with};
 use support::{dir_bytes, dsprep, dsprep_fails, dsprep_ok, repo_root};
 
 fn multinode() -> PathBuf {
@@ -197,6 +197,13 @@ fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
     let whole = packed(tmp.path());
     let (world, mb) = (8u32, 2u32);
     let num_steps = whole.num_windows() / u64::from(world * mb);
+    let marks = chain_marks(&whole, whole.num_windows());
+    let recorded = whole.manifest().chain.last().unwrap();
+    assert_eq!(
+        (recorded.windows, &recorded.chain),
+        (whole.num_windows(), &marks[whole.num_windows() as usize]),
+        "the manifest records the chain after the last window"
+    );
     for nodes in [1u32, 2, 4] {
         let dir = tmp.path().join(format!("n{nodes}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -208,8 +215,13 @@ fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
             &["--metrics", "127.0.0.1:0", "--threads", "1"],
         );
         let nodes_of: Vec<&Daemon> = daemons.iter().collect();
-        let outs = tap_all(&dir, &nodes_of, world, 0, num_steps + 3, "rank");
+        let outs = tap_all(&dir, &nodes_of, world, 0, num_steps + 3, "rank", &[]);
         for (rank, out) in (0..world).zip(outs) {
+            assert_eq!(
+                assert_tap_chains(&out, &marks),
+                num_steps as usize,
+                "{nodes} nodes, rank {rank}: every step carries the packed stream's chain"
+            );
             let got = std::fs::read(&out).unwrap();
             let want =
                 expected_rank_bytes(&whole, u64::from(world), u64::from(mb), u64::from(rank));
@@ -290,7 +302,15 @@ fn slurm_environment_places_node_daemons_and_a_rank_on_the_wrong_node_is_told_wh
             .contains("node 1 of 2 (from SLURM_NODEID/SLURM_NNODES)")
     );
     let steps = 20;
-    let outs = tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 4, 0, steps, "r");
+    let outs = tap_all(
+        tmp.path(),
+        &[&daemons[0], &daemons[1]],
+        4,
+        0,
+        steps,
+        "r",
+        &[],
+    );
     for (rank, out) in (0..4u32).zip(outs) {
         let want = expected_rank_bytes(&whole, 4, 1, u64::from(rank));
         let got = std::fs::read(&out).unwrap();
@@ -506,13 +526,14 @@ fn tap_all(
     start: u64,
     steps: u64,
     tag: &str,
+    extra: &[&str],
 ) -> Vec<PathBuf> {
     let per_node = world / daemons.len() as u32;
     let taps: Vec<_> = (0..world)
         .map(|rank| {
             let out = dir.join(format!("{tag}-r{rank}.bin"));
             let node = daemons[(rank / per_node) as usize];
-            let child = tap(&node.endpoint, rank, world, start, steps, &out);
+            let child = tap_with(&node.endpoint, rank, world, start, steps, &out, extra);
             (rank, out, child)
         })
         .collect();
@@ -529,17 +550,23 @@ fn tap_all(
         .collect()
 }
 
-/// [`tap_all`]'s outputs, read.
+/// [`tap_all`]'s outputs for world 4, read, after checking every step's chain against `marks`.
 fn tap_all_bytes(
     dir: &Path,
     daemons: &[&Daemon],
     start: u64,
     steps: u64,
     tag: &str,
+    marks: &[String],
 ) -> Vec<Vec<u8>> {
-    tap_all(dir, daemons, 4, start, steps, tag)
+    // Like a resumed trainer, each tap holds the daemons to the chain before its first step.
+    let expect = ["--expect-chain", &marks[start as usize * 4]];
+    tap_all(dir, daemons, 4, start, steps, tag, &expect)
         .into_iter()
-        .map(|out| std::fs::read(out).unwrap())
+        .map(|out| {
+            assert_eq!(assert_tap_chains(&out, marks), steps as usize, "{tag}");
+            std::fs::read(out).unwrap()
+        })
         .collect()
 }
 
@@ -554,9 +581,10 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         .map(|r| expected_rank_bytes(&whole, 4, 1, r))
         .collect();
     let row = 513 * 2;
+    let marks = chain_marks(&whole, 120 * 4);
     let every = ["--metrics", "off", "--checkpoint-every", "3"];
     let mut daemons = start_nodes(tmp.path(), 2, 4, 1, &every);
-    let first = tap_all_bytes(tmp.path(), &[&daemons[0], &daemons[1]], 0, 60, "a");
+    let first = tap_all_bytes(tmp.path(), &[&daemons[0], &daemons[1]], 0, 60, "a", &marks);
     daemons[1].child.kill().unwrap();
     daemons[1].child.wait().unwrap();
     let resume = [
@@ -568,7 +596,7 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         "3",
     ];
     let node1 = start_node(tmp.path(), 1, 2, 4, 1, &resume).unwrap();
-    let second = tap_all_bytes(tmp.path(), &[&daemons[0], &node1], 60, 40, "b");
+    let second = tap_all_bytes(tmp.path(), &[&daemons[0], &node1], 60, 40, "b", &marks);
     // Node 1 runs the odd lanes (2 blocks per step of 4 windows, 2 nodes); those that had
     // written a checkpoint by the kill continue from it, the others recompute from their start.
     let log = node1.log_text();
@@ -583,7 +611,24 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
     daemons[0].terminate();
     drop(daemons);
     let one = start_node(tmp.path(), 0, 1, 4, 1, &resume).unwrap();
-    let third = tap_all_bytes(tmp.path(), &[&one], 100, 20, "c");
+    let third = tap_all_bytes(tmp.path(), &[&one], 100, 20, "c", &marks);
+    // A trainer whose stream stood elsewhere before step 119 is refused, loudly.
+    let out = tmp.path().join("wrong.bin");
+    let wrong = ["--expect-chain", &marks[118 * 4]];
+    let result = tap_with(&one.endpoint, 0, 4, 119, 1, &out, &wrong)
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let message = format!(
+        "stream chain: the stream this trainer consumed stands at {} before step 119, the \
+         daemon's step 119 starts from {}: the daemon is not continuing the same stream",
+        marks[118 * 4],
+        marks[119 * 4]
+    );
+    assert!(
+        !result.status.success() && stderr.contains(&message),
+        "{stderr}"
+    );
     // One node runs all 8 lanes, from the checkpoints the two nodes left.
     let log = one.log_text();
     assert!(log.contains("the first request is for step 100"), "{log}");

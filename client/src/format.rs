@@ -1,4 +1,5 @@
-//! The packed-output format, version 1 (documented for users in FORMAT.md).
+//! The packed-output format, version 2 (documented for users in FORMAT.md); version 1, which
+//! lacks the stream chain, is still read.
 //!
 //! A packed directory holds:
 //! - `tokens-NNNNN.bin`: little-endian token ids (`u16` when every id fits, else `u32`), nothing
@@ -14,7 +15,10 @@
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT_NAME: &str = "dsprep-packed";
-pub const FORMAT_VERSION: u32 = 1;
+/// The version `dsprep pack` writes: 2 adds the stream chain (`Manifest::chain`).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version readers still read.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const DOC_STARTS_FILE: &str = "doc_starts.u32";
 pub const DOC_STARTS_OFFSETS_FILE: &str = "doc_starts_offsets.u64";
@@ -76,6 +80,17 @@ pub struct Manifest {
     pub inputs: Vec<InputFile>,
     /// Per source, in recipe order.
     pub sources: Vec<SourceStats>,
+    /// The stream chain (`crate::chain`) after every closed token shard and after the last
+    /// window: what a served step's chain must equal at the same window. Empty in version 1.
+    #[serde(default)]
+    pub chain: Vec<ChainMark>,
+}
+
+/// The stream chain after the first `windows` windows, in hex.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChainMark {
+    pub windows: u64,
+    pub chain: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -19,7 +19,8 @@ pub enum ReadError {
     #[error("{path}: not a dsprep manifest: {message}")]
     Manifest { path: PathBuf, message: String },
     #[error(
-        "{path}: format version {found} is not supported (this reader reads version {})",
+        "{path}: format version {found} is not supported (this reader reads versions {} to {})",
+        format::OLDEST_FORMAT_VERSION,
         format::FORMAT_VERSION
     )]
     Version { path: PathBuf, found: u32 },
@@ -257,7 +258,7 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, ReadError> {
         .get("format_version")
         .and_then(|v| v.as_u64())
         .unwrap_or(0) as u32;
-    if found != format::FORMAT_VERSION {
+    if !(format::OLDEST_FORMAT_VERSION..=format::FORMAT_VERSION).contains(&found) {
         return Err(ReadError::Version { path, found });
     }
     serde_json::from_value(value).map_err(|e| ReadError::Manifest {

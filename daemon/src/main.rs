@@ -148,6 +148,10 @@ enum Command {
         /// torchtitan, NxD) or "tp-cp-pp-dp".
         #[arg(long, default_value = "tp-cp-dp-pp")]
         rank_order: String,
+        /// The stream chain before --start-step (hex, from an earlier tap's `step_end`): the
+        /// daemon's stream must continue it, as a resumed trainer checks.
+        #[arg(long)]
+        expect_chain: Option<String>,
     },
     /// Show what a recipe would read: Hub revisions resolved, shards and sizes listed, nothing
     /// downloaded.
@@ -309,6 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             context_parallel,
             pipeline_parallel,
             rank_order,
+            expect_chain,
         } => {
             let parallel = dsprep_client::Parallelism {
                 tensor: tensor_parallel,
@@ -327,6 +332,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 recipe_hash,
                 timeout: Duration::from_secs(timeout_s),
                 parallel,
+                expect_chain,
             };
             let written = dsprep::tap::tap(&options)?;
             println!(

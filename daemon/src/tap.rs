@@ -1,8 +1,11 @@
 //! `dsprep tap`: a command-line trainer stand-in. Connects as one rank, pulls steps in order and
 //! writes each step's raw token bytes to `--out` (nothing else) and one JSON line per step with
-//! its header to `<out>.jsonl`. For debugging and tests.
+//! its header and stream chain to `<out>.jsonl`. Like a resumed trainer, it can be given the
+//! chain before its first step (`--expect-chain`), which the daemon's stream must continue.
+//! For debugging and tests.
 
 use anyhow::Context;
+use dsprep_client::chain;
 use dsprep_client::{Client, ClientConfig, Parallelism};
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,6 +22,8 @@ pub struct TapOptions {
     pub timeout: Duration,
     /// Model parallelism: the tap asks for its data-parallel rank's batches.
     pub parallel: Parallelism,
+    /// The stream chain before `start_step` (hex), as a resumed trainer saved it.
+    pub expect_chain: Option<String>,
 }
 
 /// Returns the number of steps written (fewer than asked when the data ends).
@@ -33,6 +38,11 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         parallel: options.parallel,
     };
     let mut client = Client::with_config(config)?;
+    if let Some(text) = &options.expect_chain {
+        let value = chain::from_hex(text)
+            .with_context(|| format!("--expect-chain {text:?} is not 64 hex digits"))?;
+        client.expect_chain(options.start_step, value);
+    }
     let create = |path: &PathBuf| {
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))
     };
@@ -52,10 +62,16 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         tokens.write_all(batch.tokens().as_bytes())?;
         let h = &batch.header;
         let doc_starts: Vec<&[u32]> = (0..batch.rows()).map(|i| batch.doc_starts(i)).collect();
+        let chain = h.chain.map(|c| {
+            serde_json::json!({
+                "step_start": chain::to_hex(&c.step_start), "rows_start": chain::to_hex(&c.rows_start),
+                "rows_end": chain::to_hex(&c.rows_end), "step_end": chain::to_hex(&c.step_end),
+            })
+        });
         let line = serde_json::json!({
             "step": h.step, "rank": h.rank, "world_size": h.world_size, "micro_batch": h.micro_batch,
             "window_tokens": h.window_tokens, "dtype_bytes": h.dtype_bytes, "recipe_hash": hex::encode(h.recipe_hash),
-            "first_window": h.first_window, "doc_starts": doc_starts,
+            "first_window": h.first_window, "doc_starts": doc_starts, "chain": chain,
         });
         writeln!(headers, "{line}")?;
         // Flushed per step: a tap killed mid-run leaves every completed step on disk.

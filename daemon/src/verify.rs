@@ -1,11 +1,13 @@
 //! `dsprep verify DIR`: checks a packed directory end to end — every file's size and sha256
-//! against the manifest, the document index's structure, and that every token id is below the
-//! vocabulary size. Reports the first problem with the file it is in.
+//! against the manifest, the document index's structure, that every token id is below the
+//! vocabulary size, and the stream chain the manifest records (format 2). Reports the first
+//! problem with the file it is in.
 
 use crate::files::sha256_file;
 use anyhow::{Context, bail, ensure};
 use dsprep_client::PackedDataset;
-use dsprep_client::format::OutputFile;
+use dsprep_client::chain;
+use dsprep_client::format::{self, OutputFile};
 use std::path::Path;
 
 pub struct VerifyReport {
@@ -48,9 +50,30 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         m.tokenizer.sha256
     );
 
+    if m.format_version >= 2 {
+        ensure!(
+            m.chain.last().map(|c| c.windows) == Some(m.num_windows)
+                && m.chain.windows(2).all(|p| p[0].windows < p[1].windows),
+            "{}: the stream chain's marks must increase and end at window {}",
+            dir.join(format::MANIFEST_FILE).display(),
+            m.num_windows
+        );
+    }
+    let mut marks = m.chain.iter().peekable();
+    let mut at = chain::START;
     let mut total_starts = 0u64;
     for index in 0..dataset.num_windows() {
         let window = dataset.window(index)?;
+        at = chain::link(&at, &chain::window_digest(window.tokens.as_bytes()));
+        if let Some(mark) = marks.next_if(|mark| mark.windows == index + 1) {
+            ensure!(
+                mark.chain == chain::to_hex(&at),
+                "window {index}: the stream chain after it is {}, the manifest says {} (the \
+                 windows are not the ones packed)",
+                chain::to_hex(&at),
+                mark.chain
+            );
+        }
         ensure!(
             window.tokens.len() == m.window_tokens as usize,
             "window {index}: has {} tokens, expected {}",

@@ -174,6 +174,19 @@ pub fn tap(
     steps: u64,
     out: &Path,
 ) -> Child {
+    tap_with(endpoint, rank, world_size, start_step, steps, out, &[])
+}
+
+/// [`tap`] with more arguments (`--expect-chain HEX`, …).
+pub fn tap_with(
+    endpoint: &str,
+    rank: u32,
+    world_size: u32,
+    start_step: u64,
+    steps: u64,
+    out: &Path,
+    extra: &[&str],
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_dsprep"))
         .args([
             "tap",
@@ -193,6 +206,7 @@ pub fn tap(
             out.to_str().unwrap(),
         ])
         .args(["--timeout-s", "10"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -206,4 +220,56 @@ pub fn headers(out: &Path) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The stream chain before each window boundary `0..=windows` of a packed output, in hex,
+/// computed here with sha2 from the packed bytes (FORMAT.md "Stream chain"): the reference a
+/// served step's chain is held to.
+pub fn chain_marks(packed: &dsprep_client::PackedDataset, windows: u64) -> Vec<String> {
+    use sha2::{Digest, Sha256};
+    let mut at = [0u8; 32];
+    let mut marks = vec![hex::encode(at)];
+    for w in 0..windows {
+        let window = packed.window(w).unwrap();
+        let digest = Sha256::digest(window.tokens.as_bytes());
+        at = Sha256::digest([&at[..], &digest[..]].concat()).into();
+        marks.push(hex::encode(at));
+    }
+    marks
+}
+
+/// Every step a tap wrote to `out` (its `.jsonl`) carries the chain of the packed stream at the
+/// same windows (`marks` from [`chain_marks`]); returns how many steps were checked.
+pub fn assert_tap_chains(out: &Path, marks: &[String]) -> usize {
+    let lines = headers(out);
+    let mut checked = 0;
+    for h in lines.iter().filter(|h| h.get("chain").is_some()) {
+        let at = |key: &str| h["chain"][key].as_str().unwrap().to_string();
+        let (step, world, mb) = (
+            h["step"].as_u64().unwrap(),
+            h["world_size"].as_u64().unwrap(),
+            h["micro_batch"].as_u64().unwrap(),
+        );
+        let first = h["first_window"].as_u64().unwrap() as usize;
+        let step_first = (step * world * mb) as usize;
+        let step_end = ((step + 1) * world * mb) as usize;
+        assert_eq!(
+            [
+                at("step_start"),
+                at("rows_start"),
+                at("rows_end"),
+                at("step_end")
+            ],
+            [
+                marks[step_first].clone(),
+                marks[first].clone(),
+                marks[first + mb as usize].clone(),
+                marks[step_end].clone()
+            ],
+            "{}: step {step}'s chain",
+            out.display()
+        );
+        checked += 1;
+    }
+    checked
 }

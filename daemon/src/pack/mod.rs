@@ -101,6 +101,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             num_windows: 0,
             num_doc_starts: 0,
             closed_shards: Vec::new(),
+            chain: None,
+            chain_marks: Vec::new(),
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
@@ -323,6 +325,7 @@ fn new_manifest(
         num_doc_starts: 0,
         inputs,
         sources,
+        chain: Vec::new(),
     })
 }
 

@@ -8,7 +8,8 @@
 
 use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
-use dsprep_client::format::{self, Dtype, Manifest, OutputFile};
+use dsprep_client::chain::{self, Hash};
+use dsprep_client::format::{self, ChainMark, Dtype, Manifest, OutputFile};
 use dsprep_mixers::PackedWindow;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -24,6 +25,13 @@ pub struct WriterProgress {
     pub num_doc_starts: u64,
     /// Closed token shards (the open one is cut back to the windows after them).
     pub closed_shards: Vec<OutputFile>,
+    /// The stream chain after `num_windows` (hex); absent in checkpoints of older versions,
+    /// which are then not continued.
+    #[serde(default)]
+    pub chain: Option<String>,
+    /// The chain after each closed shard.
+    #[serde(default)]
+    pub chain_marks: Vec<ChainMark>,
 }
 
 /// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
@@ -65,6 +73,9 @@ pub struct PackWriter {
     num_windows: u64,
     num_doc_starts: u64,
     bytes: Vec<u8>,
+    /// The stream chain after `num_windows`, and after each closed shard.
+    chain: Hash,
+    chain_marks: Vec<ChainMark>,
 }
 
 impl PackWriter {
@@ -103,6 +114,8 @@ impl PackWriter {
             num_windows: 0,
             num_doc_starts: 0,
             bytes: Vec::new(),
+            chain: chain::START,
+            chain_marks: Vec::new(),
         })
     }
 
@@ -133,6 +146,7 @@ impl PackWriter {
         shard
             .write_all(&self.bytes)
             .context("cannot write a token shard")?;
+        self.chain = chain::link(&self.chain, &chain::window_digest(&self.bytes));
         self.bytes.clear();
         self.bytes
             .extend(window.doc_starts.iter().flat_map(|s| s.to_le_bytes()));
@@ -158,6 +172,10 @@ impl PackWriter {
             entry.size_bytes = size_bytes;
             entry.sha256 = sha256;
             self.windows_in_shard = 0;
+            self.chain_marks.push(ChainMark {
+                windows: self.num_windows,
+                chain: chain::to_hex(&self.chain),
+            });
         }
         Ok(())
     }
@@ -183,6 +201,8 @@ impl PackWriter {
             num_windows: self.num_windows,
             num_doc_starts: self.num_doc_starts,
             closed_shards: self.shards[..self.shards.len() - open].to_vec(),
+            chain: Some(chain::to_hex(&self.chain)),
+            chain_marks: self.chain_marks.clone(),
         })
     }
 
@@ -208,6 +228,12 @@ impl PackWriter {
             );
         }
         let in_shard = progress.num_windows - full;
+        let Some(chain_at) = progress.chain.as_deref().and_then(chain::from_hex) else {
+            bail!(
+                "{}: the checkpoint does not hold the stream chain (an older dsprep wrote it)",
+                tmp.display()
+            );
+        };
         let window_bytes = window_tokens * dtype.size_bytes() as u64;
         let reopen = |file: &str, keep: u64| {
             HashingWriter::append_after(&tmp.join(file), keep)
@@ -252,6 +278,8 @@ impl PackWriter {
             num_windows: progress.num_windows,
             num_doc_starts: progress.num_doc_starts,
             bytes: Vec::new(),
+            chain: chain_at,
+            chain_marks: progress.chain_marks.clone(),
         })
     }
 
@@ -292,6 +320,17 @@ impl PackWriter {
         manifest.num_windows = self.num_windows;
         manifest.num_doc_starts = self.num_doc_starts;
         manifest.windows_per_shard = self.windows_per_shard;
+        if self
+            .chain_marks
+            .last()
+            .is_none_or(|m| m.windows != self.num_windows)
+        {
+            self.chain_marks.push(ChainMark {
+                windows: self.num_windows,
+                chain: chain::to_hex(&self.chain),
+            });
+        }
+        manifest.chain = self.chain_marks;
         let mut json =
             serde_json::to_vec_pretty(&manifest).context("cannot encode the manifest")?;
         json.push(b'\n');

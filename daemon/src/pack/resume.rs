@@ -35,6 +35,9 @@ impl PackCheckpoint {
                 self.recipe_hash, now.recipe_hash
             ));
         }
+        if self.writer.chain.is_none() {
+            return Some("an older dsprep wrote it, without the stream chain".into());
+        }
         if self.shards != now.shards {
             return Some("the sources' shard lists have changed".into());
         }

@@ -91,8 +91,8 @@ impl LaneChain {
         let mut marks = Vec::with_capacity(part as usize + 1);
         let step_start = at;
         for w in first..first + g {
-            if w == own_from {
-                marks.push(at);
+            if (own_from..own_from + part).contains(&w) {
+                marks.push(at); // before each own window
             }
             if w > first && w % k == 0 {
                 self.put_chain(w / k, &at)?;

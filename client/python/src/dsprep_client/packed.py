@@ -19,7 +19,9 @@ from .parallel import data_parallel, parallel_from_env
 from .errors import ConfigError, DsprepError, RecipeMismatch
 
 FORMAT_NAME = "dsprep-packed"
-FORMAT_VERSION = 1
+#: The version `dsprep pack` writes (2 adds the stream chain); 1 is still read.
+FORMAT_VERSION = 2
+OLDEST_FORMAT_VERSION = 1
 
 
 class PackedFormatError(DsprepError):
@@ -160,6 +162,8 @@ def read_manifest(path: Path) -> Dict[str, Any]:
         raise PackedFormatError(f"{manifest}: not a dsprep manifest: {e}") from e
     if not isinstance(value, dict) or value.get("format") != FORMAT_NAME:
         raise PackedFormatError(f"{manifest}: not a dsprep manifest: field `format` is not {FORMAT_NAME!r}")
-    if value.get("format_version") != FORMAT_VERSION:
-        raise PackedFormatError(f"{manifest}: format version {value.get('format_version')} is not supported (this reader reads version {FORMAT_VERSION})")
+    if value.get("format_version") not in range(OLDEST_FORMAT_VERSION, FORMAT_VERSION + 1):
+        raise PackedFormatError(
+            f"{manifest}: format version {value.get('format_version')} is not supported (this reader reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
+        )
     return value
