@@ -128,7 +128,7 @@ fn manifest_accounts_for_every_token_and_document() {
     assert_eq!(m.dtype, dsprep_client::Dtype::U16);
     assert_eq!(m.tokenizer.vocab_size, 50257);
     assert_eq!(m.tokenizer.eos_id, 50256);
-    assert_eq!(m.format_version, 1);
+    assert_eq!(m.format_version, 2);
     assert_eq!(
         m.recipe_hash,
         load_recipe(&quickstart()).unwrap().recipe.hash()

@@ -4,7 +4,7 @@
 
 mod support;
 
-use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
+use dsprep_client::protocol::{PROTOCOL_VERSION, ReplyHeader, Request, RequestKind, Status};
 use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset};
 use std::path::Path;
 use std::time::Duration;
@@ -212,6 +212,7 @@ impl RawRank {
 
 fn request(rank: u32, world_size: u32, step: u64) -> Request {
     Request {
+        version: PROTOCOL_VERSION,
         kind: RequestKind::Batch,
         request_id: 42,
         rank,
@@ -233,7 +234,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!((h.status, h.request_id), (Status::UnsupportedVersion, 42));
     assert_eq!(
         m,
-        "request rejected: protocol version 9 is not supported (this side speaks version 1)"
+        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 2)"
     );
 
     let (h, m) = raw.ask_frames(&[b"hello"]);
@@ -311,6 +312,17 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!(
         (h.status, h.step, h.rank, h.first_window),
         (Status::Ok, 5, 1, 11)
+    );
+    assert!(h.chain.is_some(), "a v2 reply carries the stream chain");
+    // A version 1 client is still answered, in version 1 (no chain).
+    let old = Request {
+        version: 1,
+        ..request(1, 2, 5)
+    };
+    let (h, _) = raw.ask(&old);
+    assert_eq!(
+        (h.version, h.status, h.first_window, h.chain),
+        (1, Status::Ok, 11, None)
     );
     assert_eq!(
         daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
