@@ -15,6 +15,8 @@ mod fake_routes;
 mod fixtures;
 #[path = "hub/listing.rs"]
 mod listing;
+#[path = "hub/plan.rs"]
+mod plan;
 mod support;
 
 use dsprep_client::format::Manifest;

@@ -9,7 +9,9 @@ mod support;
 use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::daemon::{Daemon, assert_tap_chains, chain_marks, headers, tap, tap_with};
+use support::daemon::{
+    Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, headers, tap, tap_all, tap_with,
+};
 use support::{dir_bytes, dsprep, dsprep_fails, dsprep_ok, repo_root};
 
 fn multinode() -> PathBuf {
@@ -85,19 +87,6 @@ fn start_nodes(
     (0..nodes)
         .map(|node| start_node(dir, node, nodes, world, micro_batch, extra).unwrap())
         .collect()
-}
-
-/// The token bytes rank `rank` must receive: its micro batch of every complete global step.
-fn expected_rank_bytes(data: &PackedDataset, world: u64, micro_batch: u64, rank: u64) -> Vec<u8> {
-    let steps = data.num_windows() / (world * micro_batch);
-    let mut bytes = Vec::new();
-    for step in 0..steps {
-        for row in 0..micro_batch {
-            let index = (step * world + rank) * micro_batch + row;
-            bytes.extend_from_slice(data.window(index).unwrap().tokens.as_bytes());
-        }
-    }
-    bytes
 }
 
 fn pack_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -514,40 +503,6 @@ fn plan_shows_how_the_input_is_dealt_to_the_lanes() {
         })
         .sum();
     assert_eq!(units, 26, "{text}");
-}
-
-/// A `dsprep tap` for every rank of `world`, each on its node's daemon (ranks laid out node by
-/// node over `daemons`), from step `start` for `steps` steps, all at once; waits for them, checks
-/// each succeeded, and returns each rank's output file (raw token bytes; headers beside it).
-fn tap_all(
-    dir: &Path,
-    daemons: &[&Daemon],
-    world: u32,
-    start: u64,
-    steps: u64,
-    tag: &str,
-    extra: &[&str],
-) -> Vec<PathBuf> {
-    let per_node = world / daemons.len() as u32;
-    let taps: Vec<_> = (0..world)
-        .map(|rank| {
-            let out = dir.join(format!("{tag}-r{rank}.bin"));
-            let node = daemons[(rank / per_node) as usize];
-            let child = tap_with(&node.endpoint, rank, world, start, steps, &out, extra);
-            (rank, out, child)
-        })
-        .collect();
-    taps.into_iter()
-        .map(|(rank, out, child)| {
-            let result = child.wait_with_output().unwrap();
-            assert!(
-                result.status.success(),
-                "{tag}: rank {rank}: {}",
-                String::from_utf8_lossy(&result.stderr)
-            );
-            out
-        })
-        .collect()
 }
 
 /// [`tap_all`]'s outputs for world 4, read, after checking every step's chain against `marks`.

@@ -22,6 +22,7 @@ fn pack_quickstart(out: &std::path::Path, threads: usize, shard_bytes: u64) -> p
         engine: dsprep_mixers::EngineChoice::Auto,
         checkpoint_secs: 60,
         fresh: false,
+        plan: None,
     };
     pack::pack(&options).expect("the quickstart packs")
 }
@@ -284,6 +285,7 @@ fn pack_fixture(
         engine: dsprep_mixers::EngineChoice::Auto,
         checkpoint_secs: 60,
         fresh: false,
+        plan: None,
     };
     (pack::pack(&options).unwrap(), load_recipe(&recipe).unwrap())
 }

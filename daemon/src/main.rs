@@ -66,6 +66,10 @@ enum Command {
         /// Put the lanes in OUT.lanes/ (packed by every part) together into OUT.
         #[arg(long, conflicts_with_all = ["part", "parts"])]
         finish: bool,
+        /// A frozen plan of this recipe (`dsprep plan --out`): list nothing, read the files it
+        /// names (give every part of a job the same plan).
+        #[arg(long)]
+        plan: Option<PathBuf>,
     },
     /// Serve every data-parallel rank its batches over ZeroMQ (the loader daemon).
     Serve {
@@ -113,6 +117,10 @@ enum Command {
         /// How many node daemons serve the job. Default: SLURM_NNODES, else NNODES, else 1.
         #[arg(long, requires = "node_rank")]
         nodes: Option<u32>,
+        /// A frozen plan of this recipe (`dsprep plan --out`): list nothing, read the files it
+        /// names (give every node daemon of a job the same plan).
+        #[arg(long)]
+        plan: Option<PathBuf>,
     },
     /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
     Tap {
@@ -159,6 +167,10 @@ enum Command {
         /// The recipe (TOML).
         #[arg(long)]
         recipe: PathBuf,
+        /// Also freeze the plan into this JSON file (written atomically), for `dsprep pack
+        /// --plan` and `dsprep serve --plan`: list once per job, not once per node.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Check a packed directory against its manifest (sizes, checksums, index, token ids).
     Verify { dir: PathBuf },
@@ -200,6 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             part,
             parts,
             finish,
+            plan,
         } => {
             let threads = default_threads(threads)?;
             let options = PackOptions {
@@ -212,6 +225,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 force,
                 progress: !quiet,
                 engine: engine_choice(&tokenizer_engine),
+                plan,
             };
             let parts = match (part, parts) {
                 (Some(part), Some(parts)) => Some(pack::Parts { part, parts }),
@@ -219,7 +233,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let from_slurm = slurm_array_parts()?;
             if finish || parts.is_some() || from_slurm.is_some() {
-                let loaded = dsprep::driver::load_recipe_with(&options.recipe, options.engine)?;
+                let loaded = dsprep::driver::load_recipe_with(
+                    &options.recipe,
+                    options.engine,
+                    options.plan.as_deref(),
+                )?;
                 if finish {
                     pack::print_summary(&pack::finish(&options, &loaded)?);
                     return Ok(());
@@ -265,6 +283,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resume,
             node_rank,
             nodes,
+            plan,
         } => {
             let node = dsprep::serve::NodePlace::resolve(node_rank, nodes, |name| {
                 std::env::var(name).ok()
@@ -297,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 keep_checkpoints,
                 resume: resume.is_some(),
                 node,
+                plan,
             };
             dsprep::serve::serve(&options, shutdown)?;
         }
@@ -340,7 +360,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 options.out.display()
             );
         }
-        Command::Plan { recipe } => print!("{}", dsprep::plan::plan(&recipe)?),
+        Command::Plan { recipe, out } => {
+            print!("{}", dsprep::plan::plan(&recipe, out.as_deref())?);
+            if let Some(out) = out {
+                println!(
+                    "plan frozen into {}: pass --plan {} to every pack part and node daemon",
+                    out.display(),
+                    out.display()
+                );
+            }
+        }
         Command::Verify { dir } => {
             let report = dsprep::verify::verify(&dir)?;
             println!(

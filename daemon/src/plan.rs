@@ -1,51 +1,57 @@
 //! `dsprep plan`: what a recipe would read, without reading it. Resolves every Hub revision to
 //! its commit, lists every source's shards in reading order with their sizes, downloads nothing
 //! (a Hub shard's size and checksum come from the listing). For a recipe with `[lanes]`, also how
-//! the input is dealt: units and bytes per lane, and per source.
+//! the input is dealt: units and bytes per lane, and per source. With `--out`, the same listing
+//! (and deal) is frozen into a plan file that `dsprep pack` and `dsprep serve` take as `--plan`
+//! (`crate::driver::frozen_plan`).
 
+use crate::driver::frozen_plan::FrozenPlan;
+use crate::driver::inputs::{ShardSize, shard_sizes, source_shards};
 use crate::driver::lanes::deal_inputs;
-use crate::driver::{build_mixer, hub_client, load_recipe};
+use crate::driver::{hub_client, load_recipe};
 use crate::sources::Shard;
 use anyhow::Context;
 use std::fmt::Write;
 use std::path::Path;
 
-/// The plan as text, one line per shard.
-pub fn plan(recipe_path: &Path) -> anyhow::Result<String> {
+/// The plan as text, one line per shard; with `plan_file`, also frozen into that file (see
+/// [`FrozenPlan`]) for `--plan`.
+pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<String> {
     let loaded = load_recipe(recipe_path)?;
     let recipe = &loaded.recipe;
     let context = || format!("recipe {}", recipe_path.display());
-    // One listing: the lanes' deal when the recipe has lanes, else the mixer's.
-    let (lists, dealt) = match recipe.lanes {
+    let hub = hub_client(&loaded)?;
+    // One listing: the lanes' deal when the recipe has lanes, else each source's shards.
+    let (lists, sizes, dealt) = match recipe.lanes {
         Some(_) => {
-            let inputs = deal_inputs(&loaded, hub_client(&loaded)?).with_context(context)?;
-            (inputs.sources.clone(), Some(inputs))
+            let inputs = deal_inputs(&loaded, hub).with_context(context)?;
+            (inputs.sources.clone(), inputs.sizes.clone(), Some(inputs))
         }
         None => {
-            let mixer = build_mixer(&loaded).with_context(context)?;
-            let lists = mixer
-                .inputs()
-                .iter()
-                .map(|i| i.source.shard_list().to_vec());
-            (lists.collect(), None)
+            let mut lists = Vec::with_capacity(recipe.sources.len());
+            let mut sizes: Vec<Vec<ShardSize>> = Vec::with_capacity(recipe.sources.len());
+            for index in 0..recipe.sources.len() {
+                let shards = source_shards(&loaded, index, hub.as_ref()).with_context(context)?;
+                sizes.push(shard_sizes(&loaded, index, &shards, false).with_context(context)?);
+                lists.push(shards);
+            }
+            (lists, sizes, None)
         }
     };
+    if let Some(plan_file) = plan_file {
+        FrozenPlan::new(&loaded, &lists, &sizes, dealt.as_ref())?.write(plan_file)?;
+    }
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
     let mut out = String::new();
     let mut all_shards = 0usize;
     let mut all_bytes = 0u64;
     let _ = writeln!(out, "recipe {} ({})", recipe_path.display(), recipe.hash());
-    for (input, shards) in recipe.sources.iter().zip(&lists) {
+    for ((input, shards), shard_sizes) in recipe.sources.iter().zip(&lists).zip(&sizes) {
         let mut lines = String::new();
         let mut bytes = 0u64;
-        for (i, shard) in shards.iter().enumerate() {
+        for (i, (shard, size)) in shards.iter().zip(shard_sizes).enumerate() {
             let (size, detail) = match shard {
-                Shard::Local(path) | Shard::LocalRowGroup { path, .. } => {
-                    let size = std::fs::metadata(path)
-                        .with_context(|| format!("cannot read {}", path.display()))?
-                        .len();
-                    (size, String::new())
-                }
+                Shard::Local(_) | Shard::LocalRowGroup { .. } => (size.bytes, String::new()),
                 Shard::Hub(file) => (
                     file.size,
                     match (&file.sha256, &file.oid) {

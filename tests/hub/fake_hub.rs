@@ -3,7 +3,8 @@
 //! resolve redirects to (127.0.0.2, serves Range requests), and an S3-like blob server
 //! (127.0.0.3). Hand-rolled on std sockets so faults can be injected at the byte level: a status
 //! (429 with `Retry-After` or `RateLimit`, 500, 403), a body cut mid-way, a 200 to a ranged
-//! request, a body that stalls. Every request is logged (target, `Authorization`, `Range`).
+//! request, a body that stalls. Every request is logged (target, `Authorization`, `Range`, body
+//! bytes sent).
 #![allow(dead_code)]
 
 use super::fake_routes as routes;
@@ -30,6 +31,8 @@ pub struct Logged {
     pub target: String,
     pub authorization: Option<String>,
     pub range: Option<String>,
+    /// Body bytes the fake sent in its answer (0 for HEAD).
+    pub bytes: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -252,20 +255,22 @@ fn serve_connection(host: Host, stream: TcpStream, state: &State) {
     let mut writer = writer;
     let mut reader = BufReader::new(stream);
     while let Some(request) = read_request(&mut reader) {
-        lock(&state.log).push(Logged {
+        let entry = Logged {
             host,
             method: request.method.clone(),
             target: request.target.clone(),
             authorization: request.headers.get("authorization").cloned(),
             range: request.headers.get("range").cloned(),
-        });
+            bytes: 0,
+        };
         let response = match host {
             Host::Hub => routes::hub(state, &request),
             Host::Cdn => routes::cdn(state, &request),
             Host::S3 => routes::s3(state, &request),
         };
         let fault = take_fault(state, host, &request);
-        if !write_response(&mut writer, &request, response, fault) {
+        let log = |bytes| lock(&state.log).push(Logged { bytes, ..entry });
+        if !write_response(&mut writer, &request, response, fault, log) {
             let _ = writer.shutdown(Shutdown::Both);
             return;
         }
@@ -292,12 +297,14 @@ fn take_fault(state: &State, host: Host, request: &Request) -> Option<Fault> {
     None
 }
 
-/// Write the response with its fault; false when the connection must close.
+/// Write the response with its fault, calling `log` with the body bytes it will send before
+/// sending anything; false when the connection must close.
 fn write_response(
     w: &mut TcpStream,
     request: &Request,
     response: Response,
     fault: Option<Fault>,
+    log: impl FnOnce(u64),
 ) -> bool {
     let reason = |s: u16| match s {
         200 => "OK",
@@ -338,13 +345,18 @@ fn write_response(
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
+    let half = body.len() / 2;
+    log(match (head_only, &fault) {
+        (true, _) => 0,
+        (false, Some(Fault::CutMidBody)) => half as u64,
+        (false, _) => body.len() as u64,
+    });
     if w.write_all(head.as_bytes()).is_err() {
         return false;
     }
     if head_only {
         return w.flush().is_ok();
     }
-    let half = body.len() / 2;
     match fault {
         Some(Fault::CutMidBody) => {
             let _ = w.write_all(&body[..half]);

@@ -1,6 +1,7 @@
 //! A real `dsprep serve` process for tests: started on an ipc socket in a temp dir, ready once
 //! it logs that it serves, killed on drop.
 
+use dsprep_client::PackedDataset;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -272,4 +273,57 @@ pub fn assert_tap_chains(out: &Path, marks: &[String]) -> usize {
         checked += 1;
     }
     checked
+}
+
+/// The token bytes rank `rank` must receive: its micro batch of every complete global step.
+pub fn expected_rank_bytes(
+    data: &PackedDataset,
+    world: u64,
+    micro_batch: u64,
+    rank: u64,
+) -> Vec<u8> {
+    let steps = data.num_windows() / (world * micro_batch);
+    let mut bytes = Vec::new();
+    for step in 0..steps {
+        for row in 0..micro_batch {
+            let index = (step * world + rank) * micro_batch + row;
+            bytes.extend_from_slice(data.window(index).unwrap().tokens.as_bytes());
+        }
+    }
+    bytes
+}
+
+/// A `dsprep tap` for every rank of `world`, each on its node's daemon (ranks laid out node by
+/// node over `daemons`), from step `start` for `steps` steps, all at once; waits for them, checks
+/// each succeeded, and returns each rank's output file (raw token bytes; headers beside it).
+/// `extra` goes to every tap (`--expect-chain HEX`, …).
+pub fn tap_all(
+    dir: &Path,
+    daemons: &[&Daemon],
+    world: u32,
+    start: u64,
+    steps: u64,
+    tag: &str,
+    extra: &[&str],
+) -> Vec<PathBuf> {
+    let per_node = world / daemons.len() as u32;
+    let taps: Vec<_> = (0..world)
+        .map(|rank| {
+            let out = dir.join(format!("{tag}-r{rank}.bin"));
+            let node = daemons[(rank / per_node) as usize];
+            let child = tap_with(&node.endpoint, rank, world, start, steps, &out, extra);
+            (rank, out, child)
+        })
+        .collect();
+    taps.into_iter()
+        .map(|(rank, out, child)| {
+            let result = child.wait_with_output().unwrap();
+            assert!(
+                result.status.success(),
+                "{tag}: rank {rank}: {}",
+                String::from_utf8_lossy(&result.stderr)
+            );
+            out
+        })
+        .collect()
 }

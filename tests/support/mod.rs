@@ -37,6 +37,7 @@ pub fn pack_dataset(recipe: &Path, out: &Path) -> dsprep_client::PackedDataset {
         engine: dsprep_mixers::EngineChoice::Auto,
         checkpoint_secs: 60,
         fresh: false,
+        plan: None,
     };
     dsprep::pack::pack(&options).expect("the pack succeeds");
     dsprep_client::PackedDataset::open(out).expect("the packed directory opens")

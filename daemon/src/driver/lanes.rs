@@ -1,19 +1,20 @@
 //! The lanes of a recipe with `[lanes]` (the arithmetic is `dsprep_mixers::lanes`): each
-//! source's input listed once and dealt to the lanes by size — a local parquet file by row group,
-//! any other file whole — and one lane built into its own document stream and run through the
-//! threaded pipeline and a packer. `dsprep pack` (all lanes, or a part's) and the node daemons of
+//! source's input listed once (or taken from the frozen plan) and dealt to the lanes by size — a
+//! local parquet file by row group, any other file whole — and one lane built into its own
+//! document stream and run through the threaded pipeline and a packer. `dsprep pack` (all lanes, or a part's) and the node daemons of
 //! `dsprep serve` (their own lanes) run lanes with these functions, so they read the same units.
 
+use super::inputs::{ShardSize, shard_sizes, source_shards, source_units};
 use super::pipeline::{self, PipelineConfig};
 use super::stream::{LoadedRecipe, Locator};
 use crate::hub::HubClient;
-use crate::sources::{LocalSource, Shard, SourceContext, list_source, local_row_groups};
+use crate::sources::{LocalSource, Shard, SourceContext};
 use anyhow::{anyhow, bail};
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::lanes::{deal_units, lane_buffer_size, lane_seed};
 use dsprep_mixers::mixer::MixInput;
-use dsprep_mixers::recipe::{Format, LanesSpec};
+use dsprep_mixers::recipe::LanesSpec;
 use dsprep_mixers::{DocStream, Mixer, PackedWindow, Packer, PackerState, Shuffler};
 use std::sync::Arc;
 
@@ -22,6 +23,10 @@ pub struct LaneInputs {
     pub spec: LanesSpec,
     /// Per source (recipe order), its shards in reading order, undivided: what manifests hash.
     pub sources: Vec<Vec<Shard>>,
+    /// Per source, its shards' sizes (row groups of split parquet files), as `sources`.
+    pub sizes: Vec<Vec<ShardSize>>,
+    /// `dealt[source][lane]`: the indices of that source's units the lane reads.
+    pub dealt: Vec<Vec<Vec<usize>>>,
     /// `lanes[lane][source]`: the units that lane reads of that source, in reading order.
     pub lanes: Vec<Vec<Vec<Shard>>>,
     /// Per lane, the bytes of its units (compressed row groups, whole files).
@@ -29,8 +34,8 @@ pub struct LaneInputs {
     context: SourceContext,
 }
 
-/// List every source and deal its units to the lanes. Fails, naming the lane, when a lane would
-/// get no input at all.
+/// List every source (or take it from the run's frozen plan) and deal its units to the lanes.
+/// Fails, naming the lane, when a lane would get no input at all.
 pub fn deal_inputs(
     loaded: &LoadedRecipe,
     hub: Option<Arc<HubClient>>,
@@ -40,43 +45,20 @@ pub fn deal_inputs(
         bail!("internal error: the recipe has no [lanes]");
     };
     let mut sources = Vec::with_capacity(recipe.sources.len());
+    let mut sizes = Vec::with_capacity(recipe.sources.len());
     let mut units: Vec<Vec<(Shard, u64)>> = Vec::with_capacity(recipe.sources.len());
-    for spec in &recipe.sources {
-        let shards = if spec.weight > 0.0 {
-            list_source(recipe, spec, &loaded.base, hub.as_ref())?
-        } else {
-            Vec::new()
-        };
-        let mut source_units = Vec::new();
-        for shard in &shards {
-            match shard {
-                Shard::Local(path) if spec.format == Format::Parquet && spec.content.is_none() => {
-                    let groups = local_row_groups(path)?;
-                    source_units.extend(groups.into_iter().enumerate().map(|(g, bytes)| {
-                        let unit = Shard::LocalRowGroup {
-                            path: path.clone(),
-                            row_group: g,
-                        };
-                        (unit, bytes)
-                    }));
-                }
-                Shard::Local(path) | Shard::LocalRowGroup { path, .. } => {
-                    let bytes = std::fs::metadata(path)
-                        .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?
-                        .len();
-                    source_units.push((shard.clone(), bytes));
-                }
-                Shard::Hub(file) => source_units.push((shard.clone(), file.size)),
-            }
-        }
+    for index in 0..recipe.sources.len() {
+        let shards = source_shards(loaded, index, hub.as_ref())?;
+        let shard_sizes = shard_sizes(loaded, index, &shards, true)?;
+        units.push(source_units(&shards, &shard_sizes));
         sources.push(shards);
-        units.push(source_units);
+        sizes.push(shard_sizes);
     }
-    let sizes: Vec<Vec<u64>> = units
+    let unit_bytes: Vec<Vec<u64>> = units
         .iter()
         .map(|u| u.iter().map(|(_, bytes)| *bytes).collect())
         .collect();
-    let dealt = deal_units(&sizes, spec.count);
+    let dealt = deal_units(&unit_bytes, spec.count);
     let mut lanes = vec![vec![Vec::new(); recipe.sources.len()]; spec.count as usize];
     let mut lane_bytes = vec![0u64; spec.count as usize];
     for (source, per_lane) in dealt.iter().enumerate() {
@@ -100,6 +82,8 @@ pub fn deal_inputs(
     Ok(LaneInputs {
         spec,
         sources,
+        sizes,
+        dealt,
         lanes,
         lane_bytes,
         context: SourceContext {

@@ -1,7 +1,10 @@
 //! The threaded driver that `dsprep pack` and `dsprep serve` both sit on: the recipe built into a
 //! document stream (`stream.rs`), the reader → tokenizers → in-order sink threads
-//! (`pipeline.rs`), and the lanes of a partitioned recipe (`lanes.rs`).
+//! (`pipeline.rs`), the lanes of a partitioned recipe (`lanes.rs`), each source's input from a
+//! listing or from the frozen plan (`inputs.rs`, `frozen_plan.rs`).
 
+pub mod frozen_plan;
+pub mod inputs;
 pub mod lanes;
 pub mod pipeline;
 pub mod stream;

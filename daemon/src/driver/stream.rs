@@ -2,8 +2,10 @@
 //! tokenizer engine chosen), list each source's shards, and build the mixer and the shuffle buffer
 //! over them. `dsprep pack`, `dsprep serve` and `dsprep plan` all start here.
 
+use super::frozen_plan::FrozenPlan;
+use super::inputs::source_shards;
 use crate::hub::HubClient;
-use crate::sources::{LocalSource, SourceContext, list_source};
+use crate::sources::{LocalSource, SourceContext};
 use anyhow::{Context, anyhow};
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
@@ -19,14 +21,22 @@ pub struct LoadedRecipe {
     pub base: PathBuf,
     pub tokenizer_json: Vec<u8>,
     pub stage: TokenizeStage,
+    /// The frozen plan the run was given (`--plan`): sources' shards come from it, not listed.
+    pub plan: Option<Arc<FrozenPlan>>,
 }
 
 /// Load a recipe with the tokenizer engine chosen automatically (the fast path where exact).
 pub fn load_recipe(path: &Path) -> anyhow::Result<LoadedRecipe> {
-    load_recipe_with(path, EngineChoice::Auto)
+    load_recipe_with(path, EngineChoice::Auto, None)
 }
 
-pub fn load_recipe_with(path: &Path, engine: EngineChoice) -> anyhow::Result<LoadedRecipe> {
+/// Load a recipe with the given tokenizer engine and, when `plan` names one, its frozen plan
+/// (checked against the recipe: see [`FrozenPlan::load`]).
+pub fn load_recipe_with(
+    path: &Path,
+    engine: EngineChoice,
+    plan: Option<&Path>,
+) -> anyhow::Result<LoadedRecipe> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read recipe {}", path.display()))?;
     let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
@@ -46,17 +56,23 @@ pub fn load_recipe_with(path: &Path, engine: EngineChoice) -> anyhow::Result<Loa
         engine,
     )
     .with_context(|| format!("recipe {}", path.display()))?;
-    Ok(LoadedRecipe {
+    let mut loaded = LoadedRecipe {
         recipe,
         base,
         tokenizer_json,
         stage,
-    })
+        plan: None,
+    };
+    if let Some(plan) = plan {
+        loaded.plan = Some(Arc::new(FrozenPlan::load(plan, &loaded, path)?));
+    }
+    Ok(loaded)
 }
 
 /// The mixer over the recipe's sources (0-weight sources are not listed or read). A Hub client
 /// (from the environment: `HF_ENDPOINT`, `HF_TOKEN`, …) is made only when a source reads the
-/// network; Hub revisions are resolved and folders listed here, nothing is downloaded yet.
+/// network; Hub revisions are resolved and folders listed here (unless the run has a frozen
+/// plan), nothing is downloaded yet.
 pub fn build_mixer(loaded: &LoadedRecipe) -> anyhow::Result<Mixer<LocalSource>> {
     build_mixer_with(loaded, hub_client(loaded)?)
 }
@@ -82,11 +98,7 @@ pub fn build_mixer_with(
     };
     let mut inputs = Vec::with_capacity(recipe.sources.len());
     for (i, spec) in recipe.sources.iter().enumerate() {
-        let shards = if spec.weight > 0.0 {
-            list_source(recipe, spec, &loaded.base, context.hub.as_ref())?
-        } else {
-            Vec::new()
-        };
+        let shards = source_shards(loaded, i, context.hub.as_ref())?;
         let source = LocalSource::with_shards(i as u16, spec.clone(), shards, &context)
             .map_err(|e| anyhow!(e))?;
         inputs.push(MixInput {

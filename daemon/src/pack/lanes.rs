@@ -119,7 +119,13 @@ pub fn pack_part(
     parts: Parts,
 ) -> anyhow::Result<PartReport> {
     let started = Instant::now();
-    let spec = spec_of(loaded)?;
+    check_parts(spec_of(loaded)?, parts)?;
+    let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    pack_dealt_part(options, loaded, &inputs, parts, started)
+}
+
+/// `--part` and `--parts` against the recipe's lanes.
+fn check_parts(spec: LanesSpec, parts: Parts) -> anyhow::Result<()> {
     if parts.parts == 0 || parts.part >= parts.parts {
         bail!(
             "--part {} is not below --parts {}: parts are numbered 0..{}",
@@ -137,7 +143,18 @@ pub fn pack_part(
             spec.count
         );
     }
-    let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    Ok(())
+}
+
+/// [`pack_part`] of input already dealt.
+fn pack_dealt_part(
+    options: &PackOptions,
+    loaded: &LoadedRecipe,
+    inputs: &LaneInputs,
+    parts: Parts,
+    started: Instant,
+) -> anyhow::Result<PartReport> {
+    let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut report = PartReport {
@@ -153,14 +170,14 @@ pub fn pack_part(
         wall: Duration::ZERO,
     };
     for lane in parts.lanes(&spec) {
-        let info = LaneInfo::new(loaded, &inputs, lane);
+        let info = LaneInfo::new(loaded, inputs, lane);
         let out = lane_dir(&dir, lane);
         if complete_lane(&out, &info).is_some() && !options.fresh {
             tracing::info!("lane {lane}: {} is complete, kept", out.display());
             report.kept.push(lane);
             continue;
         }
-        pack_lane(options, loaded, &inputs, &info, &out)
+        pack_lane(options, loaded, inputs, &info, &out)
             .with_context(|| format!("lane {lane} of {}", spec.count))?;
         report.packed.push(lane);
     }
@@ -225,14 +242,25 @@ fn pack_lane(
 /// Put every lane of `OUT.lanes/` together into `OUT`.
 pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<PackReport> {
     let started = Instant::now();
-    let spec = spec_of(loaded)?;
+    spec_of(loaded)?;
     output::refuse_existing(&options.out, options.force)?;
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    finish_dealt(options, loaded, &inputs, started)
+}
+
+/// [`finish`] of input already dealt.
+fn finish_dealt(
+    options: &PackOptions,
+    loaded: &LoadedRecipe,
+    inputs: &LaneInputs,
+    started: Instant,
+) -> anyhow::Result<PackReport> {
+    let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
     let mut lanes = Vec::with_capacity(spec.count as usize);
     let mut missing = Vec::new();
     for lane in 0..spec.count {
-        let info = LaneInfo::new(loaded, &inputs, lane);
+        let info = LaneInfo::new(loaded, inputs, lane);
         match complete_lane(&lane_dir(&dir, lane), &info) {
             Some(data) => lanes.push(data),
             None => missing.push(lane),
@@ -347,8 +375,16 @@ pub fn pack_all(
     started: Instant,
 ) -> anyhow::Result<PackReport> {
     output::refuse_existing(&options.out, options.force)?;
-    pack_part(options, loaded, Parts { part: 0, parts: 1 })?;
-    let mut report = finish(options, loaded)?;
+    // Listed once for both steps.
+    let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    pack_dealt_part(
+        options,
+        loaded,
+        &inputs,
+        Parts { part: 0, parts: 1 },
+        started,
+    )?;
+    let mut report = finish_dealt(options, loaded, &inputs, started)?;
     report.wall = started.elapsed();
     Ok(report)
 }

@@ -48,6 +48,8 @@ pub struct PackOptions {
     pub checkpoint_secs: u64,
     /// Discard an interrupted pack to the same output instead of continuing it.
     pub fresh: bool,
+    /// A frozen plan (`dsprep plan --out`) to read instead of listing the sources.
+    pub plan: Option<PathBuf>,
 }
 
 pub struct PackReport {
@@ -64,7 +66,7 @@ pub struct PackReport {
 
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
-    let loaded = load_recipe_with(&options.recipe, options.engine)?;
+    let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
     if loaded.recipe.lanes.is_some() {
         return lanes::pack_all(options, &loaded, started);
     }

@@ -56,6 +56,8 @@ pub struct ServeOptions {
     pub resume: bool,
     /// Which node this daemon serves, of how many (flags, Slurm or torchrun's environment).
     pub node: NodePlace,
+    /// A frozen plan (`dsprep plan --out`) to read instead of listing the sources.
+    pub plan: Option<PathBuf>,
 }
 
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
@@ -67,7 +69,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         options.checkpoint_every >= 1,
         "--checkpoint-every must be at least 1"
     );
-    let loaded = load_recipe_with(&options.recipe, options.engine)?;
+    let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
     tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
     let recipe = &loaded.recipe;
     let recipe_hash_hex = recipe.hash();
