@@ -603,3 +603,57 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
         );
     }
 }
+
+/// The state directory records every window's digest: a node whose recomputed windows differ
+/// from that record (here the record is damaged; in life the inputs changed under the same state
+/// directory) serves nothing and says which file and window.
+#[test]
+fn a_node_whose_windows_differ_from_the_recorded_digests_refuses_to_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let every = ["--metrics", "off", "--checkpoint-every", "2"];
+    let daemons = start_nodes(tmp.path(), 2, 4, 1, &every);
+    tap_all(tmp.path(), &[&daemons[0], &daemons[1]], 4, 0, 10, "a", &[]);
+    for mut d in daemons {
+        d.terminate();
+    }
+    let stream = std::fs::read_dir(tmp.path().join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("lanes-")
+        })
+        .unwrap();
+    // Step 5 is blocks 10 and 11 (4 windows, 2 per block): node 1 serves block 11, lane 3's.
+    let digests = stream.join("digests-00003.bin");
+    let len = std::fs::metadata(&digests).unwrap().len() as usize;
+    assert!(
+        len >= 6 * 32,
+        "lane 3's windows of 10 steps (blocks 3, 11, 19), 32 bytes each"
+    );
+    std::fs::write(&digests, vec![0x5a; len]).unwrap();
+
+    let resume = ["--metrics", "off", "--resume", "latest"];
+    let node1 = start_node(tmp.path(), 1, 2, 4, 1, &resume).unwrap();
+    let out = tmp.path().join("after.bin");
+    let result = tap(&node1.endpoint, 2, 4, 5, 1, &out)
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let message = format!(
+        "the daemon's pipeline failed: {}: window 22 of the stream (window 2 of lane 3) is ",
+        digests.display()
+    );
+    assert!(!result.status.success(), "{stderr}");
+    assert!(stderr.contains(&message), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "but the file holds {} from an earlier one: this is not the stream served before \
+             under this state directory",
+            "5a".repeat(32)
+        )),
+        "{stderr}"
+    );
+}

@@ -233,6 +233,26 @@ fn verify_and_inspect_work_and_verify_catches_a_flipped_byte() {
     let text = dsprep_ok(&["inspect", out_str, "--window", "3"]);
     assert!(text.starts_with("window 3 of "), "{text}");
     assert!(text.contains("──── tokens 0.."), "{text}");
+    // The stream chain the manifest records is recomputed from the windows.
+    let manifest_path = out.join("manifest.json");
+    let original = std::fs::read_to_string(&manifest_path).unwrap();
+    let mut m: dsprep_client::Manifest = serde_json::from_str(&original).unwrap();
+    let last = m.chain.last_mut().unwrap();
+    assert_eq!(last.windows, m.num_windows);
+    let (windows, recorded) = (last.windows, last.chain.clone());
+    last.chain = "ab".repeat(32);
+    std::fs::write(&manifest_path, serde_json::to_string(&m).unwrap()).unwrap();
+    let err = dsprep_fails(&["verify", out_str]);
+    assert!(
+        err.contains(&format!(
+            "window {}: the stream chain after it is {recorded}, the manifest says {} (the \
+             windows are not the ones packed)",
+            windows - 1,
+            "ab".repeat(32)
+        )),
+        "{err}"
+    );
+    std::fs::write(&manifest_path, original).unwrap();
     let shard = out.join("tokens-00000.bin");
     let mut bytes = std::fs::read(&shard).unwrap();
     bytes[1000] ^= 0x01;

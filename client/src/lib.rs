@@ -1,5 +1,5 @@
-//! The trainer side of dsprep. Now: the packed-shard format (v1) written by `dsprep pack` and a
-//! memory-mapped reader that hands out windows and per-rank batches without copying.
+//! The trainer side of dsprep: the packed-shard format (v2; v1 is still read) written by `dsprep
+//! pack` and a memory-mapped reader that hands out windows and per-rank batches without copying.
 //! The wire protocol (v2, answering v1) and the per-rank client of the daemon, which checks the
 //! stream chain (`chain`) of every step it receives.
 
