@@ -39,7 +39,7 @@ pub fn to_hex(hash: &Hash) -> String {
     hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A chain value from 64 hex digits.
+/// A 32-byte value (a chain value, a recipe hash) from 64 hex digits.
 pub fn from_hex(text: &str) -> Option<Hash> {
     let text = text.trim();
     if text.len() != 64 {

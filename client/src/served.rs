@@ -256,7 +256,7 @@ impl Client {
         let recipe_hash = match &config.recipe_hash {
             None => None,
             Some(h) => {
-                let bytes = hex_decode(h).ok_or_else(|| {
+                let bytes = chain::from_hex(h).ok_or_else(|| {
                     ClientError::Config(format!("recipe hash {h:?} is not 64 hex digits"))
                 })?;
                 Some(bytes)
@@ -507,16 +507,4 @@ fn open_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, Cl
         .connect(endpoint)
         .map_err(|e| ClientError::Config(format!("cannot connect to {endpoint}: {e}")))?;
     Ok(socket)
-}
-
-fn hex_decode(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim();
-    if text.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }

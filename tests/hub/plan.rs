@@ -377,6 +377,23 @@ fn a_plan_for_another_recipe_or_of_an_unknown_version_is_refused() {
     let hash = frozen["recipe_hash"].as_str().unwrap().to_string();
     let out = tmp.path().join("out");
     let again = format!("write it again with `dsprep plan --recipe {recipe_s} --out {plan_s}`");
+    let out_s = out.to_str().unwrap();
+    let pack_with_plan = [
+        "pack", "--recipe", recipe_s, "--out", out_s, "--plan", plan_s,
+    ];
+    let serve_with_plan = [
+        "serve",
+        "--recipe",
+        recipe_s,
+        "--world-size",
+        "4",
+        "--micro-batch",
+        "2",
+        "--metrics",
+        "off",
+        "--plan",
+        plan_s,
+    ];
 
     // Another recipe: the same sources with another seed.
     let other = tmp.path().join("other.toml");
@@ -434,35 +451,9 @@ fn a_plan_for_another_recipe_or_of_an_unknown_version_is_refused() {
          {again}",
         env!("CARGO_PKG_VERSION")
     );
-    let e = run_fails(
-        &[
-            "pack",
-            "--recipe",
-            recipe_s,
-            "--out",
-            out.to_str().unwrap(),
-            "--plan",
-            plan_s,
-        ],
-        &[endpoint(&hub)],
-    );
+    let e = run_fails(&pack_with_plan, &[endpoint(&hub)]);
     assert_eq!(e.trim_end(), expected);
-    let e = run_fails(
-        &[
-            "serve",
-            "--recipe",
-            recipe_s,
-            "--world-size",
-            "4",
-            "--micro-batch",
-            "2",
-            "--metrics",
-            "off",
-            "--plan",
-            plan_s,
-        ],
-        &[endpoint(&hub)],
-    );
+    let e = run_fails(&serve_with_plan, &[endpoint(&hub)]);
     assert_eq!(e.trim_end(), expected);
 
     // A partition that is not what dealing the plan's sizes gives.
@@ -472,18 +463,7 @@ fn a_plan_for_another_recipe_or_of_an_unknown_version_is_refused() {
     lanes[0]["units"][0] = lanes[1]["units"][0].clone();
     lanes[1]["units"][0] = moved;
     std::fs::write(&plan_file, serde_json::to_vec(&edited).unwrap()).unwrap();
-    let e = run_fails(
-        &[
-            "pack",
-            "--recipe",
-            recipe_s,
-            "--out",
-            out.to_str().unwrap(),
-            "--plan",
-            plan_s,
-        ],
-        &[endpoint(&hub)],
-    );
+    let e = run_fails(&pack_with_plan, &[endpoint(&hub)]);
     assert_eq!(
         e.trim_end(),
         format!(
