@@ -529,3 +529,111 @@ fn a_failure_mid_stream_leaves_no_output() {
         "{err}"
     );
 }
+
+#[test]
+fn a_document_over_max_document_bytes_stops_the_pack_naming_the_line_and_size() {
+    let c = Case::new();
+    let lines = [
+        serde_json::json!({"text": "small"}),
+        serde_json::json!({"text": "x".repeat(2000)}),
+        serde_json::json!({"text": "small again"}),
+    ];
+    let text: String = lines.iter().map(|l| l.to_string() + "\n").collect();
+    std::fs::write(c.path("d.jsonl"), text).unwrap();
+    let limited = source("d", "d.jsonl", "jsonl", "max_document_bytes = 1000");
+    let err = c.pack_fails(&recipe(16, 0, "first_exhausted", &limited));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 2: a document of 2000 bytes is over source \"d\"'s \
+             max_document_bytes = 1000: raise max_document_bytes (at most 1 GiB) or set oversize \
+             = \"skip\" to leave such documents out, counted",
+            c.path("d.jsonl").display()
+        )),
+        "{err}"
+    );
+
+    // Skipped instead: counted, and the other documents packed.
+    let skipping = source(
+        "d",
+        "d.jsonl",
+        "jsonl",
+        "max_document_bytes = 1000\noversize = \"skip\"",
+    );
+    let m = c.pack_ok(&recipe(16, 0, "first_exhausted", &skipping));
+    let d = &m.sources[0];
+    assert_eq!((d.rows_read, d.rows_oversize, d.documents), (3, 1, 2));
+    let written = std::fs::read_to_string(c.path("out/manifest.json")).unwrap();
+    assert!(written.contains("\"rows_oversize\": 1"), "{written}");
+
+    // The same limit holds for parquet rows.
+    let big = "y".repeat(1500);
+    write_fineweb_edu(
+        &c.path("fw/000_00000.parquet"),
+        &[Some("first"), Some(&big), Some("third")],
+        &[3, 3, 3],
+    );
+    let parquet = source(
+        "fw",
+        "fw/*.parquet",
+        "parquet",
+        "max_document_bytes = 1000\noversize = \"skip\"",
+    );
+    let m = c.pack_ok(&recipe(16, 0, "first_exhausted", &parquet));
+    assert_eq!((m.sources[0].rows_oversize, m.sources[0].documents), (1, 2));
+    let parquet = source("fw", "fw/*.parquet", "parquet", "max_document_bytes = 1000");
+    std::fs::remove_dir_all(c.path("out")).unwrap();
+    let err = c.pack_fails(&recipe(16, 0, "first_exhausted", &parquet));
+    assert!(
+        err.contains(&format!(
+            "shard {} row 1: a document of 1500 bytes is over source \"fw\"'s",
+            c.path("fw/000_00000.parquet").display()
+        )),
+        "{err}"
+    );
+}
+
+/// A gzip bomb of one line: 64 MiB of text in a few hundred KB. With a 1000-byte limit the line
+/// is never held: read to its end, refused (or skipped), and the pack after it goes on.
+#[test]
+fn a_line_too_long_for_any_allowed_document_is_never_held() {
+    let c = Case::new();
+    let mut bytes = b"{\"text\": \"ok\"}\n{\"text\": \"".to_vec();
+    bytes.extend(std::iter::repeat_n(b'z', 64 << 20));
+    bytes.extend(b"\"}\n{\"text\": \"after\"}\n");
+    write_gz(&c.path("c4.json.gz"), &bytes);
+    let long = (64 << 20) + 13;
+    let limited = source("c4", "c4.json.gz", "jsonl.gz", "max_document_bytes = 1000");
+    let err = c.pack_fails(&recipe(16, 0, "first_exhausted", &limited));
+    assert!(
+        err.contains(&format!(
+            "shard {} line 2: a line of {long} bytes is longer than any document within source \
+             \"c4\"'s max_document_bytes = 1000 can need (2 × max_document_bytes + 1 MiB)",
+            c.path("c4.json.gz").display()
+        )),
+        "{err}"
+    );
+    let skipping = source(
+        "c4",
+        "c4.json.gz",
+        "jsonl.gz",
+        "max_document_bytes = 1000\noversize = \"skip\"",
+    );
+    let m = c.pack_ok(&recipe(16, 0, "first_exhausted", &skipping));
+    assert_eq!((m.sources[0].rows_oversize, m.sources[0].documents), (1, 2));
+}
+
+#[test]
+fn a_max_document_bytes_out_of_range_names_the_field() {
+    let c = Case::new();
+    std::fs::write(c.path("d.jsonl"), "{\"text\": \"a\"}\n").unwrap();
+    let err = c.pack_fails(&recipe(
+        16,
+        0,
+        "first_exhausted",
+        &source("d", "d.jsonl", "jsonl", "max_document_bytes = 0"),
+    ));
+    assert!(
+        err.contains("source[0].max_document_bytes: must be 1 to 1073741824 (1 GiB), got 0"),
+        "{err}"
+    );
+}

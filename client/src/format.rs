@@ -24,6 +24,10 @@ pub const DOC_STARTS_FILE: &str = "doc_starts.u32";
 pub const DOC_STARTS_OFFSETS_FILE: &str = "doc_starts_offsets.u64";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 pub fn shard_file_name(index: usize) -> String {
     format!("tokens-{index:05}.bin")
 }
@@ -148,6 +152,9 @@ pub struct SourceStats {
     pub rows_read: u64,
     pub rows_filtered: u64,
     pub rows_empty: u64,
+    /// Rows larger than the source's `max_document_bytes`, skipped (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rows_oversize: u64,
     /// Times the source reached its end (more than 1 only under `all_exhausted`).
     pub passes_completed: u32,
 }

@@ -32,6 +32,10 @@ pub struct SourceCounters {
     pub rows_filtered: u64,
     /// Rows whose text was empty or null: counted and skipped.
     pub rows_empty: u64,
+    /// Rows whose text was larger than the source's `max_document_bytes`, skipped
+    /// (`oversize = "skip"`).
+    #[serde(default)]
+    pub rows_oversize: u64,
     /// Documents handed to the mixer.
     pub documents: u64,
     /// Times the source reached its end (`all_exhausted` restarts it).

@@ -361,6 +361,7 @@ fn lane_totals(lanes: &[PackedDataset]) -> (Vec<u64>, Vec<u64>, Vec<SourceCounte
             counters[i].rows_read += s.rows_read;
             counters[i].rows_filtered += s.rows_filtered;
             counters[i].rows_empty += s.rows_empty;
+            counters[i].rows_oversize += s.rows_oversize;
             counters[i].documents += s.documents;
             counters[i].passes_completed += s.passes_completed;
         }

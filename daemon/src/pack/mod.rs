@@ -282,6 +282,7 @@ fn source_stats(
             rows_read: counters[i].rows_read,
             rows_filtered: counters[i].rows_filtered,
             rows_empty: counters[i].rows_empty,
+            rows_oversize: counters[i].rows_oversize,
             passes_completed: counters[i].passes_completed,
         })
         .collect()

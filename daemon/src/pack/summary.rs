@@ -39,6 +39,12 @@ pub fn print_summary(report: &PackReport) {
             100.0 * s.target_fraction
         );
     }
+    for s in m.sources.iter().filter(|s| s.rows_oversize > 0) {
+        println!(
+            "source {:?}: {} rows over max_document_bytes skipped (oversize = \"skip\")",
+            s.name, s.rows_oversize
+        );
+    }
     if m.recipe.get("lanes").is_some() {
         println!(
             "dropped tail: {} tokens (each lane's last partial window, and what the longer lanes \

@@ -1,6 +1,8 @@
 //! JSON-lines shards (plain or gzip, e.g. C4's `.json.gz`), streamed line by line: a gzip shard is
-//! never decompressed whole, and a line is held only while its document is taken out. The line
-//! reader works over any `BufRead`: a local file, or a Hub download streamed through gzip.
+//! never decompressed whole, and a line is held only while its document is taken out. A line
+//! longer than a document within the source's `max_document_bytes` can need is read to its end
+//! without being kept (a gzip bomb of one line costs no memory). The line reader works over any
+//! `BufRead`: a local file, or a Hub download streamed through gzip.
 
 use super::{RowText, ShardError, ShardReader};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
@@ -18,6 +20,14 @@ pub(crate) struct JsonlShard {
     buf: Vec<u8>,
     /// 0-based index of the next line.
     row: u64,
+    /// The longest line kept ([`max_line_bytes`]); a longer one is an oversize row.
+    max_line: usize,
+}
+
+/// The longest JSON line a document of `limit` text bytes needs, with room for escapes and the
+/// row's other fields: a longer line is not kept.
+pub(crate) fn max_line_bytes(limit: u64) -> usize {
+    usize::try_from(limit.saturating_mul(2).saturating_add(1 << 20)).unwrap_or(usize::MAX)
 }
 
 impl JsonlShard {
@@ -55,6 +65,7 @@ impl JsonlShard {
             filter: spec.filter.clone(),
             buf: Vec::new(),
             row: 0,
+            max_line: max_line_bytes(spec.document_limit()),
         }
     }
 
@@ -144,6 +155,42 @@ impl JsonlShard {
     }
 }
 
+/// Read one line (through its `\n`, if any) into `buf`, keeping at most `max` bytes: a longer
+/// line is read to its end and dropped. Returns the line's length and whether `buf` holds it.
+fn read_line_bounded(
+    reader: &mut dyn BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<(usize, bool)> {
+    buf.clear();
+    let (mut total, mut kept) = (0usize, true);
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok((total, kept));
+        }
+        let (take, done) = match memchr::memchr(b'\n', available) {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        if kept && buf.len() + take <= max {
+            buf.extend_from_slice(&available[..take]);
+        } else if kept {
+            kept = false;
+            *buf = Vec::new(); // give the memory back: the line is not kept
+        }
+        total += take;
+        reader.consume(take);
+        if done {
+            return Ok((total, kept));
+        }
+    }
+}
+
 fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -157,13 +204,15 @@ fn kind(value: &Value) -> &'static str {
 
 impl ShardReader for JsonlShard {
     fn next_row(&mut self) -> Result<Option<(u64, RowText)>, ShardError> {
-        self.buf.clear();
-        let read = self
-            .lines
-            .read_until(b'\n', &mut self.buf)
+        let (read, kept) = read_line_bounded(&mut *self.lines, &mut self.buf, self.max_line)
             .map_err(|e| self.at_line(format!("cannot read (corrupt or truncated file?): {e}")))?;
         if read == 0 {
             return Ok(None);
+        }
+        if !kept {
+            let row = self.row;
+            self.row += 1;
+            return Ok(Some((row, RowText::LongLine(read as u64))));
         }
         let mut line = self.buf.as_slice();
         while let Some((b'\n' | b'\r', rest)) = line.split_last() {

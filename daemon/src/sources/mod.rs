@@ -21,7 +21,7 @@ pub use parquet::local_row_groups;
 use crate::hub::{Download, HubClient, HubError, HubFile};
 use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor, SourceError};
-use dsprep_mixers::recipe::{Format, SourceSpec};
+use dsprep_mixers::recipe::{Format, Oversize, SourceSpec};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -83,6 +83,11 @@ pub(crate) enum RowText {
     /// Text is empty or null.
     Empty,
     Text(String),
+    /// Text of this many bytes, over the source's `max_document_bytes`.
+    Oversize(u64),
+    /// A JSON line of this many bytes, longer than any document within the source's
+    /// `max_document_bytes` can need: read to its end, not kept.
+    LongLine(u64),
 }
 
 /// Reads one shard's rows in order.
@@ -362,9 +367,48 @@ impl DocSource for LocalSource {
             };
             self.current_row = row + 1;
             self.counters.rows_read += 1;
+            let limit = self.spec.document_limit();
+            let outcome = match outcome {
+                RowText::Text(text) if text.len() as u64 > limit => {
+                    RowText::Oversize(text.len() as u64)
+                }
+                other => other,
+            };
             match outcome {
                 RowText::Filtered => self.counters.rows_filtered += 1,
                 RowText::Empty => self.counters.rows_empty += 1,
+                RowText::Oversize(bytes) | RowText::LongLine(bytes) => {
+                    match self.spec.oversize.unwrap_or_default() {
+                        Oversize::Skip => self.counters.rows_oversize += 1,
+                        Oversize::Error => {
+                            let what = match outcome {
+                                RowText::LongLine(_) => format!(
+                                    "a line of {bytes} bytes is longer than any document within \
+                                 source {:?}'s max_document_bytes = {limit} can need (2 × \
+                                 max_document_bytes + 1 MiB)",
+                                    self.spec.name
+                                ),
+                                _ => format!(
+                                    "a document of {bytes} bytes is over source {:?}'s \
+                                 max_document_bytes = {limit}",
+                                    self.spec.name
+                                ),
+                            };
+                            let location = match self.spec.format {
+                                Format::Jsonl | Format::JsonlGz => format!("line {}", row + 1),
+                                Format::Parquet => format!("row {row}"),
+                            };
+                            return Err(Box::new(ShardError::new(
+                                &self.paths[*shard as usize],
+                                Some(location),
+                                format!(
+                                    "{what}: raise max_document_bytes (at most 1 GiB) or set \
+                                 oversize = \"skip\" to leave such documents out, counted"
+                                ),
+                            )));
+                        }
+                    }
+                }
                 RowText::Text(text) => {
                     self.counters.documents += 1;
                     let pos = DocPos {

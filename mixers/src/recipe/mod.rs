@@ -160,6 +160,38 @@ pub struct SourceSpec {
     /// blob. `text` then names the list and its id field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<ContentSpec>,
+    /// The largest document text, in bytes ([`DEFAULT_MAX_DOCUMENT_BYTES`] when absent): what
+    /// one document may cost in memory. Absent, it is not part of the canonical form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_document_bytes: Option<u64>,
+    /// What a larger document does (`error` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversize: Option<Oversize>,
+}
+
+/// The largest document text a source takes unless it says otherwise: 64 MiB. Repository-level
+/// code documents (The Stack v2) reach tens of MB; a web page past this is a dump, not a page.
+pub const DEFAULT_MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+/// The largest `max_document_bytes` a recipe may set: 1 GiB.
+pub const MAX_DOCUMENT_BYTES_LIMIT: u64 = 1 << 30;
+
+/// What a document larger than `max_document_bytes` does.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Oversize {
+    /// Stop with the file, row and size.
+    #[default]
+    Error,
+    /// Leave it out of the stream, counted (`rows_oversize` in the summary and the manifest).
+    Skip,
+}
+
+impl SourceSpec {
+    /// The largest document text this source takes, in bytes.
+    pub fn document_limit(&self) -> u64 {
+        self.max_document_bytes
+            .unwrap_or(DEFAULT_MAX_DOCUMENT_BYTES)
+    }
 }
 
 /// `[source.content]`: fetch each file's content by its blob id (The Stack v2 smol-ids has

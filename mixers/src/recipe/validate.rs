@@ -1,7 +1,8 @@
 //! Recipe validation without IO: every problem is collected, each with its field path.
 
 use super::{
-    ContentSpec, FieldError, Format, HubLocation, RECIPE_VERSION, Recipe, TextField, TokenRef,
+    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, RECIPE_VERSION, Recipe,
+    TextField, TokenRef,
 };
 use std::collections::HashSet;
 
@@ -120,6 +121,14 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
             {
                 fail(format!("source[{i}].files[{j}]"), message);
             }
+        }
+        if let Some(limit) = source.max_document_bytes
+            && !(1..=MAX_DOCUMENT_BYTES_LIMIT).contains(&limit)
+        {
+            fail(
+                at("max_document_bytes"),
+                format!("must be 1 to {MAX_DOCUMENT_BYTES_LIMIT} (1 GiB), got {limit}"),
+            );
         }
         if let Some(content) = &source.content {
             for (field, message) in content_problems(content, &source.text, source.format) {
