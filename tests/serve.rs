@@ -425,3 +425,36 @@ fn an_endpoint_in_use_is_a_clear_error_and_sigterm_shuts_down_cleanly() {
         "the socket file is removed"
     );
 }
+
+#[test]
+fn metrics_on_a_non_loopback_address_are_warned_about_as_the_endpoint_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let args = ["--world-size", "1", "--micro-batch", "1", "--metrics"];
+    let open = Daemon::start_with(
+        &quickstart(),
+        &endpoint,
+        &[&args[..], &["0.0.0.0:0"]].concat(),
+    )
+    .unwrap();
+    assert!(
+        open.log_text().contains(
+            "METRICS ON A NON-LOOPBACK ADDRESS (0.0.0.0:0): any host that can reach it reads the \
+             daemon's counters"
+        ),
+        "{}",
+        open.log_text()
+    );
+    drop(open);
+    let local = Daemon::start_with(
+        &quickstart(),
+        &endpoint,
+        &[&args[..], &["127.0.0.1:0"]].concat(),
+    )
+    .unwrap();
+    assert!(
+        !local.log_text().contains("NON-LOOPBACK"),
+        "{}",
+        local.log_text()
+    );
+}

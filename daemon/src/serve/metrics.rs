@@ -225,6 +225,13 @@ pub fn spawn_http(
     store: Arc<StepStore>,
     shuffle_fill: Arc<AtomicU64>,
 ) -> anyhow::Result<SocketAddr> {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            "METRICS ON A NON-LOOPBACK ADDRESS ({addr}): any host that can reach it reads the \
+             daemon's counters (recipe hash, rank positions, sources); bind 127.0.0.1 unless a \
+             scraper on another host needs it"
+        );
+    }
     let server = tiny_http::Server::http(addr)
         .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
     let bound = server
