@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -35,11 +35,13 @@ def dsprep_bin() -> Path:
 class Daemon:
     """`dsprep serve` on `ipc://<dir>/d.sock`, ready once it logs that it serves; stopped by `stop()`."""
 
-    def __init__(self, tmp: Path, recipe: Path, world_size: int, micro_batch: int, prefetch: int = 4, metrics: bool = False):
+    def __init__(
+        self, tmp: Path, recipe: Path, world_size: int, micro_batch: int, prefetch: int = 4, metrics: bool = False, extra: Sequence[str] = ()
+    ):
         self.endpoint = f"ipc://{tmp / 'd.sock'}"
         args = [str(dsprep_bin()), "serve", "--recipe", str(recipe), "--endpoint", self.endpoint]
         args += ["--world-size", str(world_size), "--micro-batch", str(micro_batch), "--prefetch", str(prefetch)]
-        args += ["--metrics", "127.0.0.1:0" if metrics else "off"]
+        args += ["--metrics", "127.0.0.1:0" if metrics else "off", *extra]
         env = dict(os.environ, DSPREP_LOG="info")
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
         self.log: List[str] = []
@@ -73,6 +75,11 @@ class Daemon:
                 return float(line.split()[-1])
         raise KeyError(f"{series} not in:\n{body}")
 
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, as when a node dies."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
     def stop(self) -> None:
         """SIGTERM (the daemon shuts down cleanly and removes its socket file), SIGKILL after 5 s."""
         if self.process.poll() is None:
@@ -88,10 +95,18 @@ class Daemon:
 def daemon_factory(tmp_path):
     started: List[Daemon] = []
 
-    def start(recipe: Path = QUICKSTART, world_size: int = 1, micro_batch: int = 1, prefetch: int = 4, metrics: bool = False, in_dir: Optional[Path] = None) -> Daemon:
+    def start(
+        recipe: Path = QUICKSTART,
+        world_size: int = 1,
+        micro_batch: int = 1,
+        prefetch: int = 4,
+        metrics: bool = False,
+        in_dir: Optional[Path] = None,
+        extra: Sequence[str] = (),
+    ) -> Daemon:
         where = in_dir or tmp_path / f"daemon{len(started)}"
         where.mkdir(exist_ok=True)
-        d = Daemon(where, recipe, world_size, micro_batch, prefetch, metrics)
+        d = Daemon(where, recipe, world_size, micro_batch, prefetch, metrics, extra)
         started.append(d)
         return d
 

@@ -2,17 +2,29 @@
 sources are interchangeable, and the state round-trips, also through torchdata's
 StatefulDataLoader when that is installed.
 
-Skipped, with the reason printed, where torch is not installed: PyPI serves only CUDA builds of
-torch for Linux, which pull several GB of CUDA packages; CI does not install them."""
+CI installs torch and torchdata (into a venv cached outside the clone, `.ci/torch-venv.sh`) and
+sets DSPREP_REQUIRE_TORCH=1: there a missing torch fails these tests instead of skipping them.
+Elsewhere they are skipped, with the reason printed, where torch is not installed."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch",
-    reason="torch is not installed: PyPI's Linux torch wheels require several GB of CUDA packages and no CPU-only "
-    "build is on PyPI, so CI does not install it (install a CPU build of torch into the venv to run these tests)",
-)
+if os.environ.get("DSPREP_REQUIRE_TORCH") == "1":
+    import torch  # noqa: F401  (CI: it must be there)
+    import torchdata  # noqa: F401
+else:
+    torch = pytest.importorskip(
+        "torch",
+        reason="torch is not installed (`.ci/torch-venv.sh` makes a venv with torch and torchdata; "
+        "CI runs these tests there)",
+    )
 
 from dsprep_client import Client, DsprepIterableDataset, RecipeMismatch  # noqa: E402
 
@@ -41,7 +53,7 @@ def test_state_dict_round_trip(daemon_factory, raw):
     for _ in range(4):
         next(it)
     state = ds.state_dict()
-    assert state == {"next_step": 4, "recipe_hash": raw.recipe_hash}
+    assert state == {"next_step": 4, "recipe_hash": raw.recipe_hash, "stream_chain": [4, raw.chain_before(4).hex()]}
     resumed = DsprepIterableDataset(daemon.endpoint, rank=0, world_size=1, timeout=10)
     resumed.load_state_dict(state)
     item = next(iter(resumed))
@@ -67,3 +79,56 @@ def test_stateful_dataloader_resumes_at_the_next_step(daemon_factory):
     assert next(iter(again))["step"] == 3
     # Resumed from the dataset's state, not by fast-forwarding through steps 0..2 again.
     assert daemon.metric('dsprep_replies_total{status="ok"}') == served + 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchrun_style_ranks_killed_with_the_daemon_resume_from_their_checkpoint(daemon_factory, raw, tmp_path, workers):
+    """Two rank processes (RANK/WORLD_SIZE as torchrun sets them) with StatefulDataLoader (0 or 2
+    workers: with 2, each worker takes every other step) save a
+    checkpoint after step 3, train on, and are killed with the daemon (SIGKILL) at step 6 or
+    later. The job restarts: the daemon with --resume latest, the ranks from their checkpoint.
+    Steps 4.. equal the uninterrupted stream, and the stream chain the loader state carries
+    proves it continues."""
+    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
+    world, state = 2, tmp_path / "state"
+    worker = Path(__file__).with_name("torch_rank_worker.py")
+    args = ["--state-dir", str(state), "--checkpoint-every", "1"]
+
+    def ranks(daemon, last, resume):
+        procs = []
+        for rank in range(world):
+            out = str(tmp_path / f"rank{rank}")
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world))
+            cmd = [sys.executable, str(worker), daemon.endpoint, out, str(workers), str(last), "3"]
+            cmd += [out + ".ckpt"] if resume else []
+            procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+        return procs
+
+    def steps_written(rank):
+        path = tmp_path / f"rank{rank}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    first = daemon_factory(world_size=world, micro_batch=1, prefetch=4, in_dir=tmp_path / "d", extra=args)
+    procs = ranks(first, last=1000, resume=False)
+    deadline = time.monotonic() + 60
+    while min(len(steps_written(r)) for r in range(world)) < 7:
+        assert time.monotonic() < deadline, "the ranks did not reach step 6"
+        assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs]
+        time.sleep(0.05)
+    for p in procs:
+        p.kill()
+        p.wait()
+    first.kill()
+    before = {r: len(steps_written(r)) for r in range(world)}
+
+    second = daemon_factory(world_size=world, micro_batch=1, prefetch=4, in_dir=tmp_path / "d", extra=args + ["--resume", "latest"])
+    procs = ranks(second, last=9, resume=True)
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for rank in range(world):
+        resumed = steps_written(rank)[before[rank] :]
+        assert [s["step"] for s in resumed] == list(range(4, 10)), "resumed at the step after the checkpoint"
+        for s in resumed:
+            window = (s["step"] * world + rank) * 1
+            assert s["input_ids"][0] == raw.tokens[window][:-1].astype(np.int64).tolist(), f"rank {rank} step {s['step']}"

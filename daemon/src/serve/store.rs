@@ -10,6 +10,13 @@
 use dsprep_client::chain::{self, Hash};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A resuming daemon starts at the lowest step asked for within this long of the first request
+/// (a rank's DataLoader workers ask for consecutive steps at once, in any order) …
+pub const PLACEMENT_SETTLE: Duration = Duration::from_millis(200);
+/// … and once every rank has asked, or this long after the first request.
+pub const PLACEMENT_WAIT_ALL: Duration = Duration::from_secs(5);
 
 /// Steps kept below the slowest rank's position.
 pub const HISTORY_STEPS: u64 = 1;
@@ -106,8 +113,11 @@ struct State {
     shutdown: bool,
     /// False while a resuming daemon waits for the first request to know where to start.
     placed: bool,
-    /// The lowest step asked for before placement.
+    /// The lowest step asked for before placement, and when the first request came.
     first_request: Option<u64>,
+    first_request_at: Option<Instant>,
+    /// Per rank, whether it has asked before placement.
+    asked: Vec<bool>,
 }
 
 impl State {
@@ -155,6 +165,8 @@ impl StepStore {
             shutdown: false,
             placed: false,
             first_request: None,
+            first_request_at: None,
+            asked: vec![false; world_size as usize],
         };
         Self {
             state: Mutex::new(state),
@@ -170,18 +182,36 @@ impl StepStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Wait for the first request to an unplaced store; returns the step asked for (the lowest,
-    /// if several came at once).
+    /// Wait for the first requests to an unplaced store; returns the lowest step asked for
+    /// once [`PLACEMENT_SETTLE`] has passed since the first request and every rank has asked (or
+    /// [`PLACEMENT_WAIT_ALL`] has passed).
     pub fn wait_first_request(&self) -> Result<u64, Stopped> {
         let mut state = self.lock();
         loop {
             if state.shutdown {
                 return Err(Stopped);
             }
-            if let Some(step) = state.first_request {
-                return Ok(step);
-            }
-            state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
+            let wait = match (state.first_request, state.first_request_at) {
+                (Some(step), Some(at)) => {
+                    let waited = at.elapsed();
+                    let all = state.asked.iter().all(|&a| a);
+                    if waited >= PLACEMENT_SETTLE && (all || waited >= PLACEMENT_WAIT_ALL) {
+                        return Ok(step);
+                    }
+                    let until = if all {
+                        PLACEMENT_SETTLE
+                    } else {
+                        PLACEMENT_WAIT_ALL
+                    };
+                    until.saturating_sub(waited).max(Duration::from_millis(1))
+                }
+                _ => Duration::from_secs(3600),
+            };
+            state = self
+                .room
+                .wait_timeout(state, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -241,6 +271,10 @@ impl StepStore {
                 return Lookup::Failed(message.clone());
             }
             state.first_request = Some(state.first_request.map_or(step, |s| s.min(step)));
+            state.first_request_at.get_or_insert_with(Instant::now);
+            if let Some(asked) = state.asked.get_mut(rank as usize) {
+                *asked = true;
+            }
             self.room.notify_all();
             return Lookup::NotYet;
         }

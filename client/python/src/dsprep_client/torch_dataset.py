@@ -4,8 +4,9 @@ is, so the rest of the package works without it.
 
 `state_dict()` / `load_state_dict()` hold the next step and the recipe hash, which is the
 protocol torchdata's `StatefulDataLoader` calls on a dataset. Use it with `batch_size=None`
-(every item already is this rank's micro batch) and `num_workers=0`: the daemon already does
-the loading, and worker processes would each replay the same steps.
+(every item already is this rank's micro batch). `num_workers=0` is enough (the daemon already
+does the loading); with W workers each takes every W-th step, and the loader, which takes the
+workers' items in turn, yields them in order.
 """
 
 from __future__ import annotations
@@ -61,30 +62,35 @@ class DsprepIterableDataset(IterableDataset):
         return self._source
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        """This rank's steps in order. Under a DataLoader with W workers, worker `w` yields steps
+        `n + w, n + w + W, …` (from the state's next step `n`), so the loader, which takes the
+        workers' items in turn, still yields every step once, in order."""
         info = get_worker_info()
-        if info is not None and info.num_workers > 1:
-            raise ConfigError(
-                f"DsprepIterableDataset under {info.num_workers} DataLoader workers would serve every batch "
-                f"{info.num_workers} times: use num_workers=0 (the daemon already does the loading)"
-            )
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         source = self.source()
+        step = int(self._state["next_step"])
+        if int(self._state.get("workers", 1)) != workers:
+            step += worker  # a state of the whole rank: this worker starts at its own offset
         while True:
-            batch = source.next_batch()
+            batch = source.batch_at(step)
             if batch is None:
                 return
-            self._state = source.state_dict()
+            step += workers
+            self._state = dict(source.state_dict(), next_step=step)
+            if workers > 1:
+                self._state["workers"] = workers  # this worker's own next step, not the rank's
             yield to_tensors(batch)
 
     def state_dict(self) -> Dict[str, Any]:
-        """The next step to yield and the recipe hash of what was yielded."""
-        if self._source is not None:
-            self._state = self._source.state_dict()
+        """The next step to yield (this worker's, under W workers), the recipe hash and the
+        stream chain of what was yielded."""
         return dict(self._state)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from the saved step; a different recipe is refused (`RecipeMismatch`)."""
         self._state = {"next_step": int(state["next_step"]), "recipe_hash": state.get("recipe_hash")}
-        if state.get("stream_chain"):
-            self._state["stream_chain"] = state["stream_chain"]
+        for key in ("stream_chain", "workers"):
+            if state.get(key):
+                self._state[key] = state[key]
         if self._source is not None:
             self._source.load_state_dict(self._state)
