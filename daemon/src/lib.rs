@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod driver;
+pub mod export;
 pub mod files;
 pub mod hub;
 pub mod inspect;

@@ -174,6 +174,19 @@ enum Command {
     },
     /// Check a packed directory against its manifest (sizes, checksums, index, token ids).
     Verify { dir: PathBuf },
+    /// Write a packed directory in a format other trainers read: Megatron-LM's IndexedDataset
+    /// (`OUT.bin` + `OUT.idx`) or a Hugging Face `datasets` directory (`load_from_disk`).
+    Export {
+        dir: PathBuf,
+        #[arg(long, value_enum)]
+        to: dsprep::export::Target,
+        /// The output: a path prefix for megatron, a directory for hf-datasets.
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace an existing output.
+        #[arg(long)]
+        force: bool,
+    },
     /// Print the decoded text of one packed window, with document boundaries.
     Inspect {
         dir: PathBuf,
@@ -378,6 +391,37 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 report.num_windows,
                 report.num_tokens,
                 report.num_files
+            );
+        }
+        Command::Export {
+            dir,
+            to,
+            out,
+            force,
+        } => {
+            let options = dsprep::export::ExportOptions {
+                dir,
+                to,
+                out,
+                force,
+            };
+            let report = dsprep::export::export(&options)?;
+            let what = match to {
+                dsprep::export::Target::Megatron => "documents",
+                dsprep::export::Target::HfDatasets => "rows",
+            };
+            let names: Vec<String> = report
+                .written
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            println!(
+                "exported {} {what} ({} bytes of tokens) to {} in {:.2} s ({:.0} MB/s, verify included)",
+                report.records,
+                report.bytes,
+                names.join(" + "),
+                report.seconds,
+                report.bytes as f64 / report.seconds.max(1e-9) / 1e6
             );
         }
         Command::Inspect { dir, window } => {

@@ -2,8 +2,8 @@
 sources are interchangeable, and the state round-trips, also through torchdata's
 StatefulDataLoader when that is installed.
 
-CI installs torch and torchdata (into a venv cached outside the clone, `.ci/torch-venv.sh`) and
-sets DSPREP_REQUIRE_TORCH=1: there a missing torch fails these tests instead of skipping them.
+CI installs torch and torchdata (into a venv cached outside the clone, `client/python/extras-venv.sh`)
+and sets DSPREP_REQUIRE_EXTRAS=1: there a missing torch fails these tests instead of skipping them.
 Elsewhere they are skipped, with the reason printed, where torch is not installed."""
 
 import json
@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-if os.environ.get("DSPREP_REQUIRE_TORCH") == "1":
+if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
     import torch  # noqa: F401  (CI: it must be there)
     import torchdata  # noqa: F401
 else:
     torch = pytest.importorskip(
         "torch",
-        reason="torch is not installed (`.ci/torch-venv.sh` makes a venv with torch and torchdata; "
+        reason="torch is not installed (`client/python/extras-venv.sh` makes a venv with torch and torchdata; "
         "CI runs these tests there)",
     )
 

@@ -1,0 +1,231 @@
+//! `dsprep export`: the quickstart packed, then exported as Megatron's IndexedDataset (read back
+//! here by a reader that follows megatron/core/datasets/indexed_dataset.py's `_IndexReader`
+//! byte for byte) and as a Hugging Face `datasets` directory (its Arrow stream read back; the
+//! Python tests load it with `datasets.load_from_disk`). Every document and every row is
+//! compared with the packed windows; bad input leaves nothing behind.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
+
+mod support;
+
+use dsprep_client::PackedDataset;
+use std::path::Path;
+use support::{dsprep_fails, dsprep_ok, pack_dataset, quickstart};
+
+/// The packed stream's token ids, and where each document starts in it.
+fn stream(packed: &PackedDataset) -> (Vec<u32>, Vec<usize>) {
+    let m = packed.manifest();
+    let mut tokens = Vec::new();
+    let mut starts = Vec::new();
+    for w in 0..packed.num_windows() {
+        let window = packed.window(w).unwrap();
+        starts.extend(
+            window
+                .doc_starts
+                .iter()
+                .map(|&s| (w * u64::from(m.window_tokens)) as usize + s as usize),
+        );
+        tokens.extend(window.tokens.to_vec());
+    }
+    (tokens, starts)
+}
+
+/// Megatron's MMIDIDX v1 index, read as megatron-core's `_IndexReader` does.
+struct MegatronIndex {
+    dtype_code: u8,
+    lengths: Vec<i32>,
+    pointers: Vec<i64>,
+    documents: Vec<i64>,
+}
+
+fn read_index(path: &Path) -> MegatronIndex {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..9], b"MMIDIDX\x00\x00", "magic");
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    assert_eq!(u64_at(9), 1, "version");
+    let dtype_code = bytes[17];
+    let (sequences, documents) = (u64_at(18) as usize, u64_at(26) as usize);
+    let mut at = 34;
+    let mut take = |n: usize, size: usize| {
+        let slice = &bytes[at..at + n * size];
+        at += n * size;
+        slice.to_vec()
+    };
+    let lengths = take(sequences, 4)
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let pointers = take(sequences, 8)
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let documents_read = take(documents, 8)
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(at, bytes.len(), "nothing after the document indices");
+    MegatronIndex {
+        dtype_code,
+        lengths,
+        pointers,
+        documents: documents_read,
+    }
+}
+
+#[test]
+fn megatron_export_holds_every_document_in_stream_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let packed = pack_dataset(&quickstart(), &tmp.path().join("packed"));
+    let (tokens, starts) = stream(&packed);
+    let prefix = tmp.path().join("mega/quickstart");
+    std::fs::create_dir_all(prefix.parent().unwrap()).unwrap();
+    let dir = tmp.path().join("packed");
+    let out = dsprep_ok(&[
+        "export",
+        dir.to_str().unwrap(),
+        "--to",
+        "megatron",
+        "--out",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(
+        out.starts_with(&format!("exported {} documents", starts.len())),
+        "{out}"
+    );
+
+    let index = read_index(&prefix.with_extension("idx"));
+    assert_eq!(
+        index.dtype_code, 8,
+        "u16 ids are Megatron's uint16 (code 8)"
+    );
+    let mut ends: Vec<usize> = starts[1..].to_vec();
+    ends.push(tokens.len());
+    let want: Vec<i32> = starts
+        .iter()
+        .zip(&ends)
+        .map(|(s, e)| (e - s) as i32)
+        .collect();
+    assert_eq!(index.lengths, want, "one sequence per document");
+    let mut pointer = 0i64;
+    for (p, len) in index.pointers.iter().zip(&index.lengths) {
+        assert_eq!(*p, pointer);
+        pointer += i64::from(*len) * 2;
+    }
+    assert_eq!(
+        index.documents,
+        (0..=starts.len() as i64).collect::<Vec<_>>()
+    );
+    let bin = std::fs::read(prefix.with_extension("bin")).unwrap();
+    assert_eq!(bin.len(), tokens.len() * 2);
+    // Each sequence, read at its pointer, is its document's ids.
+    for (i, (&p, &len)) in index
+        .pointers
+        .iter()
+        .zip(&index.lengths)
+        .enumerate()
+        .step_by(7)
+    {
+        let ids: Vec<u32> = bin[p as usize..p as usize + len as usize * 2]
+            .chunks_exact(2)
+            .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+            .collect();
+        assert_eq!(ids, tokens[starts[i]..ends[i]], "document {i}");
+    }
+
+    // An existing output is kept unless --force.
+    let err = dsprep_fails(&[
+        "export",
+        dir.to_str().unwrap(),
+        "--to",
+        "megatron",
+        "--out",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(&format!(
+            "{} exists: pass --force to replace it (nothing was written)",
+            prefix.with_extension("bin").display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn hf_datasets_export_is_the_stream_in_seq_len_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let packed = pack_dataset(&quickstart(), &tmp.path().join("packed"));
+    let (tokens, _) = stream(&packed);
+    let seq_len = packed.manifest().seq_len as usize;
+    let out = tmp.path().join("hf");
+    let dir = tmp.path().join("packed");
+    dsprep_ok(&[
+        "export",
+        dir.to_str().unwrap(),
+        "--to",
+        "hf-datasets",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "data-00000-of-00001.arrow",
+            "dataset_info.json",
+            "state.json"
+        ]
+    );
+    let file = std::fs::File::open(out.join("data-00000-of-00001.arrow")).unwrap();
+    let reader = arrow_ipc::reader::StreamReader::try_new(file, None).unwrap();
+    let mut rows = 0usize;
+    for batch in reader {
+        let batch = batch.unwrap();
+        let ids = batch
+            .column_by_name("input_ids")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::ListArray>()
+            .unwrap();
+        for r in 0..batch.num_rows() {
+            let row = ids.value(r);
+            let row = row
+                .as_any()
+                .downcast_ref::<arrow_array::Int32Array>()
+                .unwrap();
+            let want: Vec<i32> = tokens[rows * seq_len..(rows + 1) * seq_len]
+                .iter()
+                .map(|&t| t as i32)
+                .collect();
+            assert_eq!(row.values().to_vec(), want, "row {rows}");
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, tokens.len() / seq_len, "every whole block, in order");
+}
+
+#[test]
+fn a_packed_directory_that_fails_verify_is_not_exported() {
+    let tmp = tempfile::tempdir().unwrap();
+    pack_dataset(&quickstart(), &tmp.path().join("packed"));
+    let shard = tmp.path().join("packed/tokens-00000.bin");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&shard, bytes).unwrap();
+    let out = tmp.path().join("hf");
+    let err = dsprep_fails(&[
+        "export",
+        tmp.path().join("packed").to_str().unwrap(),
+        "--to",
+        "hf-datasets",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("fails `dsprep verify`; nothing was exported") && err.contains("sha256 is"),
+        "{err}"
+    );
+    assert!(!out.exists() && !tmp.path().join("hf.partial").exists());
+}
