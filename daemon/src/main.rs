@@ -416,7 +416,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .map(|p| p.display().to_string())
                 .collect();
             println!(
-                "exported {} {what} ({} bytes of tokens) to {} in {:.2} s ({:.0} MB/s, verify included)",
+                "exported {} {what} ({} bytes written) to {} in {:.2} s ({:.0} MB/s, verify included)",
                 report.records,
                 report.bytes,
                 names.join(" + "),

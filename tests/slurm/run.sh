@@ -36,7 +36,7 @@ wait_job() {  # wait_job ID: until it has left the queue (at most 300 s)
 "$DSPREP" pack --recipe "$recipe" --out "$W/whole" --quiet
 
 echo "== serve: 4 node daemons (srun, SLURM_NODEID) × 2 ranks each"
-export RANKS_PER_NODE=2 MICRO_BATCH=2 STATE_DIR=$W/state SOCK_DIR=$W
+export RANKS_PER_NODE=2 MICRO_BATCH=2 STATE_DIR=$W/state SOCK_DIR=$W PLAN=$W/plan.json
 export TRAINER='"$DSPREP" tap --endpoint "$DSPREP_ENDPOINT" --rank "$RANK" --world-size "$WORLD_SIZE" --steps 1000000 --out "$W/rank$RANK.bin"'
 job=$(sbatch --parsable -N 4 -o "$W/serve.out" config/slurm/serve.sbatch "$recipe")
 wait_job "$job"
@@ -44,6 +44,8 @@ cat "$W/serve.out"
 python3 - "$W" <<'PY'
 import json, os, sys
 w = sys.argv[1]
+plan = json.load(open(f"{w}/plan.json"))
+assert plan["format"] == "dsprep-plan", "serve.sbatch wrote the job's plan once, where PLAN says"
 m = json.load(open(f"{w}/whole/manifest.json"))
 stream = b"".join(open(f"{w}/whole/{s['file']}", "rb").read() for s in m["shards"])
 window = m["window_tokens"] * (2 if m["dtype"] == "u16" else 4)
