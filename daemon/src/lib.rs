@@ -1,8 +1,8 @@
 //! The drivers around dsprep's pipeline core: sources (local files and the Hugging Face Hub),
-//! the offline packer
-//! (`dsprep pack`), the loader daemon (`dsprep serve`) and its stand-in trainer (`dsprep tap`),
-//! and the checks on packed output (`verify`, `inspect`). The `dsprep` binary in
-//! `main.rs` only parses arguments and calls into here.
+//! the offline packer (`dsprep pack`), the loader daemon (`dsprep serve`) and its stand-in
+//! trainer (`dsprep tap`), the checks on packed output (`verify`, `inspect`) and its exports for
+//! other trainers (`export`). The `dsprep` binary in `main.rs` only parses arguments and calls
+//! into here.
 
 pub mod checkpoint;
 pub mod driver;

@@ -14,6 +14,8 @@ pub struct Daemon {
     pub endpoint: String,
     pub metrics: Option<String>,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// The thread copying stderr into `log`: it ends when the daemon's stderr closes.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
@@ -77,7 +79,7 @@ impl Daemon {
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let (ready_tx, ready_rx) = mpsc::channel();
-        {
+        let reader = {
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -86,8 +88,8 @@ impl Daemon {
                     }
                     log.lock().unwrap().push(line);
                 }
-            });
-        }
+            })
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if ready_rx.recv_timeout(Duration::from_millis(50)).is_ok() {
@@ -112,6 +114,7 @@ impl Daemon {
             endpoint: endpoint.to_string(),
             metrics,
             log,
+            reader: Some(reader),
         })
     }
 
@@ -137,6 +140,10 @@ impl Daemon {
         let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(sent.success(), "kill -TERM {pid}");
         let status = self.child.wait().unwrap();
+        // Every line the daemon wrote before it exited is in the log once this returns.
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
         assert!(status.success(), "{status}: {}", self.log_text());
     }
 }
