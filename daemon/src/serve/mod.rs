@@ -271,6 +271,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         layout,
         shutdown,
         gate,
+        malformed_log: Default::default(),
     }
     .run();
     store.shutdown();

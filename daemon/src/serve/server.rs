@@ -8,9 +8,10 @@ use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
     DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, Status, encode_doc_starts,
 };
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The daemon's fixed layout, echoed in every reply header.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +39,41 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const GATE_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Requests waiting for a step at most (beyond, the oldest are refused): bounds the parked list.
 const MAX_PARKED: usize = 4096;
+/// Malformed requests are logged at most this often, saying how many were not: a flood of
+/// hostile frames must not become a flood of log lines.
+const MALFORMED_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// When a malformed request was last logged, and how many came since without a log line.
+#[derive(Default)]
+pub struct MalformedLog {
+    last: Cell<Option<Instant>>,
+    unlogged: Cell<u64>,
+}
+
+impl MalformedLog {
+    fn note(&self, status: Status, message: &str) {
+        let now = Instant::now();
+        if self
+            .last
+            .get()
+            .is_some_and(|at| now.duration_since(at) < MALFORMED_LOG_EVERY)
+        {
+            self.unlogged.set(self.unlogged.get() + 1);
+            return;
+        }
+        self.last.set(Some(now));
+        let unlogged = self.unlogged.replace(0);
+        if unlogged > 0 {
+            tracing::warn!(
+                ?status,
+                message,
+                "malformed request ({unlogged} more since the last one logged)"
+            );
+        } else {
+            tracing::warn!(?status, message, "malformed request");
+        }
+    }
+}
 
 struct Parked {
     identity: Vec<u8>,
@@ -55,6 +91,7 @@ pub struct Server {
     /// With several node daemons: the lanes' progress, and the global batch in windows. A step
     /// is served only once every lane of the stream is known to reach it.
     pub gate: Option<(Arc<LaneProgress>, u64)>,
+    pub malformed_log: MalformedLog,
 }
 
 impl Server {
@@ -331,7 +368,7 @@ impl Server {
             step,
             recipe_hash: None,
         };
-        tracing::warn!(?status, message, "malformed request");
+        self.malformed_log.note(status, message);
         self.reply_error(identity, &request, status, message);
     }
 }
