@@ -55,6 +55,15 @@ impl Dtype {
             Dtype::U32 => 4,
         }
     }
+
+    /// Append `tokens` to `out` as this dtype's little-endian ids: a window's bytes as packed
+    /// shards store them, the daemon serves them and the stream chain hashes them.
+    pub fn extend_bytes(self, tokens: &[u32], out: &mut Vec<u8>) {
+        match self {
+            Dtype::U16 => out.extend(tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
+            Dtype::U32 => out.extend(tokens.iter().flat_map(|&t| t.to_le_bytes())),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -289,6 +289,41 @@ impl Client {
         self.next_step = step;
     }
 
+    /// The rows hash to the chain the reply states, and the step starts where this trainer's
+    /// stream stands (the previous step, or the value given to `expect_chain`).
+    fn check_chain(&mut self, batch: &ServedBatch) -> Result<(), ClientError> {
+        let header = &batch.header;
+        let Some(c) = header.chain else {
+            return Err(DecodeError::Frames("an ok v2 reply without its chain".into()).into());
+        };
+        let step = header.step;
+        let rows = (0..batch.rows()).map(|i| batch.row_bytes(i));
+        let rows_end = chain::extend(&c.rows_start, rows);
+        let step_first = step * u64::from(header.world_size) * u64::from(header.micro_batch);
+        let last_rank = header.rank + 1 == header.world_size;
+        if rows_end != c.rows_end
+            || (header.first_window == step_first && c.rows_start != c.step_start)
+            || (last_rank && c.rows_end != c.step_end)
+        {
+            return Err(ClientError::ChainMismatch(format!(
+                "rank {}'s rows at step {step} do not hash to the chain the daemon states ({} \
+                 from {}, the rows give {}): the bytes changed between the daemon and this rank",
+                header.rank,
+                chain::to_hex(&c.rows_end),
+                chain::to_hex(&c.rows_start),
+                chain::to_hex(&rows_end)
+            )));
+        }
+        if let Some((expected_step, expected)) = self.chain_before
+            && expected_step == step
+            && expected != c.step_start
+        {
+            return Err(ClientError::ChainMismatch(chain_break(step, &expected, &c)));
+        }
+        self.chain_before = Some((step + 1, c.step_end));
+        Ok(())
+    }
+
     pub fn config(&self) -> &ClientConfig {
         &self.config
     }
@@ -449,43 +484,6 @@ impl Client {
             doc_offsets,
             doc_starts,
         }))
-    }
-}
-
-impl Client {
-    /// The rows hash to the chain the reply states, and the step starts where this trainer's
-    /// stream stands (the previous step, or the value given to `expect_chain`).
-    fn check_chain(&mut self, batch: &ServedBatch) -> Result<(), ClientError> {
-        let header = &batch.header;
-        let Some(c) = header.chain else {
-            return Err(DecodeError::Frames("an ok v2 reply without its chain".into()).into());
-        };
-        let step = header.step;
-        let rows = (0..batch.rows()).map(|i| batch.row_bytes(i));
-        let rows_end = chain::extend(&c.rows_start, rows);
-        let step_first = step * u64::from(header.world_size) * u64::from(header.micro_batch);
-        let last_rank = header.rank + 1 == header.world_size;
-        if rows_end != c.rows_end
-            || (header.first_window == step_first && c.rows_start != c.step_start)
-            || (last_rank && c.rows_end != c.step_end)
-        {
-            return Err(ClientError::ChainMismatch(format!(
-                "rank {}'s rows at step {step} do not hash to the chain the daemon states ({} \
-                 from {}, the rows give {}): the bytes changed between the daemon and this rank",
-                header.rank,
-                chain::to_hex(&c.rows_end),
-                chain::to_hex(&c.rows_start),
-                chain::to_hex(&rows_end)
-            )));
-        }
-        if let Some((expected_step, expected)) = self.chain_before
-            && expected_step == step
-            && expected != c.step_start
-        {
-            return Err(ClientError::ChainMismatch(chain_break(step, &expected, &c)));
-        }
-        self.chain_before = Some((step + 1, c.step_end));
-        Ok(())
     }
 }
 

@@ -134,14 +134,7 @@ impl PackWriter {
             });
         }
         self.bytes.clear();
-        match self.dtype {
-            Dtype::U16 => self
-                .bytes
-                .extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-            Dtype::U32 => self
-                .bytes
-                .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
-        }
+        self.dtype.extend_bytes(&window.tokens, &mut self.bytes);
         let shard = self.shard.as_mut().expect("opened above");
         shard
             .write_all(&self.bytes)

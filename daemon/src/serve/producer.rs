@@ -73,14 +73,7 @@ impl StepAssembler {
         self.next_window += 1;
         let step = &mut self.current;
         let from = step.tokens.len();
-        match self.dtype {
-            Dtype::U16 => step
-                .tokens
-                .extend(window.tokens.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-            Dtype::U32 => step
-                .tokens
-                .extend(window.tokens.iter().flat_map(|&t| t.to_le_bytes())),
-        }
+        self.dtype.extend_bytes(&window.tokens, &mut step.tokens);
         let digest = chain::window_digest(&step.tokens[from..]);
         if index < self.keep_from {
             step.tokens.truncate(from);
