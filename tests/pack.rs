@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
+
 use dsprep::driver::{build_mixer, load_recipe};
 use dsprep::pack::{self, PackOptions};
 use dsprep_client::{BatchLayout, PackedDataset};
@@ -399,40 +401,74 @@ fn every_shipped_recipe_loads_and_lists_its_files() {
     assert!(names.contains(&"quickstart.toml".to_string()), "{names:?}");
 }
 
+/// The quickstart recipe with another tokenizer, written to `dir` (sample paths made absolute).
+fn quickstart_with_tokenizer(dir: &Path, tokenizer: &Path, eos: &str) -> PathBuf {
+    let samples = repo_root().join("config/samples/");
+    let recipe = std::fs::read_to_string(quickstart())
+        .unwrap()
+        .replace(
+            "path = \"tokenizers/gpt2/tokenizer.json\"",
+            &format!("path = {:?}", tokenizer.to_str().unwrap()),
+        )
+        .replace("eos = \"<|endoftext|>\"", &format!("eos = {eos:?}"))
+        .replace("\"samples/", &format!("\"{}", samples.to_str().unwrap()));
+    let path = dir.join("recipe.toml");
+    std::fs::write(&path, recipe).unwrap();
+    path
+}
+
 #[test]
 fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut outputs = Vec::new();
-    for engine in ["auto", "hf"] {
-        let out = tmp.path().join(engine);
-        let stdout = dsprep_ok(&[
-            "pack",
-            "--recipe",
-            quickstart().to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-            "--tokenizer-engine",
-            engine,
-        ]);
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("tokenizer engine: "))
-            .unwrap()
-            .to_string();
-        outputs.push((line, dir_bytes(&out)));
+    let mut tokenizers = vec![
+        ("gpt2", gpt2_tokenizer(), "<|endoftext|>", "GPT-2 scanner"),
+        (
+            "qwen3",
+            repo_root().join("config/tokenizers/qwen3/tokenizer.json"),
+            "<|endoftext|>",
+            "cl100k-family scanner",
+        ),
+    ];
+    if let Some(llama3) = fetched_tokenizer("llama3") {
+        tokenizers.push(("llama3", llama3, "<|end_of_text|>", "cl100k-family scanner"));
     }
-    assert!(
-        outputs[0].0.starts_with("tokenizer engine: fast path: "),
-        "GPT-2 takes the fast path: {}",
-        outputs[0].0
-    );
-    assert_eq!(
-        outputs[1].0,
-        "tokenizer engine: HF tokenizers (engine Hf was asked for)"
-    );
-    assert!(
-        outputs[0].1 == outputs[1].1,
-        "the two engines wrote different bytes"
-    );
+    for (name, tokenizer, eos, scanner) in tokenizers {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let recipe = quickstart_with_tokenizer(&dir, &tokenizer, eos);
+        let mut outputs = Vec::new();
+        for engine in ["auto", "hf"] {
+            let out = dir.join(engine);
+            let stdout = dsprep_ok(&[
+                "pack",
+                "--recipe",
+                recipe.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--quiet",
+                "--tokenizer-engine",
+                engine,
+            ]);
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with("tokenizer engine: "))
+                .unwrap()
+                .to_string();
+            outputs.push((line, dir_bytes(&out)));
+        }
+        assert!(
+            outputs[0].0.starts_with("tokenizer engine: fast path: ")
+                && outputs[0].0.contains(scanner),
+            "{name} takes the fast path with the {scanner}: {}",
+            outputs[0].0
+        );
+        assert_eq!(
+            outputs[1].0,
+            "tokenizer engine: HF tokenizers (engine Hf was asked for)"
+        );
+        assert!(
+            outputs[0].1 == outputs[1].1,
+            "{name}: the two engines wrote different bytes"
+        );
+    }
 }

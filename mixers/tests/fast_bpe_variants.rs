@@ -246,3 +246,32 @@ fn token_no_merge_reaches_is_left_out_unless_ignore_merges() {
     assert_fast_and_equal(&lookup, &texts);
     assert_eq!(encode(&stage(&lookup, EngineChoice::Auto), "xyz"), [257, 0]);
 }
+
+/// Vocabularies converted from tiktoken (Llama 3, cl100k) list every split of a token into two
+/// tokens, one after another, in rank order. tiktoken builds "abc" from "ab" + "c" (its second
+/// listed merge here); HF reaches the same, so the fast path is taken and agrees.
+#[test]
+fn several_merges_for_one_token_in_rank_order_take_the_fast_path() {
+    let texts = [
+        "abc",
+        "abcabc",
+        "aabcc",
+        "bcabc",
+        "a bc ab c",
+        "cba",
+        "abbc",
+        "xabcx",
+    ];
+    let json = tiny_bpe(&["ab", "bc", "abc"], &["a b", "b c", "a bc", "ab c"], false);
+    assert_fast_and_equal(&json, &texts);
+    assert_eq!(encode(&stage(&json, EngineChoice::Auto), "abc"), [258, 0]);
+    let lookup = tiny_bpe(&["ab", "bc", "abc"], &["a b", "b c", "a bc", "ab c"], true);
+    assert_fast_and_equal(&lookup, &texts);
+}
+
+/// A token's merges split by another token's: ids go down along the list, refused.
+#[test]
+fn merges_of_one_token_apart_are_refused() {
+    let json = tiny_bpe(&["ab", "bc", "abc"], &["a b", "a bc", "b c", "ab c"], false);
+    assert_refused(&json, "makes id 257, below id 258 of merge #1");
+}

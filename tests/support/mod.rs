@@ -3,6 +3,9 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+mod fetched_tokenizer;
+
+pub use fetched_tokenizer::fetched_tokenizer;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use std::io::Write;

@@ -19,6 +19,8 @@ use tokenizers::utils::SysRegex;
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::added::{AddedSplitter, Segment};
+use super::char_classes::HandBack;
+use super::cl100k_split::Cl100kSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::pipeline::{self, Refusal};
 use super::ranks;
@@ -31,14 +33,39 @@ const WHOLE_PIECE: &str = "(?s:.+)";
 /// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
 const REGEX_COPIES: usize = 8;
 
+/// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex.
+enum Scanner {
+    Gpt2(Gpt2Splitter),
+    Cl100k(Cl100kSplitter),
+}
+
+impl Scanner {
+    /// The scanner for `pattern`, if there is one.
+    fn for_pattern(pattern: &str) -> Result<Option<Self>, String> {
+        if pattern == GPT2_PATTERN {
+            return Gpt2Splitter::new().map(|s| Some(Self::Gpt2(s)));
+        }
+        Cl100kSplitter::for_pattern(pattern)
+            .transpose()
+            .map(|s| s.map(Self::Cl100k))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Gpt2(_) => "GPT-2",
+            Self::Cl100k(_) => "cl100k-family",
+        }
+    }
+}
+
 pub(crate) struct FastBpe {
     /// Added tokens matched in the raw text, then those matched in the normalized text.
     raw_added: AddedSplitter,
     normalized_added: AddedSplitter,
     nfc: bool,
     regexes: Vec<SysRegex>,
-    /// GPT-2's pattern, scanned by hand instead of by fancy-regex (same matches).
-    gpt2: Option<Gpt2Splitter>,
+    /// The pattern scanned by hand instead of by fancy-regex (same matches), where it can be.
+    scanner: Option<Scanner>,
     keep_matches: bool,
     keep_gaps: bool,
     /// Piece bytes → id for pieces that are one token (most are): skips tiktoken's per-call
@@ -65,10 +92,28 @@ fn thread_slot() -> usize {
 }
 
 /// `text[start..end]`, as an error rather than a panic if a regex ever reported a non-boundary.
-fn slice(text: &str, start: usize, end: usize) -> Result<&str, String> {
+fn slice(text: &str, start: usize, end: usize) -> Result<&str, Cut> {
     text.get(start..end).ok_or_else(|| {
-        format!("pre-tokenizer regex reported bytes {start}..{end}, not a char range")
+        Cut::Error(format!(
+            "pre-tokenizer regex reported bytes {start}..{end}, not a char range"
+        ))
     })
+}
+
+/// Why cutting a text into pieces stopped.
+enum Cut {
+    /// The scanner handed the text back to the regex.
+    HandBack,
+    Error(String),
+}
+
+impl Cut {
+    fn into_message(self) -> String {
+        match self {
+            Self::HandBack => "the pre-tokenizer regex handed a text back to itself".to_string(),
+            Self::Error(message) => message,
+        }
+    }
 }
 
 impl FastBpe {
@@ -82,10 +127,8 @@ impl FastBpe {
             .map(|_| SysRegex::new(&pipeline.split.pattern))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
-        let gpt2 = (pipeline.split.pattern == GPT2_PATTERN)
-            .then(Gpt2Splitter::new)
-            .transpose()
-            .map_err(|e| Refusal::new(format!("GPT-2 pre-tokenizer tables: {e}")))?;
+        let scanner = Scanner::for_pattern(&pipeline.split.pattern)
+            .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
         let ranks = ranks::build(pipeline.bpe)?;
         let bpe = CoreBPE::new(ranks.encoder.clone(), FxHashMap::default(), WHOLE_PIECE)
             .map_err(|e| Refusal::new(format!("tiktoken-rs refused the vocabulary: {e}")))?;
@@ -99,10 +142,9 @@ impl FastBpe {
             if pipeline.nfc { "NFC" } else { "none" },
             pipeline.added.len(),
             pipeline.split.pattern,
-            if gpt2.is_some() {
-                ", scanned by dsprep's GPT-2 scanner"
-            } else {
-                ""
+            match &scanner {
+                Some(scanner) => format!(", scanned by dsprep's {} scanner", scanner.name()),
+                None => String::new(),
             },
         );
         Ok(Self {
@@ -110,7 +152,7 @@ impl FastBpe {
             normalized_added,
             nfc: pipeline.nfc,
             regexes,
-            gpt2,
+            scanner,
             keep_matches: pipeline.split.keep_matches,
             keep_gaps: pipeline.split.keep_gaps,
             encoder: ranks.encoder,
@@ -152,27 +194,43 @@ impl FastBpe {
     }
 
     /// HF's `Pattern for &SysRegex` + `NormalizedString::split`: matches and the gaps between
-    /// them, each kept or dropped by the split behaviour, empty ones dropped.
+    /// them, each kept or dropped by the split behaviour, empty ones dropped. A scanner that
+    /// hands the text back (a whitespace run where the regex may give up) has its ids taken back
+    /// and the regex cuts the text.
     fn encode_pieces(
         &self,
         regex: &SysRegex,
         text: &str,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
-        match &self.gpt2 {
-            Some(scanner) => self.encode_matches(text, scanner.find_iter(text), out),
-            None => self.encode_matches(text, regex.find_iter(text), out),
+        let from_regex = || regex.find_iter(text).map(Ok);
+        let mark = out.len();
+        let scanned = match &self.scanner {
+            Some(Scanner::Gpt2(scanner)) => self.encode_matches(text, scanner.find_iter(text), out),
+            Some(Scanner::Cl100k(scanner)) => {
+                self.encode_matches(text, scanner.find_iter(text), out)
+            }
+            None => self.encode_matches(text, from_regex(), out),
+        };
+        match scanned {
+            Err(Cut::HandBack) => {
+                out.truncate(mark);
+                self.encode_matches(text, from_regex(), out)
+                    .map_err(Cut::into_message)
+            }
+            other => other.map_err(Cut::into_message),
         }
     }
 
     fn encode_matches(
         &self,
         text: &str,
-        matches: impl Iterator<Item = (usize, usize)>,
+        matches: impl Iterator<Item = Result<(usize, usize), HandBack>>,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Cut> {
         let mut previous = 0;
-        for (start, end) in matches {
+        for found in matches {
+            let (start, end) = found.map_err(|HandBack| Cut::HandBack)?;
             if self.keep_gaps && previous < start {
                 self.encode_piece(slice(text, previous, start)?, out);
             }

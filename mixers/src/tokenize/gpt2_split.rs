@@ -10,95 +10,34 @@
 //! from `regex-syntax`, the crate fancy-regex compiles the pattern with, so both use the same
 //! Unicode tables. A differential test against HF's own regex type checks the two agree.
 
-use regex_syntax::hir::{Class, HirKind};
+use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT};
 
-/// The pattern this scanner reproduces, as HF's `ByteLevel` pre-tokenizer writes it.
+/// The pattern this scanner reproduces: HF `ByteLevel`'s own splitting regex (`use_regex:
+/// true`), copied from tokenizers 0.23's `pre_tokenizers/byte_level.rs`, where it is private. The
+/// differential tests pin it.
 pub(crate) const GPT2_PATTERN: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Letter,
-    Number,
-    Space,
-    Other,
-}
-
 pub(crate) struct Gpt2Splitter {
-    ascii: [Kind; 128],
-    /// Sorted, disjoint code point ranges of `\p{L}`, `\p{N}` and `\s`.
-    letters: Vec<(u32, u32)>,
-    numbers: Vec<(u32, u32)>,
-    spaces: Vec<(u32, u32)>,
-}
-
-fn ranges(class: &str) -> Result<Vec<(u32, u32)>, String> {
-    let hir = regex_syntax::parse(class).map_err(|e| format!("{class}: {e}"))?;
-    match hir.kind() {
-        HirKind::Class(Class::Unicode(set)) => Ok(set
-            .ranges()
-            .iter()
-            .map(|r| (u32::from(r.start()), u32::from(r.end())))
-            .collect()),
-        other => Err(format!("{class} is not a Unicode class: {other:?}")),
-    }
-}
-
-fn contains(ranges: &[(u32, u32)], c: u32) -> bool {
-    ranges
-        .binary_search_by(|&(lo, hi)| {
-            if hi < c {
-                std::cmp::Ordering::Less
-            } else if lo > c {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
-        .is_ok()
+    classes: CharClasses,
 }
 
 impl Gpt2Splitter {
     pub(crate) fn new() -> Result<Self, String> {
-        let mut splitter = Self {
-            ascii: [Kind::Other; 128],
-            letters: ranges(r"\p{L}")?,
-            numbers: ranges(r"\p{N}")?,
-            spaces: ranges(r"\s")?,
-        };
-        for b in 0..128u8 {
-            splitter.ascii[usize::from(b)] = splitter.classify_slow(char::from(b));
-        }
-        Ok(splitter)
-    }
-
-    fn classify_slow(&self, c: char) -> Kind {
-        let c = u32::from(c);
-        if contains(&self.letters, c) {
-            Kind::Letter
-        } else if contains(&self.numbers, c) {
-            Kind::Number
-        } else if contains(&self.spaces, c) {
-            Kind::Space
-        } else {
-            Kind::Other
-        }
+        Ok(Self {
+            classes: CharClasses::new()?,
+        })
     }
 
     fn kind(&self, c: char) -> Kind {
-        if c.is_ascii() {
-            self.ascii[c as usize]
-        } else {
-            self.classify_slow(c)
-        }
+        self.classes.kind(c)
     }
 
     /// The end (byte offset) of the match that starts at `start` (a char boundary before the end).
-    fn match_end(&self, text: &str, start: usize) -> usize {
+    fn match_end(&self, text: &str, start: usize) -> Result<usize, HandBack> {
         let rest = &text[start..];
-        let mut chars = rest.char_indices();
-        let Some((_, c)) = chars.next() else {
-            return start;
+        let Some(c) = rest.chars().next() else {
+            return Ok(start);
         };
         let bytes = rest.as_bytes();
         // 's 't 're 've 'm 'll 'd
@@ -107,16 +46,11 @@ impl Gpt2Splitter {
                 .into_iter()
                 .find(|suffix| bytes[1..].starts_with(suffix));
             if let Some(suffix) = contraction {
-                return start + 1 + suffix.len();
+                return Ok(start + 1 + suffix.len());
             }
         }
         // The run of one kind after an optional single U+0020.
-        let run = |from: usize, kind: Kind| -> usize {
-            rest[from..]
-                .char_indices()
-                .find(|&(_, c)| self.kind(c) != kind)
-                .map_or(rest.len(), |(i, _)| from + i)
-        };
+        let run = |from: usize, kind: Kind| from + self.classes.run(&rest[from..], kind);
         let first = self.kind(c);
         let (kind, body) = if c == ' ' {
             match rest[1..].chars().next().map(|n| self.kind(n)) {
@@ -127,36 +61,40 @@ impl Gpt2Splitter {
             (first, 0)
         };
         if kind != Kind::Space {
-            return start + run(body, kind);
+            return Ok(start + run(body, kind));
         }
         // \s+(?!\S): the whitespace run, less its last character when a non-space follows and
-        // that leaves at least one; else \s+: the single whitespace character.
+        // that leaves at least one; else \s+: the single whitespace character. The regex walks
+        // the whole run for this.
         let end = run(0, Kind::Space);
+        if end > SCANNED_RUN_LIMIT {
+            return Err(HandBack);
+        }
         if end == rest.len() {
-            return start + end;
+            return Ok(start + end);
         }
         let last = rest[..end].chars().next_back().map_or(0, char::len_utf8);
-        if end - last > 0 {
+        Ok(if end - last > 0 {
             start + end - last
         } else {
             start + end
-        }
+        })
     }
 
     /// The matches of the pattern in `text`, as HF's regex would report them: `(start, end)` byte
-    /// ranges that tile the text.
+    /// ranges that tile the text, or [`HandBack`] where the regex itself must cut the text.
     pub(crate) fn find_iter<'a>(
         &'a self,
         text: &'a str,
-    ) -> impl Iterator<Item = (usize, usize)> + 'a {
+    ) -> impl Iterator<Item = Result<(usize, usize), HandBack>> + 'a {
         let mut at = 0;
         std::iter::from_fn(move || {
             if at >= text.len() {
                 return None;
             }
-            let end = self.match_end(text, at);
-            let found = (at, end);
-            at = end;
+            let found = self.match_end(text, at).map(|end| (at, end));
+            // After a hand-back the regex cuts the whole text: nothing more to scan.
+            at = found.map_or(text.len(), |(_, end)| end);
             Some(found)
         })
     }
@@ -168,18 +106,22 @@ mod tests {
     use proptest::prelude::*;
     use tokenizers::utils::SysRegex;
 
+    use std::sync::LazyLock;
+
+    /// Built once: compiling the regex and the class tables per case would dominate the tests.
+    static REGEX: LazyLock<SysRegex> =
+        LazyLock::new(|| SysRegex::new(GPT2_PATTERN).expect("compiles"));
+    static SCANNER: LazyLock<Gpt2Splitter> = LazyLock::new(|| Gpt2Splitter::new().expect("tables"));
+
     fn hf(text: &str) -> Vec<(usize, usize)> {
-        SysRegex::new(GPT2_PATTERN)
-            .expect("compiles")
-            .find_iter(text)
-            .collect()
+        REGEX.find_iter(text).collect()
     }
 
     fn ours(text: &str) -> Vec<(usize, usize)> {
-        Gpt2Splitter::new()
-            .expect("tables")
+        SCANNER
             .find_iter(text)
-            .collect()
+            .collect::<Result<_, _>>()
+            .expect("no hand-back")
     }
 
     #[test]

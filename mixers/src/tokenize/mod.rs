@@ -8,6 +8,8 @@
 //! it provably reproduces id for id; otherwise the stage says why and runs HF.
 
 mod added;
+mod char_classes;
+mod cl100k_split;
 mod fast_bpe;
 mod gpt2_split;
 mod pipeline;

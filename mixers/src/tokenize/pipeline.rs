@@ -12,6 +12,8 @@ use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
+use super::gpt2_split::GPT2_PATTERN;
+
 /// Why the fast path is not used; shown in `engine_description()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refusal(String);
@@ -27,11 +29,6 @@ impl std::fmt::Display for Refusal {
         f.write_str(&self.0)
     }
 }
-
-/// HF `ByteLevel`'s own splitting regex (`use_regex: true`), copied from tokenizers 0.23's
-/// `pre_tokenizers/byte_level.rs`, where it is private. The differential tests pin it.
-pub(crate) const GPT2_PATTERN: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
 /// How text between added tokens is cut into pieces for BPE, as HF's `NormalizedString::split`
 /// does it: a regex's matches and the gaps between them, each kept or dropped.

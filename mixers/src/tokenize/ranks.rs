@@ -3,21 +3,27 @@
 //! HF's ids for every possible piece, or refuses.
 //!
 //! The two loops differ. HF merges the adjacent pair with the lowest *merge-list index* among
-//! pairs listed in `merges`; tiktoken merges the adjacent pair whose *concatenation* is a token
-//! with the lowest id, whether or not that pair is a listed merge. With ranks = ids they agree
-//! for every input when (checked below):
-//! 1. the merged token's id strictly increases along the merge list, so both loops order the
-//!    listed merges the same way and no token has two merges;
+//! pairs listed in `merges` (leftmost on a tie); tiktoken merges the adjacent pair whose
+//! *concatenation* is a token with the lowest id (leftmost on a tie), whether or not that pair is
+//! a listed merge. With ranks = ids they agree for every input when (checked below):
+//! 1. the merged token's id never decreases along the merge list. So the merges of one token are
+//!    next to each other, and both loops order merges of *different* tokens the same way.
+//!    Vocabularies trained by HF or sentencepiece have one merge per token, in id order;
+//!    vocabularies converted from tiktoken (Llama 3, cl100k, o200k) list every split of a token
+//!    into two tokens, in rank order, which this allows;
 //! 2. for every token t, tiktoken's own run on t's bytes (with t taken out of the ranks) stops at
-//!    two parts (x, y) — that is how tiktoken builds t — and (x, y) is HF's merge for t; or it
-//!    stops at more parts, and then tiktoken never builds t by merging.
+//!    two parts (x, y) — the one way tiktoken ever builds t — and (x, y) is one of HF's merges
+//!    for t; or it stops at more parts, and then tiktoken never builds t by merging.
 //!
-//! Why that suffices: inside any piece, the parts tiktoken has built so far over the span of a
-//! token t evolved exactly as in tiktoken's run on t's bytes alone (no merge crossed the span's
-//! ends, and within it the lowest-id-then-leftmost choice is the same), so whenever tiktoken
-//! merges (x, y) into t, (x, y) is the split of point 2, a listed HF merge. Every HF candidate is
-//! a tiktoken candidate, and tiktoken's choice is an HF candidate of lowest merge index (point 1)
-//! and leftmost, so at each step both loops make the same merge, and both stop together.
+//! Why that suffices. Inside any piece, take adjacent parts x, y (in a state both loops have
+//! reached) whose concatenation is a token t. No merge has crossed the ends of t's span, and
+//! inside it the lowest-id-then-leftmost choice is the choice tiktoken makes on t's bytes alone,
+//! so the parts over the span evolved exactly as in that solo run, which reached [x, y] and, with
+//! t left out, stops there: (x, y) is the split of point 2, a listed HF merge (and t is not a
+//! token left out below). So the pairs tiktoken may merge are exactly the pairs HF may merge, and
+//! all candidates making one token t are the same merge, of one merge index. By point 1, HF's
+//! lowest merge index is then tiktoken's lowest id, and both take the leftmost of those: at each
+//! step both loops make the same merge, and both stop together.
 //!
 //! Whole pieces: tiktoken returns a piece's id directly when the piece is a token; HF does that
 //! only with `ignore_merges`. Without it, tokens tiktoken never builds (point 2, second case) are
@@ -110,7 +116,8 @@ pub(crate) fn build(bpe: &BPE) -> Result<Ranks, Refusal> {
     // HF's effective merge list in rank order (its serializer writes the merge map sorted by
     // rank, after duplicates were resolved the way HF resolves them).
     let merges = serialized_merges(bpe)?;
-    let mut merge_split_at: FxHashMap<u32, usize> = FxHashMap::default();
+    // Token id → where each of its listed merges splits its bytes.
+    let mut merge_splits: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
     let mut previous: Option<(u32, usize)> = None;
     for (index, (left, right)) in merges.iter().enumerate() {
         let (Some(left_bytes), Some(right_bytes)) = (
@@ -127,15 +134,15 @@ pub(crate) fn build(bpe: &BPE) -> Result<Ranks, Refusal> {
             )));
         };
         if let Some((previous_id, previous_index)) = previous
-            && id <= previous_id
+            && id < previous_id
         {
             return Err(Refusal::new(format!(
-                "merge #{index} ({left:?}, {right:?}) makes id {id}, not above id {previous_id} of \
+                "merge #{index} ({left:?}, {right:?}) makes id {id}, below id {previous_id} of \
                  merge #{previous_index}: HF's merge order and tiktoken's rank order differ"
             )));
         }
         previous = Some((id, index));
-        merge_split_at.insert(id, left_bytes.len());
+        merge_splits.entry(id).or_default().push(left_bytes.len());
     }
 
     // Point 2 of the module doc: how tiktoken builds each multi-byte token.
@@ -150,17 +157,22 @@ pub(crate) fn build(bpe: &BPE) -> Result<Ranks, Refusal> {
         let parts = tiktoken_rs::byte_pair_split(&bytes, &encoder);
         let tiktoken_split = (parts.len() == 2).then(|| parts[0].len());
         encoder.insert(bytes.clone(), id);
-        match (tiktoken_split, merge_split_at.get(&id)) {
-            (None, _) => unreachable.push(bytes),
-            (Some(at), Some(&hf_at)) if at == hf_at => {}
-            (Some(at), hf) => {
-                let hf = match hf {
-                    Some(&hf_at) => format!(
-                        "HF merges {} + {}",
-                        show(&bytes[..hf_at]),
-                        show(&bytes[hf_at..])
-                    ),
-                    None => "HF has no merge for it".to_string(),
+        let hf_splits = merge_splits.get(&id).map_or(&[][..], Vec::as_slice);
+        match tiktoken_split {
+            None => unreachable.push(bytes),
+            Some(at) if hf_splits.contains(&at) => {}
+            Some(at) => {
+                let hf = match hf_splits {
+                    [] => "HF has no merge for it".to_string(),
+                    splits => {
+                        let shown: Vec<String> = splits
+                            .iter()
+                            .map(|&hf_at| {
+                                format!("{} + {}", show(&bytes[..hf_at]), show(&bytes[hf_at..]))
+                            })
+                            .collect();
+                        format!("HF merges {}", shown.join(" or "))
+                    }
                 };
                 return Err(Refusal::new(format!(
                     "token {id} {}: tiktoken builds it from {} + {}, {hf}",

