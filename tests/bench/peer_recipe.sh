@@ -1,10 +1,11 @@
 # The peer pipeline's recipe for the bench scripts (source this file): the peer's default mix
 # (fineweb-edu 0.40, c4 0.15, zyda-2 0.30, the-stack-v2 0.10, finemath 0.05), first_exhausted,
-# seed 0, over $CORPUS (../shared/bench/peer/make_corpus.py output), tokenized with $TOK.
+# seed 0, over $CORPUS (../shared/bench/peer/make_corpus.py output), tokenized with $TOK (EOS
+# token $EOS, default <|endoftext|>).
 #
 #   peer_recipe SEQ_LEN BUFFER [LANES]    # LANES > 0 adds [lanes] count = LANES, block_windows = 4
 peer_recipe() {
-  printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "<|endoftext|>"\n[packing]\nseq_len = %s\n' "$TOK" "$1"
+  printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "%s"\n[packing]\nseq_len = %s\n' "$TOK" "${EOS:-<|endoftext|>}" "$1"
   printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\n' "$2"
   if [ "${3:-0}" != 0 ]; then printf '[lanes]\ncount = %s\nblock_windows = 4\n' "$3"; fi
   local s name weight col   # must not clobber the caller's variables

@@ -109,7 +109,9 @@ fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
     }
     if bpe.byte_fallback {
         return Err(Refusal::new(
-            "BPE byte_fallback is not reproduced by the fast path",
+            "BPE byte_fallback (SentencePiece-style BPE, as in Llama 2 and Mistral) is not \
+             reproduced by the fast path: its merges start from characters, not bytes, and \
+             characters missing from the vocabulary become <0xNN> byte tokens",
         ));
     }
     // An empty prefix/suffix is what HF pastes around pieces: nothing (Qwen's files set "").
