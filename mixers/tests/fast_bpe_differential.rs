@@ -86,12 +86,27 @@ static LLAMA3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("llama3")
         .map(|path| pair("llama3", &path.to_string_lossy(), "<|end_of_text|>"))
 });
+/// OpenAI's cl100k_base: the cl100k pattern under Split(Removed, invert), ids with holes.
+static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("cl100k")
+        .map(|path| pair("cl100k", &path.to_string_lossy(), GPT2_EOS))
+});
+/// OpenAI's o200k_base: its pattern (case-aware letter runs) has no scanner; fancy-regex cuts.
+static O200K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("o200k").map(|path| pair("o200k", &path.to_string_lossy(), GPT2_EOS))
+});
 
 fn pairs() -> Vec<&'static Pair> {
-    [Some(&*GPT2_PAIR), Some(&*QWEN3_PAIR), LLAMA3_PAIR.as_ref()]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        Some(&*GPT2_PAIR),
+        Some(&*QWEN3_PAIR),
+        LLAMA3_PAIR.as_ref(),
+        CL100K_PAIR.as_ref(),
+        O200K_PAIR.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn encode(stage: &TokenizeStage, text: &str) -> Vec<u32> {
@@ -488,4 +503,21 @@ fn llama2_runs_hf_and_says_why() {
         encode(&auto, "Hello 🦀"),
         [22557, 28705, 243, 162, 169, 131, 2]
     );
+}
+
+/// cl100k_base takes the fast path with the scanner; o200k_base the fast path with its regex.
+#[test]
+fn openai_vocabularies_take_the_fast_path() {
+    for (pair, scanned) in [(CL100K_PAIR.as_ref(), true), (O200K_PAIR.as_ref(), false)] {
+        let Some(pair) = pair else {
+            continue;
+        };
+        let description = pair.fast.engine_description();
+        assert!(description.starts_with("fast path"), "{description}");
+        assert_eq!(
+            description.contains("cl100k-family scanner"),
+            scanned,
+            "{description}"
+        );
+    }
 }
