@@ -359,7 +359,11 @@ fn a_source_with_every_row_filtered_out_is_an_error() {
     ));
     assert_eq!(
         err.trim(),
-        "error: source \"fw\" has no documents (every row was empty or filtered out)"
+        format!(
+            "error: source \"fw\" has no documents (every row was empty or filtered out)\n\
+             removed {}: it held no checkpoint to continue from",
+            c.path("out.partial").display()
+        )
     );
 }
 
@@ -551,6 +555,14 @@ fn a_document_over_max_document_bytes_stops_the_pack_naming_the_line_and_size() 
         )),
         "{err}"
     );
+    // What became of the partial output is said last.
+    assert!(
+        err.trim_end().ends_with(&format!(
+            "removed {}: it held no checkpoint to continue from",
+            c.path("out.partial").display()
+        )),
+        "{err}"
+    );
 
     // Skipped instead: counted, and the other documents packed.
     let skipping = source(
@@ -636,4 +648,58 @@ fn a_max_document_bytes_out_of_range_names_the_field() {
         err.contains("source[0].max_document_bytes: must be 1 to 1073741824 (1 GiB), got 0"),
         "{err}"
     );
+}
+
+/// A pack that fails after it wrote a checkpoint keeps `OUT.partial` and says so: the same command
+/// continues from the checkpoint (and here meets the same bad document again).
+#[test]
+fn a_failure_after_a_checkpoint_keeps_the_partial_output_and_says_so() {
+    let c = Case::new();
+    // About 6 MB of documents (two dozen pipeline chunks), then one over the limit.
+    let mut text = String::new();
+    for i in 0..6000 {
+        let doc = format!("document {i}: {}", "lorem ipsum dolor sit amet ".repeat(37));
+        text.push_str(&serde_json::json!({ "text": doc }).to_string());
+        text.push('\n');
+    }
+    text.push_str(&serde_json::json!({ "text": "x".repeat(5000) }).to_string());
+    text.push('\n');
+    std::fs::write(c.path("d.jsonl"), text).unwrap();
+    let limited = source("d", "d.jsonl", "jsonl", "max_document_bytes = 2000");
+    let recipe_path = write_recipe(c.dir.path(), &recipe(64, 0, "first_exhausted", &limited));
+    let out = c.path("out");
+    let partial = c.path("out.partial");
+    let args = [
+        "pack",
+        "--recipe",
+        recipe_path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--checkpoint-secs",
+        "0",
+    ];
+    for attempt in 0..2 {
+        let err = dsprep_fails(&args);
+        assert!(err.contains("line 6001: a document of 5000 bytes"), "{err}");
+        let last = err
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            last.starts_with(&format!(
+                "kept {}: it holds a checkpoint after ",
+                partial.display()
+            )) && last
+                .ends_with("windows; the same command continues from there (--fresh starts over)"),
+            "attempt {attempt}: {err}"
+        );
+        assert!(!out.exists(), "a failed pack left {}", out.display());
+        assert!(partial.join("checkpoint.ckpt").is_file(), "{err}");
+        if attempt == 1 {
+            assert!(err.contains("continuing the interrupted pack"), "{err}");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 pub mod daemon;
 mod fetched_tokenizer;
 
+#[allow(unused_imports)] // each test binary includes this module; not all of them fetch
 pub use fetched_tokenizer::fetched_tokenizer;
 
 use arrow_array::{ArrayRef, RecordBatch};

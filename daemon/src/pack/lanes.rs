@@ -11,6 +11,7 @@
 //!   same bytes, manifest included, that one `dsprep pack` of the recipe writes (which is a
 //!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
 
+use super::failure::failed;
 use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
@@ -196,7 +197,11 @@ fn pack_lane(
     let (dtype, per_shard) = output_layout(loaded, options);
     let stream = inputs.stream(loaded, info.lane)?;
     let mut writer = PackWriter::create(out, dtype, per_shard)?;
-    writer.add_tokenizer(&loaded.tokenizer_json)?;
+    // A lane has no checkpoints: a failure removes its partial directory.
+    let partial = writer.partial_dir().to_path_buf();
+    if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
+        return Err(failed(writer, &partial, None, e));
+    }
     let n = loaded.recipe.sources.len();
     let (mut docs, mut tokens) = (vec![0u64; n], vec![0u64; n]);
     let config = PipelineConfig {
@@ -219,16 +224,25 @@ fn pack_lane(
     );
     let run = match run {
         Ok(run) => run,
-        Err(e) => {
-            writer.abandon();
-            return Err(e);
-        }
+        Err(e) => return Err(failed(writer, &partial, None, e)),
     };
     let sources = source_stats(&loaded.recipe, &docs, &tokens, &run.counters);
-    let manifest = new_manifest(loaded, dtype, run.leftover_tokens, Vec::new(), sources)?;
-    let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
-    writer.add_file(LANE_INFO_FILE, &json)?;
-    let manifest = writer.finish(manifest)?;
+    let finished = new_manifest(loaded, dtype, run.leftover_tokens, Vec::new(), sources).and_then(
+        |manifest| {
+            let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
+            writer.add_file(LANE_INFO_FILE, &json)?;
+            Ok(manifest)
+        },
+    );
+    let manifest = match finished {
+        Ok(manifest) => manifest,
+        Err(e) => return Err(failed(writer, &partial, None, e)),
+    };
+    let manifest = match writer.finish(manifest) {
+        Ok(manifest) => manifest,
+        Err(e) if !partial.exists() => return Err(e),
+        Err(e) => return Err(failed((), &partial, None, e)),
+    };
     tracing::info!(
         "lane {}: {} windows, {} input bytes, {:.2} s",
         info.lane,
@@ -294,23 +308,28 @@ fn finish_dealt(
             .context("cannot start the input-hashing thread")?
     };
     let mut writer = PackWriter::create(&options.out, dtype, per_shard)?;
+    // The finish has no checkpoints (the lanes are its input): a failure removes its partial.
+    let partial = writer.partial_dir().to_path_buf();
     if let Err(e) = copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
-        writer.abandon();
-        return Err(e);
+        return Err(failed(writer, &partial, None, e));
     }
     let inputs = match join_hashing(hashing) {
         Ok(inputs) => inputs,
-        Err(e) => {
-            writer.abandon();
-            return Err(e);
-        }
+        Err(e) => return Err(failed(writer, &partial, None, e)),
     };
     let (docs, tokens, counters) = lane_totals(&lanes);
     let sources = source_stats(&loaded.recipe, &docs, &tokens, &counters);
     let written = blocks * k * u64::from(loaded.recipe.packing.seq_len + 1);
     let dropped = tokens.iter().sum::<u64>() - written;
-    let manifest = new_manifest(loaded, dtype, dropped, inputs, sources)?;
-    let manifest = writer.finish(manifest)?;
+    let manifest = match new_manifest(loaded, dtype, dropped, inputs, sources) {
+        Ok(manifest) => manifest,
+        Err(e) => return Err(failed(writer, &partial, None, e)),
+    };
+    let manifest = match writer.finish(manifest) {
+        Ok(manifest) => manifest,
+        Err(e) if !partial.exists() => return Err(e),
+        Err(e) => return Err(failed((), &partial, None, e)),
+    };
     std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))?;
     Ok(PackReport {
         manifest,

@@ -1,6 +1,7 @@
 //! `dsprep pack`: runs the pipeline over a recipe and writes a packed directory (format v1, see
 //! FORMAT.md). Parse → validate → list shards → run → write manifest → rename.
 
+mod failure;
 mod lanes;
 mod output;
 mod resume;
@@ -21,6 +22,7 @@ use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, Packer};
+use failure::failed;
 use indicatif::{ProgressBar, ProgressStyle};
 use output::PackWriter;
 use output::WriterProgress;
@@ -143,7 +145,9 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
         None => {
             let writer = PackWriter::create(&options.out, dtype, windows_per_shard)?;
-            writer.add_tokenizer(&loaded.tokenizer_json)?;
+            if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
+                return Err(failed(writer, &partial, None, e));
+            }
             (writer, None)
         }
     };
@@ -162,6 +166,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     };
     let checkpoint_every = Duration::from_secs(options.checkpoint_secs);
     let mut last_checkpoint = Instant::now();
+    // Windows up to the newest checkpoint in the partial directory: what a failure keeps.
+    let mut checkpointed = continued_from;
     let run = pipeline::run(stream, stage, &config, &locate, |chunk| {
         let mut at = 0usize;
         for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
@@ -183,6 +189,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
                 packer: packer.state(),
             };
             resume::write(writer.partial_dir(), &meta, &state)?;
+            checkpointed = Some(meta.writer.num_windows);
             last_checkpoint = Instant::now();
         }
         if last_checkpoint.elapsed() >= checkpoint_every {
@@ -203,29 +210,33 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         Ok(counters) => counters,
         Err(e) => {
             progress.finish_and_clear();
-            writer.abandon();
-            return Err(e);
+            return Err(failed(writer, &partial, checkpointed, e));
         }
     };
     let (docs_per_source, tokens_per_source) = (&meta.docs_per_source, &meta.tokens_per_source);
     progress.finish_and_clear();
     let inputs = match join_hashing(hashing) {
         Ok(inputs) => inputs,
-        Err(e) => {
-            writer.abandon();
-            return Err(e);
-        }
+        Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
     };
 
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
-    let manifest = new_manifest(
+    let manifest = match new_manifest(
         &loaded,
         dtype,
         packer.leftover().len() as u64,
         inputs,
         sources,
-    )?;
-    let manifest = writer.finish(manifest)?;
+    ) {
+        Ok(manifest) => manifest,
+        Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
+    };
+    let manifest = match writer.finish(manifest) {
+        Ok(manifest) => manifest,
+        // After its rename there is no partial directory left to keep or remove.
+        Err(e) if !partial.exists() => return Err(e),
+        Err(e) => return Err(failed((), &partial, checkpointed, e)),
+    };
     Ok(PackReport {
         manifest,
         out: options.out.clone(),

@@ -372,11 +372,6 @@ impl PackWriter {
         }
         Ok(manifest)
     }
-
-    /// Remove the temporary directory after a failure.
-    pub fn abandon(self) {
-        let _ = std::fs::remove_dir_all(&self.tmp);
-    }
 }
 
 /// Create `tmp` if needed and take its lock, or say which pack holds it.
