@@ -703,3 +703,67 @@ fn a_failure_after_a_checkpoint_keeps_the_partial_output_and_says_so() {
         }
     }
 }
+
+/// A parquet footer that claims column chunks of 1 TiB (a corrupt or hostile file, a few KB on
+/// disk). Unchecked, the local reader fails later with a misleading "row 12: eof decoding byte
+/// array", and the Hub reader would ask for the ranges the footer states. It is refused, naming
+/// the file, the row group and the column, before anything is read.
+#[test]
+fn a_parquet_footer_claiming_huge_column_chunks_is_refused() {
+    use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
+    let c = Case::new();
+    let honest = c.path("honest.parquet");
+    write_fineweb_edu(&honest, &[Some("a document"), Some("another")], &[3, 3]);
+    let bytes = std::fs::read(&honest).unwrap();
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes::Bytes::from(bytes.clone()))
+        .unwrap();
+    let footer_len =
+        u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap());
+    let data_end = bytes.len() - 8 - footer_len as usize;
+    let mut builder = metadata.clone().into_builder();
+    let groups: Vec<_> = builder.take_row_groups();
+    for group in groups {
+        let columns = group
+            .columns()
+            .iter()
+            .map(|column| {
+                column
+                    .clone()
+                    .into_builder()
+                    .set_total_compressed_size(1 << 40)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        builder = builder.add_row_group(
+            group
+                .into_builder()
+                .set_column_metadata(columns)
+                .build()
+                .unwrap(),
+        );
+    }
+    let hostile = builder.build();
+    let mut out = bytes[..data_end].to_vec();
+    ParquetMetaDataWriter::new(&mut out, &hostile)
+        .finish()
+        .unwrap();
+    std::fs::create_dir_all(c.path("fw")).unwrap();
+    std::fs::write(c.path("fw/000_00000.parquet"), &out).unwrap();
+    std::fs::remove_file(&honest).unwrap();
+
+    let err = c.pack_fails(&recipe(
+        16,
+        0,
+        "first_exhausted",
+        &source("fw", "fw/*.parquet", "parquet", ""),
+    ));
+    assert!(
+        err.contains(&format!(
+            "shard {}: row group 0 column \"text\" claims bytes",
+            c.path("fw/000_00000.parquet").display()
+        )) && err.contains("beyond the file's end"),
+        "{err}"
+    );
+}

@@ -199,6 +199,7 @@ async fn load_metadata(download: &Download) -> Result<(ArrowReaderMetadata, Rang
     let metadata = tokio::task::spawn_blocking(move || {
         let metadata = ParquetMetaDataReader::decode_metadata(&footer)
             .map_err(|e| format!("not a readable parquet file: {e}"))?;
+        super::parquet::check_column_chunks(&metadata, size)?;
         ArrowReaderMetadata::try_new(Arc::new(metadata), ArrowReaderOptions::new())
             .map_err(|e| format!("not a readable parquet file: {e}"))
     })

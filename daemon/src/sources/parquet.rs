@@ -11,6 +11,7 @@ use arrow_schema::{DataType, Schema};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::schema::types::SchemaDescriptor;
 use std::fs::File;
 use std::io::Read;
@@ -51,8 +52,13 @@ impl LocalBatches {
                 "not a parquet file (it does not start with PAR1)".into(),
             ));
         }
+        let file_size = file
+            .metadata()
+            .map_err(|e| fail(format!("cannot stat: {e}")))?
+            .len();
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
+        check_column_chunks(builder.metadata(), file_size).map_err(fail)?;
         let mask = projection(builder.schema(), builder.parquet_schema(), spec).map_err(fail)?;
         let groups_meta = builder.metadata().row_groups();
         let found = match only_group {
@@ -98,14 +104,42 @@ impl LocalBatches {
 pub fn local_row_groups(path: &Path) -> Result<Vec<u64>, ShardError> {
     let fail = |message: String| ShardError::new(path, None, message);
     let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let file_size = file
+        .metadata()
+        .map_err(|e| fail(format!("cannot stat: {e}")))?
+        .len();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
+    check_column_chunks(builder.metadata(), file_size).map_err(fail)?;
     Ok(builder
         .metadata()
         .row_groups()
         .iter()
         .map(|g| g.compressed_size().max(0) as u64)
         .collect())
+}
+
+/// Refuse a footer whose column chunks lie beyond the file: readers allocate what the footer
+/// claims (a 3 KB file could ask for a terabyte), so every claim is checked against the real size
+/// before anything is read. Local files and Hub objects alike.
+pub(crate) fn check_column_chunks(
+    metadata: &ParquetMetaData,
+    file_size: u64,
+) -> Result<(), String> {
+    for (g, group) in metadata.row_groups().iter().enumerate() {
+        for column in group.columns() {
+            let (start, len) = column.byte_range();
+            if start.checked_add(len).is_none_or(|end| end > file_size) {
+                return Err(format!(
+                    "row group {g} column {:?} claims bytes {start}..{} beyond the file's end \
+                     ({file_size} bytes): a corrupt or hostile footer",
+                    column.column_path().string(),
+                    start.saturating_add(len)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The row groups from the one holding `row` to the end, and the index of its first row; `None`
