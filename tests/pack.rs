@@ -432,6 +432,13 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(llama3) = fetched_tokenizer("llama3") {
         tokenizers.push(("llama3", llama3, "<|end_of_text|>", "cl100k-family scanner"));
     }
+    if let Some(cl100k) = fetched_tokenizer("cl100k") {
+        tokenizers.push(("cl100k", cl100k, "<|endoftext|>", "cl100k-family scanner"));
+    }
+    // o200k's pattern has no scanner: its fast path cuts pieces with HF's regex.
+    if let Some(o200k) = fetched_tokenizer("o200k") {
+        tokenizers.push(("o200k", o200k, "<|endoftext|>", "fast path"));
+    }
     for (name, tokenizer, eos, scanner) in tokenizers {
         let dir = tmp.path().join(name);
         std::fs::create_dir(&dir).unwrap();

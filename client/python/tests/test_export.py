@@ -1,10 +1,10 @@
 """`dsprep export` read by the readers trainers use: a Hugging Face `datasets` directory loaded
 with `datasets.load_from_disk` (what the NeuronX Distributed Llama examples do), and Megatron's
-IndexedDataset read with numpy as megatron-core's `_IndexReader` reads it. Every row and
-document is compared with the packed windows.
+IndexedDataset read by megatron-core itself and, byte for byte, with numpy as its `_IndexReader`
+reads it. Every row and document is compared with the packed windows.
 
-CI's venv (`client/python/extras-venv.sh`) has `datasets`, and sets DSPREP_REQUIRE_EXTRAS=1: there
-a missing `datasets` fails instead of skipping."""
+CI's venv (`client/python/extras-venv.sh`) has `datasets` and `megatron-core`, and sets
+DSPREP_REQUIRE_EXTRAS=1: there a missing package fails instead of skipping."""
 
 import os
 import struct
@@ -19,6 +19,19 @@ if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
     import datasets
 else:
     datasets = pytest.importorskip("datasets", reason="datasets is not installed (client/python/extras-venv.sh has it)")
+
+
+def megatron_indexed_dataset():
+    """megatron-core's IndexedDataset class (it imports torch)."""
+    if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+    else:
+        module = pytest.importorskip(
+            "megatron.core.datasets.indexed_dataset",
+            reason="megatron-core is not installed (client/python/extras-venv.sh has it)",
+        )
+        IndexedDataset = module.IndexedDataset
+    return IndexedDataset
 
 
 def export(packed_dir, to, out):
@@ -69,3 +82,20 @@ def test_megatron_index_reads_as_megatron_core_reads_it(packed_dir, raw, tmp_pat
         # IndexedDataset.get(i): count=lengths[i] items at byte offset pointers[i]
         seq = np.frombuffer(bin_, dtype=np.uint16, count=int(lengths[i]), offset=int(pointers[i]))
         assert np.array_equal(seq, stream[starts[i] : ends[i]]), f"document {i}"
+
+
+def test_megatron_core_itself_reads_the_export(packed_dir, raw, tmp_path):
+    IndexedDataset = megatron_indexed_dataset()
+    prefix = tmp_path / "mega"
+    export(packed_dir, "megatron", prefix)
+    dataset = IndexedDataset(str(prefix), mmap=True)
+    stream = raw.tokens.reshape(-1)
+    starts = np.concatenate([raw.doc_starts(w) + w * raw.window_tokens for w in range(raw.num_windows)])
+    ends = np.append(starts[1:], len(stream))
+    assert len(dataset) == len(starts)
+    assert np.array_equal(dataset.sequence_lengths, ends - starts)
+    assert np.array_equal(dataset.document_indices, np.arange(len(starts) + 1))
+    for i in range(len(dataset)):
+        assert np.array_equal(dataset[i], stream[starts[i] : ends[i]]), f"document {i}"
+    # What GPTDataset asks for: a span of one document.
+    assert np.array_equal(dataset.get(3, offset=2, length=5), stream[starts[3] + 2 : starts[3] + 7])
