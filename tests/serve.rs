@@ -458,3 +458,56 @@ fn metrics_on_a_non_loopback_address_are_warned_about_as_the_endpoint_is() {
         local.log_text()
     );
 }
+
+/// A non-loopback TCP endpoint is unauthenticated: refused unless `--insecure-tcp` is given, and
+/// then logged loudly. Loopback TCP needs no flag.
+#[test]
+fn a_non_loopback_tcp_endpoint_needs_insecure_tcp() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let args = [
+        "--world-size",
+        "1",
+        "--micro-batch",
+        "1",
+        "--metrics",
+        "off",
+    ];
+    let open = format!("tcp://0.0.0.0:{port}");
+    let err = Daemon::start_with(&quickstart(), &open, &args)
+        .err()
+        .unwrap();
+    assert!(
+        err.contains(&format!(
+            "error: endpoint {open} is not a loopback address: anyone who can reach 0.0.0.0 \
+             could read the token stream and ask for any rank's steps, moving what the daemon \
+             holds, and nothing authenticates them. Bind 127.0.0.1 or an ipc:// path, or pass \
+             --insecure-tcp to accept that (on a network only trusted hosts reach)"
+        )),
+        "{err}"
+    );
+    let insecure = Daemon::start_with(
+        &quickstart(),
+        &open,
+        &[&args[..], &["--insecure-tcp"]].concat(),
+    )
+    .unwrap();
+    assert!(
+        insecure
+            .log_text()
+            .contains("BINDING A NON-LOOPBACK ADDRESS"),
+        "{}",
+        insecure.log_text()
+    );
+    drop(insecure);
+    let local = format!("tcp://127.0.0.1:{port}");
+    let daemon = Daemon::start_with(&quickstart(), &local, &args).unwrap();
+    assert!(
+        !daemon.log_text().contains("NON-LOOPBACK"),
+        "{}",
+        daemon.log_text()
+    );
+}

@@ -80,9 +80,13 @@ enum Command {
         /// Windows per rank per step; a global step is world size × micro batch windows.
         #[arg(long)]
         micro_batch: u32,
-        /// ipc://PATH (default) or tcp://HOST:PORT; a non-loopback host is logged loudly.
+        /// ipc://PATH (default) or tcp://HOST:PORT; a non-loopback host needs --insecure-tcp.
         #[arg(long, default_value = "ipc://dsprep.sock")]
         endpoint: String,
+        /// Allow a non-loopback tcp:// endpoint: it is not authenticated, so any host that can
+        /// reach it reads the token stream and can move what the daemon holds.
+        #[arg(long)]
+        insecure_tcp: bool,
         /// Steps the pipeline may run ahead of the slowest rank (bounds memory).
         #[arg(long, default_value_t = 8)]
         prefetch: u64,
@@ -286,6 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             world_size,
             micro_batch,
             endpoint,
+            insecure_tcp,
             prefetch,
             threads,
             metrics,
@@ -320,6 +325,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 world_size,
                 micro_batch,
                 endpoint,
+                insecure_tcp,
                 prefetch,
                 threads,
                 metrics,

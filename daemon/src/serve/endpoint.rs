@@ -1,12 +1,13 @@
 //! Endpoint checks before binding: `ipc://` by default, `tcp://` on request. A socket file left by
 //! a dead daemon is removed; one a live daemon answers on is an error (ZeroMQ would silently take
-//! it over). Binding a non-loopback TCP address is an explicit choice, logged loudly.
+//! it over). A non-loopback TCP address is unauthenticated (this build's libzmq has no CURVE):
+//! binding one is refused unless asked for with `--insecure-tcp`, and then logged loudly.
 
 use anyhow::bail;
 use std::net::IpAddr;
 use std::path::Path;
 
-pub fn prepare(endpoint: &str) -> anyhow::Result<()> {
+pub fn prepare(endpoint: &str, insecure_tcp: bool) -> anyhow::Result<()> {
     if let Some(path) = endpoint.strip_prefix("ipc://") {
         let path = Path::new(path);
         if path.exists() {
@@ -30,6 +31,14 @@ pub fn prepare(endpoint: &str) -> anyhow::Result<()> {
             .trim_matches(['[', ']']);
         let loopback =
             host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if !loopback && !insecure_tcp {
+            bail!(
+                "endpoint {endpoint} is not a loopback address: anyone who can reach {host} \
+                 could read the token stream and ask for any rank's steps, moving what the daemon \
+                 holds, and nothing authenticates them. Bind 127.0.0.1 or an ipc:// path, or pass \
+                 --insecure-tcp to accept that (on a network only trusted hosts reach)"
+            );
+        }
         if !loopback {
             tracing::warn!(
                 endpoint,

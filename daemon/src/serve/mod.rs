@@ -41,6 +41,8 @@ pub struct ServeOptions {
     pub world_size: u32,
     pub micro_batch: u32,
     pub endpoint: String,
+    /// Allow a non-loopback `tcp://` endpoint (unauthenticated).
+    pub insecure_tcp: bool,
     /// Steps the pipeline may run ahead of the slowest rank.
     pub prefetch: u64,
     pub threads: usize,
@@ -114,7 +116,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         }
     };
 
-    endpoint::prepare(&options.endpoint)?;
+    endpoint::prepare(&options.endpoint, options.insecure_tcp)?;
     let context = zmq::Context::new();
     let router = context.socket(zmq::ROUTER)?;
     router.set_linger(0)?;
