@@ -1,6 +1,8 @@
 //! What a failed pack leaves behind, and the error that says so: the partial output directory
 //! is kept when it holds a checkpoint to continue from, else removed.
 
+use super::output::PackWriter;
+use dsprep_client::format::Manifest;
 use std::path::Path;
 
 /// What a failed pack leaves: the partial directory when it holds a checkpoint (the same command
@@ -41,3 +43,18 @@ impl std::fmt::Display for PackFailed {
 }
 
 impl std::error::Error for PackFailed {}
+
+/// [`PackWriter::finish`], with what a failure leaves said as [`failed`] says it.
+pub(crate) fn finish(
+    writer: PackWriter,
+    manifest: Manifest,
+    partial: &Path,
+    checkpointed: Option<u64>,
+) -> anyhow::Result<Manifest> {
+    match writer.finish(manifest) {
+        Ok(manifest) => Ok(manifest),
+        // After its rename there is no partial directory left to keep or remove.
+        Err(e) if !partial.exists() => Err(e),
+        Err(e) => Err(failed((), partial, checkpointed, e)),
+    }
+}

@@ -11,7 +11,7 @@
 //!   same bytes, manifest included, that one `dsprep pack` of the recipe writes (which is a
 //!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
 
-use super::failure::failed;
+use super::failure::{self, failed};
 use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
@@ -238,11 +238,7 @@ fn pack_lane(
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
-    let manifest = match writer.finish(manifest) {
-        Ok(manifest) => manifest,
-        Err(e) if !partial.exists() => return Err(e),
-        Err(e) => return Err(failed((), &partial, None, e)),
-    };
+    let manifest = failure::finish(writer, manifest, &partial, None)?;
     tracing::info!(
         "lane {}: {} windows, {} input bytes, {:.2} s",
         info.lane,
@@ -325,11 +321,7 @@ fn finish_dealt(
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
-    let manifest = match writer.finish(manifest) {
-        Ok(manifest) => manifest,
-        Err(e) if !partial.exists() => return Err(e),
-        Err(e) => return Err(failed((), &partial, None, e)),
-    };
+    let manifest = failure::finish(writer, manifest, &partial, None)?;
     std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))?;
     Ok(PackReport {
         manifest,

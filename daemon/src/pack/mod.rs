@@ -231,12 +231,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
     };
-    let manifest = match writer.finish(manifest) {
-        Ok(manifest) => manifest,
-        // After its rename there is no partial directory left to keep or remove.
-        Err(e) if !partial.exists() => return Err(e),
-        Err(e) => return Err(failed((), &partial, checkpointed, e)),
-    };
+    let manifest = failure::finish(writer, manifest, &partial, checkpointed)?;
     Ok(PackReport {
         manifest,
         out: options.out.clone(),

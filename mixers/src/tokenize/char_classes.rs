@@ -1,6 +1,7 @@
-//! The character classes the pre-tokenizer scanners test (`\p{L}`, `\p{N}`, `\s`, and
-//! case-insensitive letters), taken from `regex-syntax`, the crate fancy-regex compiles HF's
-//! patterns with, so scanner and regex use the same Unicode tables.
+//! What the pre-tokenizer scanners share: the character classes they test (`\p{L}`, `\p{N}`,
+//! `\s`, and case-insensitive letters), taken from `regex-syntax`, the crate fancy-regex compiles
+//! HF's patterns with, so scanner and regex use the same Unicode tables; the bound past which a
+//! scanner hands a text back to the regex; and the loop that tiles a text with matches.
 
 use regex_syntax::hir::{Class, HirKind};
 
@@ -113,3 +114,21 @@ pub(crate) const SCANNED_RUN_LIMIT: usize = 64 * 1024;
 /// regex instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HandBack;
+
+/// A scanner's matches as HF's regex reports them: from the start of `text`, `match_end(at)` gives
+/// the end of the match starting at `at`, so the `(start, end)` ranges tile the text. After a
+/// [`HandBack`] nothing more is scanned: the regex cuts the whole text.
+pub(crate) fn tile<'a>(
+    text: &'a str,
+    match_end: impl Fn(usize) -> Result<usize, HandBack> + 'a,
+) -> impl Iterator<Item = Result<(usize, usize), HandBack>> + 'a {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= text.len() {
+            return None;
+        }
+        let found = match_end(at).map(|end| (at, end));
+        at = found.map_or(text.len(), |(_, end)| end);
+        Some(found)
+    })
+}

@@ -11,7 +11,7 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, ranges};
+use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, ranges, tile};
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
 pub(crate) const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -148,16 +148,7 @@ impl Cl100kSplitter {
         &'a self,
         text: &'a str,
     ) -> impl Iterator<Item = Result<(usize, usize), HandBack>> + 'a {
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            if at >= text.len() {
-                return None;
-            }
-            let found = self.match_end(text, at).map(|end| (at, end));
-            // After a hand-back the regex cuts the whole text: nothing more to scan.
-            at = found.map_or(text.len(), |(_, end)| end);
-            Some(found)
-        })
+        tile(text, move |at| self.match_end(text, at))
     }
 }
 

@@ -10,7 +10,7 @@
 //! from `regex-syntax`, the crate fancy-regex compiles the pattern with, so both use the same
 //! Unicode tables. A differential test against HF's own regex type checks the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT};
+use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, tile};
 
 /// The pattern this scanner reproduces: HF `ByteLevel`'s own splitting regex (`use_regex:
 /// true`), copied from tokenizers 0.23's `pre_tokenizers/byte_level.rs`, where it is private. The
@@ -87,16 +87,7 @@ impl Gpt2Splitter {
         &'a self,
         text: &'a str,
     ) -> impl Iterator<Item = Result<(usize, usize), HandBack>> + 'a {
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            if at >= text.len() {
-                return None;
-            }
-            let found = self.match_end(text, at).map(|end| (at, end));
-            // After a hand-back the regex cuts the whole text: nothing more to scan.
-            at = found.map_or(text.len(), |(_, end)| end);
-            Some(found)
-        })
+        tile(text, move |at| self.match_end(text, at))
     }
 }
 
