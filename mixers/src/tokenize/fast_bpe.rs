@@ -1,12 +1,14 @@
-//! The fast path of the tokenize stage: byte-level BPE with tiktoken-rs's `CoreBPE`, 5–8× faster
-//! per core than HF `tokenizers` (../shared/BUILD_NOTES.md), built only when the exactness check
+//! The fast path of the tokenize stage: byte-level BPE with tiktoken-rs's `CoreBPE`, 8–13× faster
+//! per core than HF `tokenizers` (BENCHMARKS.md), built only when the exactness check
 //! ([`super::pipeline`] for the pipeline, [`super::ranks`] for the vocabulary) proves it gives
 //! HF's ids for every text.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
 //! trie crate ([`super::added`]); NFC is HF's NFC crate; pieces come from HF's own regex type
-//! (`tokenizers::utils::SysRegex`, which also stops where HF stops on a regex error); only the
-//! BPE of a piece is tiktoken's. tiktoken's own regex pass is not used because it drops text
+//! (`tokenizers::utils::SysRegex`, which also stops where HF stops on a regex error), or, for
+//! GPT-2's and the cl100k family's patterns, from a scanner with the same matches that hands a
+//! text back to that regex wherever the regex could give up; only the BPE of a piece is
+//! tiktoken's. tiktoken's own regex pass is not used because it drops text
 //! between matches, panics on regex errors and runs a different fancy-regex version.
 
 use std::borrow::Cow;
@@ -110,7 +112,8 @@ enum Cut {
 impl Cut {
     fn into_message(self) -> String {
         match self {
-            Self::HandBack => "the pre-tokenizer regex handed a text back to itself".to_string(),
+            // Only scanners hand back, and their texts go to the regex: a bug if ever seen.
+            Self::HandBack => "a text cut by the pre-tokenizer regex was handed back".to_string(),
             Self::Error(message) => message,
         }
     }
