@@ -229,3 +229,68 @@ fn a_packed_directory_that_fails_verify_is_not_exported() {
     );
     assert!(!out.exists() && !tmp.path().join("hf.partial").exists());
 }
+
+/// Off a terminal (a Slurm log), `pack` and `export` log a plain progress line at an interval
+/// (`DSPREP_PROGRESS_SECS`; 0 logs every update); `--quiet` logs none.
+#[test]
+fn progress_is_logged_as_plain_lines_off_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"))
+            .args(args)
+            .env("DSPREP_PROGRESS_SECS", "0")
+            .env("DSPREP_LOG", "info")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let packed = tmp.path().join("packed");
+    let log = run(&[
+        "pack",
+        "--recipe",
+        quickstart().to_str().unwrap(),
+        "--out",
+        packed.to_str().unwrap(),
+    ]);
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("pack progress: "))
+        .collect();
+    assert!(
+        !lines.is_empty()
+            && lines
+                .iter()
+                .all(|l| l.contains(" docs · ") && l.contains(" windows")),
+        "{log}"
+    );
+    let num_windows = PackedDataset::open(&packed).unwrap().num_windows();
+    let prefix = tmp.path().join("mega");
+    let log = run(&[
+        "export",
+        packed.to_str().unwrap(),
+        "--to",
+        "megatron",
+        "--out",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(
+        log.contains(&format!("export progress: 0 of {num_windows} windows")),
+        "{log}"
+    );
+    let log = run(&[
+        "export",
+        packed.to_str().unwrap(),
+        "--to",
+        "megatron",
+        "--out",
+        prefix.to_str().unwrap(),
+        "--force",
+        "--quiet",
+    ]);
+    assert!(!log.contains("progress"), "{log}");
+}

@@ -12,6 +12,7 @@ pub mod hub;
 pub mod inspect;
 pub mod pack;
 pub mod plan;
+pub mod progress;
 pub mod serve;
 pub mod sources;
 pub mod tap;

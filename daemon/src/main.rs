@@ -190,6 +190,9 @@ enum Command {
         /// Replace an existing output.
         #[arg(long)]
         force: bool,
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Print the decoded text of one packed window, with document boundaries.
     Inspect {
@@ -404,12 +407,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             to,
             out,
             force,
+            quiet,
         } => {
             let options = dsprep::export::ExportOptions {
                 dir,
                 to,
                 out,
                 force,
+                progress: !quiet,
             };
             let report = dsprep::export::export(&options)?;
             let what = match to {

@@ -7,7 +7,8 @@
 //! partial block is left out. The features are those of the Arrow schema (`int32` ids, `int8`
 //! mask).
 
-use super::{commit, partial};
+use super::{commit, partial, report_progress};
+use crate::progress::Progress;
 use anyhow::{Context, anyhow};
 use arrow_array::builder::{Int8Builder, Int32Builder, ListBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
@@ -20,13 +21,17 @@ const DATA_FILE: &str = "data-00000-of-00001.arrow";
 const ROWS_PER_BATCH: usize = 1024;
 
 /// Write the directory `out`; returns (rows, bytes of the Arrow file).
-pub fn write(dataset: &PackedDataset, out: &Path) -> anyhow::Result<(u64, u64)> {
+pub fn write(
+    dataset: &PackedDataset,
+    out: &Path,
+    progress: &Progress,
+) -> anyhow::Result<(u64, u64)> {
     let tmp = partial(out);
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear {}", tmp.display()))?;
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let result = write_dir(dataset, &tmp);
+    let result = write_dir(dataset, &tmp, progress);
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
@@ -35,7 +40,11 @@ pub fn write(dataset: &PackedDataset, out: &Path) -> anyhow::Result<(u64, u64)> 
     Ok(written)
 }
 
-fn write_dir(dataset: &PackedDataset, dir: &Path) -> anyhow::Result<(u64, u64)> {
+fn write_dir(
+    dataset: &PackedDataset,
+    dir: &Path,
+    progress: &Progress,
+) -> anyhow::Result<(u64, u64)> {
     let m = dataset.manifest();
     let seq_len = m.seq_len as usize;
     let path = dir.join(DATA_FILE);
@@ -51,6 +60,7 @@ fn write_dir(dataset: &PackedDataset, dir: &Path) -> anyhow::Result<(u64, u64)> 
     let mut block: Vec<i32> = Vec::with_capacity(seq_len);
     let mut total = 0u64;
     for index in 0..dataset.num_windows() {
+        report_progress(progress, index, dataset.num_windows());
         let window = dataset.window(index)?;
         for i in 0..window.tokens.len() {
             let id = window.tokens.get(i).unwrap_or(0);

@@ -11,7 +11,8 @@
 //! A document is cut where the index says one begins; the first sequence starts the stream and
 //! the last ends with the last window (the packed output's dropped tail is not in it).
 
-use super::{commit, partial};
+use super::{commit, partial, report_progress};
+use crate::progress::Progress;
 use anyhow::{Context, bail};
 use dsprep_client::PackedDataset;
 use dsprep_client::format::Dtype;
@@ -37,7 +38,11 @@ pub fn outputs(prefix: &Path) -> Vec<PathBuf> {
 }
 
 /// Write both files; returns (documents, bytes of `.bin`).
-pub fn write(dataset: &PackedDataset, prefix: &Path) -> anyhow::Result<(u64, u64)> {
+pub fn write(
+    dataset: &PackedDataset,
+    prefix: &Path,
+    progress: &Progress,
+) -> anyhow::Result<(u64, u64)> {
     let m = dataset.manifest();
     let code = match m.dtype {
         Dtype::U16 => CODE_UINT16,
@@ -49,7 +54,7 @@ pub fn write(dataset: &PackedDataset, prefix: &Path) -> anyhow::Result<(u64, u64
     };
     let [bin, idx] = <[PathBuf; 2]>::try_from(outputs(prefix))
         .map_err(|_| anyhow::anyhow!("internal error: two outputs"))?;
-    let result = write_files(dataset, code, &partial(&bin), &partial(&idx));
+    let result = write_files(dataset, code, &partial(&bin), &partial(&idx), progress);
     if result.is_err() {
         let _ = std::fs::remove_file(partial(&bin));
         let _ = std::fs::remove_file(partial(&idx));
@@ -66,6 +71,7 @@ fn write_files(
     code: u8,
     bin: &Path,
     idx: &Path,
+    progress: &Progress,
 ) -> anyhow::Result<(u64, u64)> {
     let create = |path: &Path| {
         std::fs::File::create(path)
@@ -77,6 +83,7 @@ fn write_files(
     let mut current = 0u64;
     let mut bytes = 0u64;
     for index in 0..dataset.num_windows() {
+        report_progress(progress, index, dataset.num_windows());
         let window = dataset.window(index)?;
         let raw = window.tokens.as_bytes();
         out.write_all(raw)

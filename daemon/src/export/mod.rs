@@ -7,6 +7,7 @@
 mod hf_datasets;
 mod megatron;
 
+use crate::progress::Progress;
 use crate::verify::verify;
 use anyhow::{Context, bail};
 use dsprep_client::PackedDataset;
@@ -27,6 +28,8 @@ pub struct ExportOptions {
     pub to: Target,
     pub out: PathBuf,
     pub force: bool,
+    /// Show progress (a spinner on a terminal, a periodic log line otherwise).
+    pub progress: bool,
 }
 
 /// What an export wrote.
@@ -60,10 +63,13 @@ pub fn export(options: &ExportOptions) -> anyhow::Result<ExportReport> {
             );
         }
     }
-    let (records, bytes) = match options.to {
-        Target::Megatron => megatron::write(&dataset, &options.out)?,
-        Target::HfDatasets => hf_datasets::write(&dataset, &options.out)?,
+    let progress = Progress::new("export", options.progress);
+    let written = match options.to {
+        Target::Megatron => megatron::write(&dataset, &options.out, &progress),
+        Target::HfDatasets => hf_datasets::write(&dataset, &options.out, &progress),
     };
+    progress.finish();
+    let (records, bytes) = written?;
     Ok(ExportReport {
         written: finals,
         records,
@@ -89,4 +95,14 @@ fn commit(path: &Path) -> anyhow::Result<()> {
     }
     std::fs::rename(&from, path)
         .with_context(|| format!("cannot rename {} to {}", from.display(), path.display()))
+}
+
+/// Windows between progress updates.
+const PROGRESS_EVERY_WINDOWS: u64 = 1024;
+
+/// Report that `done` of `total` windows are exported.
+fn report_progress(progress: &Progress, done: u64, total: u64) {
+    if done % PROGRESS_EVERY_WINDOWS == 0 {
+        progress.update(|| format!("{done} of {total} windows"));
+    }
 }

@@ -13,6 +13,7 @@ pub use summary::print_summary;
 use crate::driver::pipeline::{self, PipelineConfig};
 use crate::driver::{LoadedRecipe, Locator, build_stream, load_recipe_with};
 use crate::files::sha256_file;
+use crate::progress::Progress;
 use crate::sources::Shard;
 use anyhow::{Context, anyhow};
 use dsprep_client::format::{
@@ -23,7 +24,6 @@ use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, Packer};
 use failure::failed;
-use indicatif::{ProgressBar, ProgressStyle};
 use output::PackWriter;
 use output::WriterProgress;
 use resume::PackCheckpoint;
@@ -151,7 +151,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             (writer, None)
         }
     };
-    let progress = progress_bar(options.progress);
+    let progress = Progress::new("pack", options.progress);
     let mut windows = Vec::new();
     let mut first_window = None;
     let mut num_docs: u64 = meta.docs_per_source.iter().sum();
@@ -199,22 +199,24 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             first_window = Some(started.elapsed());
         }
         let rate = num_tokens as f64 / started.elapsed().as_secs_f64().max(1e-9);
-        progress.set_message(format!(
-            "{num_docs} docs · {num_tokens} tokens · {:.0}k tokens/s · {} windows",
-            rate / 1e3,
-            writer.num_windows()
-        ));
+        progress.update(|| {
+            format!(
+                "{num_docs} docs · {num_tokens} tokens · {:.0}k tokens/s · {} windows",
+                rate / 1e3,
+                writer.num_windows()
+            )
+        });
         Ok(())
     });
     let counters = match run {
         Ok(counters) => counters,
         Err(e) => {
-            progress.finish_and_clear();
+            progress.finish();
             return Err(failed(writer, &partial, checkpointed, e));
         }
     };
     let (docs_per_source, tokens_per_source) = (&meta.docs_per_source, &meta.tokens_per_source);
-    progress.finish_and_clear();
+    progress.finish();
     let inputs = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
@@ -381,17 +383,4 @@ fn hash_inputs(lists: &[(String, Vec<Shard>)], base: &Path) -> anyhow::Result<Ve
         }
     }
     Ok(inputs)
-}
-
-fn progress_bar(enabled: bool) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new_spinner();
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
 }
