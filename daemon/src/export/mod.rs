@@ -102,7 +102,7 @@ const PROGRESS_EVERY_WINDOWS: u64 = 1024;
 
 /// Report that `done` of `total` windows are exported.
 fn report_progress(progress: &Progress, done: u64, total: u64) {
-    if done % PROGRESS_EVERY_WINDOWS == 0 {
+    if done.is_multiple_of(PROGRESS_EVERY_WINDOWS) {
         progress.update(|| format!("{done} of {total} windows"));
     }
 }
