@@ -8,13 +8,18 @@ use std::path::Path;
 /// What a failed pack leaves: the partial directory when it holds a checkpoint (the same command
 /// continues from it, and a transient failure — the network, a full disk — loses nothing), else
 /// nothing. The error says which, after its cause.
-pub(crate) fn failed<W>(
-    writer: W,
+pub(crate) fn failed(
+    writer: PackWriter,
     partial: &Path,
     checkpointed: Option<u64>,
     cause: anyhow::Error,
 ) -> anyhow::Error {
     drop(writer); // closes its files and lets go of the partial directory's lock
+    leave_partial(partial, checkpointed, cause)
+}
+
+/// [`failed`] once the writer is gone.
+fn leave_partial(partial: &Path, checkpointed: Option<u64>, cause: anyhow::Error) -> anyhow::Error {
     let shown = partial.display();
     let outcome = match checkpointed {
         Some(windows) => format!(
@@ -55,6 +60,6 @@ pub(crate) fn finish(
         Ok(manifest) => Ok(manifest),
         // After its rename there is no partial directory left to keep or remove.
         Err(e) if !partial.exists() => Err(e),
-        Err(e) => Err(failed((), partial, checkpointed, e)),
+        Err(e) => Err(leave_partial(partial, checkpointed, e)),
     }
 }

@@ -52,13 +52,7 @@ impl LocalBatches {
                 "not a parquet file (it does not start with PAR1)".into(),
             ));
         }
-        let file_size = file
-            .metadata()
-            .map_err(|e| fail(format!("cannot stat: {e}")))?
-            .len();
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-            .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
-        check_column_chunks(builder.metadata(), file_size).map_err(fail)?;
+        let builder = checked_builder(path, file)?;
         let mask = projection(builder.schema(), builder.parquet_schema(), spec).map_err(fail)?;
         let groups_meta = builder.metadata().row_groups();
         let found = match only_group {
@@ -104,6 +98,22 @@ impl LocalBatches {
 pub fn local_row_groups(path: &Path) -> Result<Vec<u64>, ShardError> {
     let fail = |message: String| ShardError::new(path, None, message);
     let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let builder = checked_builder(path, file)?;
+    Ok(builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.compressed_size().max(0) as u64)
+        .collect())
+}
+
+/// The reader of the open parquet `file` at `path`, its footer read and checked
+/// ([`check_column_chunks`]) against the file's real size.
+fn checked_builder(
+    path: &Path,
+    file: File,
+) -> Result<ParquetRecordBatchReaderBuilder<File>, ShardError> {
+    let fail = |message: String| ShardError::new(path, None, message);
     let file_size = file
         .metadata()
         .map_err(|e| fail(format!("cannot stat: {e}")))?
@@ -111,12 +121,7 @@ pub fn local_row_groups(path: &Path) -> Result<Vec<u64>, ShardError> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
     check_column_chunks(builder.metadata(), file_size).map_err(fail)?;
-    Ok(builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .map(|g| g.compressed_size().max(0) as u64)
-        .collect())
+    Ok(builder)
 }
 
 /// Refuse a footer whose column chunks lie beyond the file: readers allocate what the footer

@@ -11,7 +11,7 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, ranges, tile};
+use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, contains, ranges, tile};
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
 pub(crate) const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -68,7 +68,7 @@ impl Cl100kSplitter {
             let mut chars = rest.chars();
             for class in letters {
                 let c = chars.next()?;
-                if !super::char_classes::contains(class, u32::from(c)) {
+                if !contains(class, u32::from(c)) {
                     return None;
                 }
                 len += c.len_utf8();
@@ -85,7 +85,6 @@ impl Cl100kSplitter {
         };
         let width = c.len_utf8();
         let kind = self.classes.kind(c);
-        let next_kind = rest[width..].chars().next().map(|n| self.classes.kind(n));
         // (?i:'s|'t|'re|'ve|'m|'ll|'d)
         if c == '\''
             && let Some(len) = self.contraction(&rest[1..])
@@ -96,6 +95,8 @@ impl Cl100kSplitter {
         if kind == Kind::Letter {
             return Ok(start + self.classes.run(rest, Kind::Letter));
         }
+        // Letter runs (the common case) are done; the rest looks one character ahead.
+        let next_kind = rest[width..].chars().next().map(|n| self.classes.kind(n));
         if kind != Kind::Number && !is_cr_or_lf(c) && next_kind == Some(Kind::Letter) {
             return Ok(start + width + self.classes.run(&rest[width..], Kind::Letter));
         }
