@@ -12,9 +12,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// A resuming daemon starts at the lowest step asked for within this long of the first request
-/// (a rank's DataLoader workers ask for consecutive steps at once, in any order) …
-pub const PLACEMENT_SETTLE: Duration = Duration::from_millis(200);
+/// A resuming daemon starts at the lowest step asked for once no request has come for this long
+/// (a rank's DataLoader workers ask for consecutive steps at about the same time, in any order,
+/// and a loaded machine can start one worker a good while after another) …
+pub const PLACEMENT_SETTLE: Duration = Duration::from_secs(1);
 /// … and once every rank has asked, or this long after the first request.
 pub const PLACEMENT_WAIT_ALL: Duration = Duration::from_secs(5);
 
@@ -113,9 +114,11 @@ struct State {
     shutdown: bool,
     /// False while a resuming daemon waits for the first request to know where to start.
     placed: bool,
-    /// The lowest step asked for before placement, and when the first request came.
+    /// The lowest step asked for before placement, when the first request came, and when the
+    /// last one did.
     first_request: Option<u64>,
     first_request_at: Option<Instant>,
+    last_request_at: Option<Instant>,
     /// Per rank, whether it has asked before placement.
     asked: Vec<bool>,
 }
@@ -166,6 +169,7 @@ impl StepStore {
             placed: false,
             first_request: None,
             first_request_at: None,
+            last_request_at: None,
             asked: vec![false; world_size as usize],
         };
         Self {
@@ -182,28 +186,33 @@ impl StepStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Wait for the first requests to an unplaced store; returns the lowest step asked for
-    /// once [`PLACEMENT_SETTLE`] has passed since the first request and every rank has asked (or
-    /// [`PLACEMENT_WAIT_ALL`] has passed).
+    /// Wait for the first requests to an unplaced store; returns the lowest step asked for once
+    /// every rank has asked (or [`PLACEMENT_WAIT_ALL`] has passed since the first request) and no
+    /// request has come for [`PLACEMENT_SETTLE`].
     pub fn wait_first_request(&self) -> Result<u64, Stopped> {
         let mut state = self.lock();
         loop {
             if state.shutdown {
                 return Err(Stopped);
             }
-            let wait = match (state.first_request, state.first_request_at) {
-                (Some(step), Some(at)) => {
-                    let waited = at.elapsed();
+            let wait = match (
+                state.first_request,
+                state.first_request_at,
+                state.last_request_at,
+            ) {
+                (Some(step), Some(first), Some(last)) => {
+                    let quiet = last.elapsed();
                     let all = state.asked.iter().all(|&a| a);
-                    if waited >= PLACEMENT_SETTLE && (all || waited >= PLACEMENT_WAIT_ALL) {
+                    let waited_all = first.elapsed() >= PLACEMENT_WAIT_ALL;
+                    if quiet >= PLACEMENT_SETTLE && (all || waited_all) {
                         return Ok(step);
                     }
-                    let until = if all {
-                        PLACEMENT_SETTLE
-                    } else {
-                        PLACEMENT_WAIT_ALL
+                    let settle = PLACEMENT_SETTLE.saturating_sub(quiet);
+                    let until = match all {
+                        true => settle,
+                        false => settle.max(PLACEMENT_WAIT_ALL.saturating_sub(first.elapsed())),
                     };
-                    until.saturating_sub(waited).max(Duration::from_millis(1))
+                    until.max(Duration::from_millis(1))
                 }
                 _ => Duration::from_secs(3600),
             };
@@ -272,6 +281,7 @@ impl StepStore {
             }
             state.first_request = Some(state.first_request.map_or(step, |s| s.min(step)));
             state.first_request_at.get_or_insert_with(Instant::now);
+            state.last_request_at = Some(Instant::now());
             if let Some(asked) = state.asked.get_mut(rank as usize) {
                 *asked = true;
             }
@@ -410,6 +420,20 @@ mod tests {
         assert!(
             waiting.wait_first_request().is_err(),
             "shutdown ends the wait"
+        );
+    }
+
+    #[test]
+    fn placement_waits_until_the_requests_have_been_quiet() {
+        let store = StepStore::unplaced(2, 2);
+        assert!(matches!(store.lookup(0, 6), Lookup::NotYet));
+        assert!(matches!(store.lookup(1, 6), Lookup::NotYet));
+        assert!(matches!(store.lookup(0, 5), Lookup::NotYet));
+        let last = Instant::now();
+        assert_eq!(store.wait_first_request().unwrap(), 5);
+        assert!(
+            last.elapsed() >= PLACEMENT_SETTLE,
+            "a worker that asks late for a lower step is still waited for"
         );
     }
 
