@@ -292,6 +292,64 @@ fn the_summary_reports_per_source_counts_and_the_mix() {
     }
 }
 
+/// `[mix] unit = "tokens"` on the quickstart: every source's share of the tokens is its weight,
+/// within about one of its documents; the bytes do not depend on the thread count.
+#[test]
+fn a_mix_in_tokens_holds_the_quickstart_shares_whatever_the_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = quickstart_in_tokens(tmp.path());
+    let mut runs = Vec::new();
+    let mut summary = String::new();
+    for threads in ["1", "2"] {
+        let out = tmp.path().join(format!("t{threads}"));
+        summary = dsprep_ok(&[
+            "pack",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--quiet",
+        ]);
+        runs.push(dir_bytes(&out));
+    }
+    assert_eq!(runs[0], runs[1], "1 and 2 threads write the same files");
+    let dataset = PackedDataset::open(&tmp.path().join("t1")).unwrap();
+    let m = dataset.manifest();
+    let total: u64 = m.sources.iter().map(|s| s.tokens).sum();
+    for s in &m.sources {
+        let off = s.realized_token_fraction - s.target_fraction;
+        // The Stack's 20 repository documents are ~0.5 % of the stream each.
+        assert!(
+            off.abs() < 0.01,
+            "{}: {off:+.4} off its share of tokens",
+            s.name
+        );
+        let share = s.tokens as f64 / total as f64;
+        assert!((s.realized_token_fraction - share).abs() < 1e-12, "{s:?}");
+    }
+    let stack = m.sources.iter().find(|s| s.name == "the-stack-v2").unwrap();
+    assert!(
+        stack.realized_fraction < 0.02 && stack.realized_token_fraction > 0.09,
+        "10 % of the tokens from 1 % of the documents: {stack:?}"
+    );
+    assert!(
+        summary.contains("target: share of tokens (recipe [mix] unit)"),
+        "{summary}"
+    );
+    let documents = pack_quickstart(&tmp.path().join("d"), 2, 1 << 30).manifest;
+    let stack = documents
+        .sources
+        .iter()
+        .find(|s| s.name == "the-stack-v2")
+        .unwrap();
+    assert!(
+        stack.realized_token_fraction > 0.5,
+        "in documents the same weight gives The Stack most of the tokens: {stack:?}"
+    );
+}
+
 fn pack_fixture(
     dir: &std::path::Path,
     recipe_text: &str,

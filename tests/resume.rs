@@ -12,20 +12,17 @@ use std::path::{Path, PathBuf};
 use support::daemon::{Daemon, tap};
 use support::*;
 
-/// The quickstart with another shuffle buffer, written with absolute paths into `dir`.
-fn quickstart_with_buffer(dir: &Path, buffer: usize) -> PathBuf {
-    let config = repo_root().join("config");
-    let text = std::fs::read_to_string(quickstart())
-        .unwrap()
-        .replace("buffer_size = 1000", &format!("buffer_size = {buffer}"))
-        .replace(
-            "\"tokenizers/",
-            &format!("\"{}/tokenizers/", config.display()),
-        )
-        .replace("\"samples/", &format!("\"{}/samples/", config.display()));
-    let path = dir.join(format!("quickstart-buffer{buffer}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+/// The quickstart with another shuffle buffer, mixed in documents or in tokens, written with
+/// absolute paths into `dir`.
+fn quickstart_with_buffer(dir: &Path, buffer: usize, unit: &str) -> PathBuf {
+    quickstart_variant(
+        dir,
+        &format!("quickstart-buffer{buffer}-{unit}.toml"),
+        &[
+            ("buffer_size = 1000", &format!("buffer_size = {buffer}")),
+            ("[mix]\n", &format!("[mix]\nunit = {unit:?}\n")),
+        ],
+    )
 }
 
 /// Windows `[step × gb, (step + 1) × gb)` for `steps`, as bytes.
@@ -101,9 +98,9 @@ impl Run<'_> {
 
 #[test]
 fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
-    for buffer in [1000, 0] {
+    for (buffer, unit) in [(1000, "documents"), (0, "documents"), (1000, "tokens")] {
         let tmp = tempfile::tempdir().unwrap();
-        let recipe = quickstart_with_buffer(tmp.path(), buffer);
+        let recipe = quickstart_with_buffer(tmp.path(), buffer, unit);
         let dataset = pack_dataset(&recipe, &tmp.path().join("packed"));
         let (world, mb) = (2u32, 2u64);
         let gb = u64::from(world) * mb;
@@ -279,7 +276,12 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
 
 /// `dsprep pack --recipe config/quickstart.toml --out OUT --quiet EXTRA…` as a child process.
 fn pack_quickstart(out: &Path, extra: &[&str]) -> std::process::Output {
-    let (recipe, out) = (quickstart(), out.to_str().unwrap().to_string());
+    pack_recipe(&quickstart(), out, extra)
+}
+
+/// `dsprep pack --recipe RECIPE --out OUT --quiet EXTRA…` as a child process.
+fn pack_recipe(recipe: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let out = out.to_str().unwrap().to_string();
     let mut args = vec![
         "pack",
         "--recipe",
@@ -294,7 +296,12 @@ fn pack_quickstart(out: &Path, extra: &[&str]) -> std::process::Output {
 
 /// [`pack_quickstart`], which must succeed; returns its stderr.
 fn pack_quickstart_ok(out: &Path, extra: &[&str]) -> String {
-    let done = pack_quickstart(out, extra);
+    pack_recipe_ok(&quickstart(), out, extra)
+}
+
+/// [`pack_recipe`], which must succeed; returns its stderr.
+fn pack_recipe_ok(recipe: &Path, out: &Path, extra: &[&str]) -> String {
+    let done = pack_recipe(recipe, out, extra);
     let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
     assert!(done.status.success(), "{stderr}");
     stderr
@@ -319,13 +326,24 @@ fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
     let tmp = tempfile::tempdir().unwrap();
-    let recipe = quickstart();
-    let recipe = recipe.to_str().unwrap();
-    let whole = tmp.path().join("whole");
-    pack_quickstart_ok(&whole, &["--shard-mib", "1"]);
+    killed_pack_continues(tmp.path(), &quickstart());
+}
 
-    let out = tmp.path().join("out");
-    let checkpoint = tmp.path().join("out.partial/checkpoint.ckpt");
+#[test]
+fn a_killed_pack_mixed_in_tokens_continues_where_it_stopped_and_writes_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    killed_pack_continues(tmp.path(), &quickstart_in_tokens(tmp.path()));
+}
+
+/// Pack `recipe`, SIGKILLed once it has checkpointed past its first shard, then again: the
+/// second run continues and writes the bytes of an uninterrupted pack.
+fn killed_pack_continues(dir: &Path, recipe_path: &Path) {
+    let recipe = recipe_path.to_str().unwrap();
+    let whole = dir.join("whole");
+    pack_recipe_ok(recipe_path, &whole, &["--shard-mib", "1"]);
+
+    let out = dir.join("out");
+    let checkpoint = dir.join("out.partial/checkpoint.ckpt");
     let mut killed_at = None;
     for _attempt in 0..5 {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"))
@@ -373,7 +391,7 @@ fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
     }
     let killed_at = killed_at.expect("a pack killed after its first checkpoint");
 
-    let stderr = pack_quickstart_ok(&out, &["--shard-mib", "1"]);
+    let stderr = pack_recipe_ok(recipe_path, &out, &["--shard-mib", "1"]);
     assert!(
         stderr.contains(&format!(
             "continuing the interrupted pack in {}.partial at window {killed_at}",
@@ -381,7 +399,7 @@ fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
         )),
         "{stderr}"
     );
-    assert!(!tmp.path().join("out.partial").exists());
+    assert!(!dir.join("out.partial").exists());
     let (got, want) = (files_of(&out), files_of(&whole));
     assert_eq!(
         got.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -410,7 +428,7 @@ fn a_changed_shard_list_is_refused_on_resume() {
     for name in ["000_00000.parquet", "001_00000.parquet"] {
         std::fs::copy(samples.join(name), fw.join(name)).unwrap();
     }
-    let text = std::fs::read_to_string(quickstart_with_buffer(tmp.path(), 1000))
+    let text = std::fs::read_to_string(quickstart_with_buffer(tmp.path(), 1000, "documents"))
         .unwrap()
         .replace(
             &format!(

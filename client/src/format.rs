@@ -154,6 +154,10 @@ pub struct SourceStats {
     pub target_fraction: f64,
     /// Share of the stream's documents that came from this source.
     pub realized_fraction: f64,
+    /// Share of the stream's tokens (BOS/EOS included) that came from this source (absent in
+    /// manifests written before it was recorded: read as 0).
+    #[serde(default)]
+    pub realized_token_fraction: f64,
     /// Documents of this source in the stream.
     pub documents: u64,
     /// Tokens of those documents, BOS/EOS included.

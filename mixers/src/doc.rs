@@ -19,8 +19,23 @@ pub struct DocPos {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Doc {
     pub pos: DocPos,
-    /// Never empty: sources count and skip empty documents.
+    /// Never empty as a source reads it (sources count and skip empty documents); emptied by a
+    /// source that tokenizes ahead, once `tokens` holds the document.
     pub text: String,
+    /// The document's token ids (BOS/EOS included) when its source has tokenized it already:
+    /// a mix in tokens (`[mix] unit = "tokens"`) needs every document's length before it is
+    /// drawn. `None`: the pipeline's tokenize stage encodes `text`.
+    pub tokens: Option<Vec<u32>>,
+}
+
+impl Doc {
+    pub fn new(pos: DocPos, text: String) -> Self {
+        Doc {
+            pos,
+            text,
+            tokens: None,
+        }
+    }
 }
 
 /// What a source has seen so far, split by outcome.
@@ -74,6 +89,16 @@ pub trait DocSource: Send {
     /// without moving the cursor: how resume rebuilds the shuffle buffer from references. A
     /// position that is not a document of this source is an error.
     fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError>;
+    /// The documents at `positions` as [`DocSource::next_doc`] gives them (a source that
+    /// tokenizes ahead gives them tokenized): what resume puts back into the stream.
+    fn reread(&mut self, positions: &[DocPos]) -> Result<Vec<Doc>, SourceError> {
+        let texts = self.read_docs(positions)?;
+        Ok(positions
+            .iter()
+            .zip(texts)
+            .map(|(pos, text)| Doc::new(*pos, text))
+            .collect())
+    }
 }
 
 /// A source over documents held in memory: for tests and for callers that already have text.
@@ -115,10 +140,7 @@ impl DocSource for VecSource {
                 shard: 0,
                 row,
             };
-            return Ok(Some(Doc {
-                pos,
-                text: text.clone(),
-            }));
+            return Ok(Some(Doc::new(pos, text.clone())));
         }
         if self.next == self.texts.len() {
             self.next += 1; // count the end of a pass once
@@ -166,5 +188,50 @@ impl DocSource for VecSource {
                 _ => Err(format!("{pos:?} is not a document of this source").into()),
             })
             .collect()
+    }
+}
+
+/// A source whose documents come tokenized, one token per byte of text: how tests feed a mix in
+/// tokens without a tokenizer.
+#[cfg(test)]
+pub(crate) struct ByteTokens<S>(pub S);
+
+#[cfg(test)]
+impl<S: DocSource> ByteTokens<S> {
+    fn tokenized(doc: Doc) -> Doc {
+        Doc {
+            tokens: Some(doc.text.bytes().map(u32::from).collect()),
+            ..doc
+        }
+    }
+}
+
+#[cfg(test)]
+impl<S: DocSource> DocSource for ByteTokens<S> {
+    fn next_doc(&mut self) -> Result<Option<Doc>, SourceError> {
+        Ok(self.0.next_doc()?.map(Self::tokenized))
+    }
+    fn restart(&mut self) -> Result<(), SourceError> {
+        self.0.restart()
+    }
+    fn counters(&self) -> SourceCounters {
+        self.0.counters()
+    }
+    fn cursor(&self) -> SourceCursor {
+        self.0.cursor()
+    }
+    fn seek(&mut self, cursor: &SourceCursor) -> Result<(), SourceError> {
+        self.0.seek(cursor)
+    }
+    fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError> {
+        self.0.read_docs(positions)
+    }
+    fn reread(&mut self, positions: &[DocPos]) -> Result<Vec<Doc>, SourceError> {
+        Ok(self
+            .0
+            .reread(positions)?
+            .into_iter()
+            .map(Self::tokenized)
+            .collect())
     }
 }

@@ -1,10 +1,22 @@
-//! The mixer: interleaves sources by weight, one document at a time, with the semantics of HF
-//! `interleave_datasets(probabilities=…, stopping_strategy=…)` for iterable datasets.
+//! The mixer: interleaves sources by weight, one document at a time. `[mix] unit` says what a
+//! weight is a share of.
 //!
-//! Each step draws a source with probability `weight / Σ weights` (sources of weight 0 take no
-//! part and are never read) and emits that source's next document. Like HF, the mixer holds one
-//! document of look-ahead per source, so it knows a source is exhausted as soon as its last
-//! document has been emitted:
+//! **Documents** (the default): the semantics of HF `interleave_datasets(probabilities=…,
+//! stopping_strategy=…)` for iterable datasets. Each step draws a source with probability
+//! `weight / Σ weights` (sources of weight 0 take no part and are never read) and emits that
+//! source's next document.
+//!
+//! **Tokens**: weights are shares of the tokens emitted (BOS/EOS included). Each source is
+//! shuffled in its own buffer (the recipe's `buffer_size` split evenly between the sources that
+//! take part), and its source hands documents over tokenized ([`crate::doc::Doc::tokens`]). The
+//! next document comes from the source furthest below its share so far, `argmax p_i·T − t_i`
+//! (`T` tokens emitted, `t_i` of them from source `i`; ties go to the source listed first): no
+//! random draw, so at every point of the stream each source's realized token count is within
+//! about one of its documents of `p_i·T`. A global buffer after this mixer would undo that
+//! (it samples documents, not tokens), so there is none.
+//!
+//! Both units hold one document of look-ahead per source, so the mixer knows a source is
+//! exhausted as soon as its last document has been emitted:
 //! - `first_exhausted`: the stream ends right after the last document of the first source to
 //!   run out. Later draws never happen.
 //! - `all_exhausted`: a source that runs out is restarted at once from its first document, in
@@ -13,8 +25,10 @@
 //!   Sources that ran out early are therefore oversampled, as in HF.
 
 use crate::doc::{Doc, DocPos, DocSource, SourceError};
-use crate::recipe::Stopping;
+use crate::recipe::{MixUnit, Stopping};
 use crate::rng::StageRng;
+use crate::shuffle::Shuffler;
+use std::collections::VecDeque;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MixError {
@@ -24,6 +38,11 @@ pub enum MixError {
     EmptySource { name: String },
     #[error("cannot restore the stream: {0}")]
     Restore(String),
+    #[error(
+        "source {name:?} handed over a document without its tokens: a mix in tokens needs \
+         sources that tokenize ahead (internal error)"
+    )]
+    Untokenized { name: String },
 }
 
 /// The mixer's state besides its sources' cursors: its documents of look-ahead are kept as
@@ -36,6 +55,33 @@ pub struct MixerState {
     pub emitted: Vec<u64>,
     pub started: bool,
     pub done: bool,
+    /// Tokens unit: tokens emitted per input (BOS/EOS included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub emitted_tokens: Vec<u64>,
+    /// Tokens unit: each input's shuffle buffer. The documents it holds are listed after the
+    /// global buffer's in the stream state's `buffered`, input by input.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shuffles: Vec<SourceShuffleState>,
+}
+
+/// One input's shuffle buffer in a mix in tokens, besides the documents it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceShuffleState {
+    pub rng_word_pos: u64,
+    /// Documents held (residents, or while draining the ones still to emit).
+    pub held: u64,
+    /// Whether the input's pass has been read to its end and the buffer is draining.
+    pub draining: bool,
+}
+
+/// A source's share of the stream, `part / total` (0 for an empty stream): the ledger's one
+/// formula (pack summary, manifest, `/metrics`).
+pub fn share(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 / total as f64
+    }
 }
 
 /// One source as the mixer sees it.
@@ -57,9 +103,23 @@ pub struct Mixer<S: DocSource> {
     emitted: Vec<u64>,
     started: bool,
     done: bool,
+    unit: MixUnit,
+    /// Tokens unit: each input's share `p_i`, and its own shuffle buffer (empty otherwise).
+    shares: Vec<f64>,
+    shuffles: Vec<SourceShuffle>,
+    /// Tokens unit: tokens emitted per input.
+    emitted_tokens: Vec<u64>,
+}
+
+/// An input's own shuffle buffer (tokens unit).
+struct SourceShuffle {
+    buffer: Shuffler<Doc>,
+    /// After the pass's last document was read: the residents in their final order, to emit.
+    draining: Option<VecDeque<Doc>>,
 }
 
 impl<S: DocSource> Mixer<S> {
+    /// A mix in documents (HF `interleave_datasets`); the caller shuffles its output.
     pub fn new(inputs: Vec<MixInput<S>>, stopping: Stopping, seed: u64) -> Self {
         let total: f64 = inputs.iter().map(|i| i.weight).sum();
         let mut running = 0.0;
@@ -81,19 +141,79 @@ impl<S: DocSource> Mixer<S> {
             emitted: vec![0; n],
             started: false,
             done: false,
+            unit: MixUnit::Documents,
+            shares: Vec::new(),
+            shuffles: Vec::new(),
+            emitted_tokens: Vec::new(),
         }
+    }
+
+    /// A mix in tokens over sources that hand documents over tokenized, each source shuffled
+    /// in its own buffer: `buffer_size` documents split evenly between the inputs that take
+    /// part (0: no shuffle).
+    pub fn by_tokens(
+        inputs: Vec<MixInput<S>>,
+        stopping: Stopping,
+        seed: u64,
+        buffer_size: usize,
+    ) -> Self {
+        let mut mixer = Self::new(inputs, stopping, seed);
+        let n = mixer.inputs.len();
+        let active = (0..n).filter(|&i| mixer.is_active(i)).count().max(1);
+        let total: f64 = mixer.inputs.iter().map(|i| i.weight).sum();
+        mixer.unit = MixUnit::Tokens;
+        mixer.shares = mixer.inputs.iter().map(|i| i.weight / total).collect();
+        mixer.shuffles = (0..n)
+            .map(|i| SourceShuffle {
+                buffer: Shuffler::with_label(
+                    if mixer.is_active(i) {
+                        buffer_size.div_ceil(active)
+                    } else {
+                        0
+                    },
+                    seed,
+                    &format!("shuffle/source{i}"),
+                ),
+                draining: None,
+            })
+            .collect();
+        mixer.emitted_tokens = vec![0; n];
+        mixer
     }
 
     fn is_active(&self, i: usize) -> bool {
         self.inputs[i].weight > 0.0
     }
 
+    /// Input `i`'s next document (through its own shuffle buffer in a mix in tokens), or `None`
+    /// at the end of its pass.
     fn read(&mut self, i: usize) -> Result<Option<Doc>, MixError> {
         let input = &mut self.inputs[i];
-        input.source.next_doc().map_err(|error| MixError::Source {
+        let fail = |error| MixError::Source {
             name: input.name.clone(),
             error,
-        })
+        };
+        let Some(shuffle) = self.shuffles.get_mut(i) else {
+            return input.source.next_doc().map_err(fail);
+        };
+        loop {
+            if let Some(rest) = &mut shuffle.draining {
+                return Ok(rest.pop_front());
+            }
+            match input.source.next_doc().map_err(fail)? {
+                Some(doc) if doc.tokens.is_none() => {
+                    return Err(MixError::Untokenized {
+                        name: input.name.clone(),
+                    });
+                }
+                Some(doc) => {
+                    if let Some(out) = shuffle.buffer.push(doc) {
+                        return Ok(Some(out));
+                    }
+                }
+                None => shuffle.draining = Some(shuffle.buffer.flush().into()),
+            }
+        }
     }
 
     fn start(&mut self) -> Result<(), MixError> {
@@ -112,6 +232,26 @@ impl<S: DocSource> Mixer<S> {
     }
 
     fn draw(&mut self) -> usize {
+        match self.unit {
+            MixUnit::Documents => self.draw_by_probability(),
+            MixUnit::Tokens => self.furthest_below_share(),
+        }
+    }
+
+    /// Tokens unit: the active input with the largest `p_i·T − t_i`, the first on ties.
+    fn furthest_below_share(&self) -> usize {
+        let total = self.emitted_tokens.iter().sum::<u64>() as f64;
+        let mut best: Option<(usize, f64)> = None;
+        for i in (0..self.inputs.len()).filter(|&i| self.is_active(i)) {
+            let deficit = self.shares[i] * total - self.emitted_tokens[i] as f64;
+            if best.is_none_or(|(_, d)| deficit > d) {
+                best = Some((i, deficit));
+            }
+        }
+        best.map_or(0, |(i, _)| i)
+    }
+
+    fn draw_by_probability(&mut self) -> usize {
         let u = self.rng.unit_f64();
         let last_active = (0..self.inputs.len())
             .rev()
@@ -137,6 +277,9 @@ impl<S: DocSource> Mixer<S> {
             .take()
             .expect("an active input always holds its next document");
         self.emitted[i] += 1;
+        if let Some(tokens) = self.emitted_tokens.get_mut(i) {
+            *tokens += doc.tokens.as_ref().map_or(0, |t| t.len() as u64);
+        }
         self.peeked[i] = self.read(i)?;
         if self.peeked[i].is_none() {
             self.exhausted[i] = true;
@@ -145,6 +288,9 @@ impl<S: DocSource> Mixer<S> {
                 Stopping::FirstExhausted => self.done = true,
                 Stopping::AllExhausted if all => self.done = true,
                 Stopping::AllExhausted => {
+                    if let Some(shuffle) = self.shuffles.get_mut(i) {
+                        shuffle.draining = None;
+                    }
                     let input = &mut self.inputs[i];
                     input.source.restart().map_err(|error| MixError::Source {
                         name: input.name.clone(),
@@ -165,6 +311,38 @@ impl<S: DocSource> Mixer<S> {
     /// Documents emitted so far, per input, in recipe order.
     pub fn emitted(&self) -> &[u64] {
         &self.emitted
+    }
+
+    /// Tokens emitted so far per input (a mix in tokens; empty in documents).
+    pub fn emitted_tokens(&self) -> &[u64] {
+        &self.emitted_tokens
+    }
+
+    /// What the weights are shares of.
+    pub fn unit(&self) -> MixUnit {
+        self.unit
+    }
+
+    /// Tokens unit: the documents every input's own shuffle buffer holds, input by input (the
+    /// residents slot by slot, or while draining the ones still to emit, in order).
+    pub fn held_positions(&self) -> Vec<DocPos> {
+        self.shuffles
+            .iter()
+            .flat_map(|s| match &s.draining {
+                Some(rest) => rest.iter().map(|d| d.pos).collect::<Vec<_>>(),
+                None => s.buffer.residents().iter().map(|d| d.pos).collect(),
+            })
+            .collect()
+    }
+
+    /// How many documents each input's own shuffle buffer holds (tokens unit).
+    pub fn held_counts(state: &MixerState) -> impl Iterator<Item = usize> + '_ {
+        state.shuffles.iter().map(|s| s.held as usize)
+    }
+
+    /// The inputs back, unread: how a driver wraps its sources before mixing.
+    pub fn into_inputs(self) -> Vec<MixInput<S>> {
+        self.inputs
     }
 
     pub fn inputs(&self) -> &[MixInput<S>] {
@@ -188,12 +366,31 @@ impl<S: DocSource> Mixer<S> {
             emitted: self.emitted.clone(),
             started: self.started,
             done: self.done,
+            emitted_tokens: self.emitted_tokens.clone(),
+            shuffles: self
+                .shuffles
+                .iter()
+                .map(|s| SourceShuffleState {
+                    rng_word_pos: s.buffer.rng_word_pos(),
+                    held: match &s.draining {
+                        Some(rest) => rest.len(),
+                        None => s.buffer.len(),
+                    } as u64,
+                    draining: s.draining.is_some(),
+                })
+                .collect(),
         }
     }
 
-    /// Take `state` over, with the look-ahead documents it refers to (already re-read, in input
-    /// order). The sources must already be at their cursors.
-    pub fn restore(&mut self, state: &MixerState, peeked: Vec<Option<Doc>>) {
+    /// Take `state` over, with the look-ahead documents it refers to and the documents its
+    /// inputs' own shuffle buffers hold (already re-read, in the order of
+    /// [`Mixer::held_positions`]). The sources must already be at their cursors.
+    pub fn restore(
+        &mut self,
+        state: &MixerState,
+        peeked: Vec<Option<Doc>>,
+        held: Vec<Doc>,
+    ) -> Result<(), MixError> {
         let n = self.inputs.len();
         assert!(
             state.peeked.len() == n
@@ -202,14 +399,52 @@ impl<S: DocSource> Mixer<S> {
                 && state.emitted.len() == n,
             "a mixer state for {n} inputs"
         );
+        if state.shuffles.len() != self.shuffles.len()
+            || state.emitted_tokens.len() != self.emitted_tokens.len()
+        {
+            return Err(MixError::Restore(format!(
+                "the state is of a mix in {}, the recipe's in {}",
+                if state.shuffles.is_empty() {
+                    "documents"
+                } else {
+                    "tokens"
+                },
+                if self.shuffles.is_empty() {
+                    "documents"
+                } else {
+                    "tokens"
+                },
+            )));
+        }
+        let mut held = held.into_iter();
+        for (shuffle, s) in self.shuffles.iter_mut().zip(&state.shuffles) {
+            let docs: Vec<Doc> = held.by_ref().take(s.held as usize).collect();
+            if s.draining {
+                shuffle.buffer.restore(s.rng_word_pos, Vec::new());
+                shuffle.draining = Some(docs.into());
+            } else if docs.len() > shuffle.buffer.capacity() {
+                return Err(MixError::Restore(format!(
+                    "the state holds {} documents in a source's buffer of {}",
+                    docs.len(),
+                    shuffle.buffer.capacity()
+                )));
+            } else {
+                shuffle.buffer.restore(s.rng_word_pos, docs);
+                shuffle.draining = None;
+            }
+        }
         self.rng.set_word_pos(u128::from(state.rng_word_pos));
         self.peeked = peeked;
         self.exhausted = state.exhausted.clone();
         self.emitted = state.emitted.clone();
+        self.emitted_tokens = state.emitted_tokens.clone();
         self.started = state.started;
         self.done = state.done;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;

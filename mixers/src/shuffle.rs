@@ -15,10 +15,15 @@ pub struct Shuffler<T> {
 
 impl<T> Shuffler<T> {
     pub fn new(capacity: usize, seed: u64) -> Self {
+        Self::with_label(capacity, seed, "shuffle")
+    }
+
+    /// A buffer whose random stream is the seed's stream `label` (one per buffer of a run).
+    pub fn with_label(capacity: usize, seed: u64, label: &str) -> Self {
         Self {
             capacity,
             buffer: Vec::with_capacity(capacity.min(1 << 20)),
-            rng: StageRng::new(seed, "shuffle"),
+            rng: StageRng::new(seed, label),
         }
     }
 

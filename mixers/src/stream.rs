@@ -15,7 +15,8 @@ pub struct StreamState {
     pub mixer: MixerState,
     pub shuffle_rng_word_pos: u64,
     /// The shuffle buffer's residents slot by slot; while draining, the documents still to emit,
-    /// in order.
+    /// in order. Then, in a mix in tokens, the documents each source's own buffer holds
+    /// ([`crate::mixer::Mixer::held_positions`]; their counts are in the mixer's state).
     pub buffered: Vec<DocPos>,
     pub draining: bool,
     /// Documents the stream has emitted.
@@ -77,13 +78,14 @@ impl<S: DocSource> DocStream<S> {
     }
 
     pub fn state(&self) -> StreamState {
-        let (buffered, draining) = match &self.draining {
+        let (mut buffered, draining): (Vec<DocPos>, bool) = match &self.draining {
             Some(rest) => (rest.iter().map(|d| d.pos).collect(), true),
             None => (
                 self.shuffler.residents().iter().map(|d| d.pos).collect(),
                 false,
             ),
         };
+        buffered.extend(self.mixer.held_positions());
         StreamState {
             sources: self
                 .mixer
@@ -110,10 +112,16 @@ impl<S: DocSource> DocStream<S> {
                 state.sources.len()
             )));
         }
-        if state.buffered.len() > self.shuffler.capacity() && !state.draining {
+        let held: usize = Mixer::<S>::held_counts(&state.mixer).sum();
+        let Some(global) = state.buffered.len().checked_sub(held) else {
             return Err(MixError::Restore(format!(
-                "the state holds {} buffered documents, the recipe's buffer {}",
-                state.buffered.len(),
+                "the state lists {} buffered documents, its sources' buffers hold {held}",
+                state.buffered.len()
+            )));
+        };
+        if global > self.shuffler.capacity() && !state.draining {
+            return Err(MixError::Restore(format!(
+                "the state holds {global} buffered documents, the recipe's buffer {}",
                 self.shuffler.capacity()
             )));
         }
@@ -126,7 +134,7 @@ impl<S: DocSource> DocStream<S> {
             .chain(&state.buffered)
             .copied()
             .collect();
-        let mut texts: Vec<Option<String>> = vec![None; wanted.len()];
+        let mut read: Vec<Option<Doc>> = vec![None; wanted.len()];
         for (i, input) in self.mixer.inputs_mut().iter_mut().enumerate() {
             let fail = |error| MixError::Source {
                 name: input.name.clone(),
@@ -142,19 +150,19 @@ impl<S: DocSource> DocStream<S> {
             if positions.is_empty() {
                 continue;
             }
-            let read = input
+            let docs = input
                 .source
-                .read_docs(&positions)
+                .reread(&positions)
                 .map_err(|error| MixError::Source {
                     name: input.name.clone(),
                     error,
                 })?;
-            for (slot, text) in slots.into_iter().zip(read) {
-                texts[slot] = Some(text);
+            for (slot, doc) in slots.into_iter().zip(docs) {
+                read[slot] = Some(doc);
             }
         }
-        let mut docs = wanted.into_iter().zip(texts).map(|(pos, text)| {
-            text.map(|text| Doc { pos, text }).ok_or_else(|| {
+        let mut docs = wanted.into_iter().zip(read).map(|(pos, doc)| {
+            doc.ok_or_else(|| {
                 MixError::Restore(format!(
                     "the state refers to source {} which the recipe does not have",
                     pos.source
@@ -164,12 +172,16 @@ impl<S: DocSource> DocStream<S> {
         let mut peeked = Vec::with_capacity(n);
         for p in &state.mixer.peeked {
             peeked.push(match p {
-                Some(_) => Some(docs.next().expect("one text per reference")?),
+                Some(_) => Some(docs.next().expect("one document per reference")?),
                 None => None,
             });
         }
-        let buffered = docs.collect::<Result<Vec<Doc>, MixError>>()?;
-        self.mixer.restore(&state.mixer, peeked);
+        let buffered = docs
+            .by_ref()
+            .take(global)
+            .collect::<Result<Vec<Doc>, MixError>>()?;
+        let held = docs.collect::<Result<Vec<Doc>, MixError>>()?;
+        self.mixer.restore(&state.mixer, peeked, held)?;
         if state.draining {
             self.shuffler
                 .restore(state.shuffle_rng_word_pos, Vec::new());

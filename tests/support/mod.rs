@@ -29,6 +29,35 @@ pub fn quickstart() -> PathBuf {
     repo_root().join("config/quickstart.toml")
 }
 
+/// The quickstart with each `(from, to)` replaced, written as `dir/name` with absolute paths
+/// to the shipped tokenizer and samples.
+pub fn quickstart_variant(dir: &Path, name: &str, replace: &[(&str, &str)]) -> PathBuf {
+    let config = repo_root().join("config");
+    let mut text = std::fs::read_to_string(quickstart())
+        .expect("the quickstart recipe is shipped")
+        .replace(
+            "\"tokenizers/",
+            &format!("\"{}/tokenizers/", config.display()),
+        )
+        .replace("\"samples/", &format!("\"{}/samples/", config.display()));
+    for (from, to) in replace {
+        assert!(text.contains(from), "the quickstart has no {from:?}");
+        text = text.replace(from, to);
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("the recipe is written");
+    path
+}
+
+/// The quickstart mixed in tokens (`[mix] unit = "tokens"`), written into `dir`.
+pub fn quickstart_in_tokens(dir: &Path) -> PathBuf {
+    quickstart_variant(
+        dir,
+        "quickstart-tokens.toml",
+        &[("[mix]\n", "[mix]\nunit = \"tokens\"\n")],
+    )
+}
+
 /// Pack `recipe` into `out` in-process (2 threads, one token shard) and open the result.
 pub fn pack_dataset(recipe: &Path, out: &Path) -> dsprep_client::PackedDataset {
     let options = dsprep::pack::PackOptions {

@@ -6,7 +6,8 @@
 
 use super::inputs::{ShardSize, shard_sizes, source_shards, source_units};
 use super::pipeline::{self, PipelineConfig};
-use super::stream::{LoadedRecipe, Locator};
+use super::pretokenize::Pretokenized;
+use super::stream::{LoadedRecipe, Locator, mix_stream};
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, Shard, SourceContext};
 use anyhow::{anyhow, bail};
@@ -15,7 +16,7 @@ use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::lanes::{deal_units, lane_buffer_size, lane_seed};
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::LanesSpec;
-use dsprep_mixers::{DocStream, Mixer, PackedWindow, Packer, PackerState, Shuffler};
+use dsprep_mixers::{DocStream, PackedWindow, Packer, PackerState};
 use std::sync::Arc;
 
 /// A recipe's input, listed once and dealt to its lanes.
@@ -96,12 +97,13 @@ pub fn deal_inputs(
 impl LaneInputs {
     /// Lane `lane`'s document stream: the recipe's mixer over the lane's units (a source with no
     /// unit in this lane takes no part in its mix), with the lane's seed and share of the shuffle
-    /// buffer.
+    /// buffer, and `threads` tokenizing ahead in a mix in tokens.
     pub fn stream(
         &self,
         loaded: &LoadedRecipe,
         lane: u32,
-    ) -> anyhow::Result<DocStream<LocalSource>> {
+        threads: usize,
+    ) -> anyhow::Result<DocStream<Pretokenized>> {
         let recipe = &loaded.recipe;
         let seed = lane_seed(recipe.shuffle.seed, lane);
         let mut inputs = Vec::with_capacity(recipe.sources.len());
@@ -117,10 +119,7 @@ impl LaneInputs {
             });
         }
         let buffer = lane_buffer_size(recipe.shuffle.buffer_size, self.spec.count, lane);
-        Ok(DocStream::new(
-            Mixer::new(inputs, recipe.mix.stopping, seed),
-            Shuffler::new(buffer, seed),
-        ))
+        mix_stream(loaded, inputs, seed, buffer, threads)
     }
 }
 
@@ -144,7 +143,7 @@ pub struct LaneRun {
 /// (`config.snapshot`). `on_window` returning [`Stopped`] ends the run early without an error.
 pub fn run_packed(
     loaded: &LoadedRecipe,
-    stream: DocStream<LocalSource>,
+    stream: DocStream<Pretokenized>,
     config: &PipelineConfig,
     packer: Option<PackerState>,
     mut on_doc: impl FnMut(u16, u64),

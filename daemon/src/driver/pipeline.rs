@@ -4,6 +4,8 @@
 //! reader thread ── DocChunk ──▶ N tokenizer threads ── TokenizedChunk ──▶ caller's thread
 //!   Mixer → Shuffler           TokenizeStage::encode_doc        reorder by seq → sink
 //! ```
+//! In a mix in tokens the sources have tokenized their documents already
+//! (`driver::pretokenize`): the tokenizer threads pass their ids on.
 //! - Chunks carry a sequence number; the caller's thread puts them back in order, so the output
 //!   never depends on thread timing or count.
 //! - Bounded: at most `max_in_flight` chunks exist between the reader and the sink (a permit is
@@ -164,7 +166,7 @@ struct Chunker {
 impl Chunker {
     /// Add a document; true once the chunk is full and should be sent.
     fn push(&mut self, doc: Doc) -> bool {
-        self.text_bytes += doc.text.len();
+        self.text_bytes += doc.text.len() + 4 * doc.tokens.as_ref().map_or(0, Vec::len);
         self.docs.push(doc);
         self.docs.len() >= CHUNK_DOCS || self.text_bytes >= self.max_text_bytes
     }
@@ -217,7 +219,9 @@ fn tokenize_chunks(
         let mut result = Ok(());
         for doc in &docs {
             let before = out.tokens.len();
-            if let Err(e) = stage.encode_doc(&doc.text, &mut out.tokens) {
+            if let Some(tokens) = &doc.tokens {
+                out.tokens.extend_from_slice(tokens); // tokenized ahead (a mix in tokens)
+            } else if let Err(e) = stage.encode_doc(&doc.text, &mut out.tokens) {
                 result = Err(anyhow!(e).context(locate(&doc.pos)));
                 break;
             }

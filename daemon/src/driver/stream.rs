@@ -1,15 +1,17 @@
 //! The recipe, built into the pipeline core's document stream: load and check a recipe (its
 //! tokenizer engine chosen), list each source's shards, and build the mixer and the shuffle buffer
-//! over them. `dsprep pack`, `dsprep serve` and `dsprep plan` all start here.
+//! over them (in the recipe's `[mix] unit`). `dsprep pack`, `dsprep serve` and `dsprep plan` all
+//! start here.
 
 use super::frozen_plan::FrozenPlan;
 use super::inputs::source_shards;
+use super::pretokenize::{Pretokenized, TokenizePool};
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, SourceContext};
 use anyhow::{Context, anyhow};
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
-use dsprep_mixers::recipe::Recipe;
+use dsprep_mixers::recipe::{MixUnit, Recipe};
 use dsprep_mixers::{DocStream, EngineChoice, Mixer, Shuffler, TokenizeStage};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +22,7 @@ pub struct LoadedRecipe {
     /// The recipe file's folder: relative paths in it are resolved from here.
     pub base: PathBuf,
     pub tokenizer_json: Vec<u8>,
-    pub stage: TokenizeStage,
+    pub stage: Arc<TokenizeStage>,
     /// The frozen plan the run was given (`--plan`): sources' shards come from it, not listed.
     pub plan: Option<Arc<FrozenPlan>>,
 }
@@ -60,7 +62,7 @@ pub fn load_recipe_with(
         recipe,
         base,
         tokenizer_json,
-        stage,
+        stage: Arc::new(stage),
         plan: None,
     };
     if let Some(plan) = plan {
@@ -110,13 +112,51 @@ pub fn build_mixer_with(
     Ok(Mixer::new(inputs, recipe.mix.stopping, recipe.shuffle.seed))
 }
 
-/// The recipe's document stream: its mixer (see [`build_mixer`]) feeding its shuffle buffer.
-pub fn build_stream(loaded: &LoadedRecipe) -> anyhow::Result<DocStream<LocalSource>> {
+/// The recipe's document stream (see [`mix_stream`]), with `threads` tokenizing ahead in a mix
+/// in tokens.
+pub fn build_stream(
+    loaded: &LoadedRecipe,
+    threads: usize,
+) -> anyhow::Result<DocStream<Pretokenized>> {
     let shuffle = &loaded.recipe.shuffle;
-    Ok(DocStream::new(
-        build_mixer(loaded)?,
-        Shuffler::new(shuffle.buffer_size, shuffle.seed),
-    ))
+    let mixer = build_mixer(loaded)?;
+    let inputs = mixer.into_inputs();
+    mix_stream(loaded, inputs, shuffle.seed, shuffle.buffer_size, threads)
+}
+
+/// The document stream over `inputs` in the recipe's `[mix] unit`: in documents, the mixer
+/// feeding one shuffle buffer of `buffer_size`; in tokens, sources that tokenize ahead on a pool
+/// of `threads`, each shuffled in its share of `buffer_size`, mixed by tokens (no global buffer).
+pub fn mix_stream(
+    loaded: &LoadedRecipe,
+    inputs: Vec<MixInput<LocalSource>>,
+    seed: u64,
+    buffer_size: usize,
+    threads: usize,
+) -> anyhow::Result<DocStream<Pretokenized>> {
+    let mix = &loaded.recipe.mix;
+    let pool = match mix.unit {
+        MixUnit::Documents => None,
+        MixUnit::Tokens => Some(TokenizePool::start(loaded.stage.clone(), threads)?),
+    };
+    let inputs = inputs
+        .into_iter()
+        .map(|i| MixInput {
+            name: i.name,
+            weight: i.weight,
+            source: Pretokenized::new(i.source, pool.clone()),
+        })
+        .collect();
+    Ok(match mix.unit {
+        MixUnit::Documents => DocStream::new(
+            Mixer::new(inputs, mix.stopping, seed),
+            Shuffler::new(buffer_size, seed),
+        ),
+        MixUnit::Tokens => DocStream::new(
+            Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size),
+            Shuffler::new(0, seed),
+        ),
+    })
 }
 
 /// Names a document's origin in messages: `source "c4" shard PATH row N`.
@@ -125,7 +165,7 @@ pub struct Locator {
 }
 
 impl Locator {
-    pub fn new(mixer: &Mixer<LocalSource>) -> Self {
+    pub fn new(mixer: &Mixer<Pretokenized>) -> Self {
         Self {
             shards: mixer
                 .inputs()

@@ -195,7 +195,7 @@ fn pack_lane(
 ) -> anyhow::Result<()> {
     let began = Instant::now();
     let (dtype, per_shard) = output_layout(loaded, options);
-    let stream = inputs.stream(loaded, info.lane)?;
+    let stream = inputs.stream(loaded, info.lane, options.threads)?;
     let mut writer = PackWriter::create(out, dtype, per_shard)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();

@@ -21,6 +21,7 @@ use dsprep_client::format::{
 };
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::{DocPos, SourceCounters};
+use dsprep_mixers::mixer::share;
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, Packer};
 use failure::failed;
@@ -74,13 +75,13 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     }
     let recipe = &loaded.recipe;
     let stage = &loaded.stage;
-    let stream = build_stream(&loaded)?;
+    let stream = build_stream(&loaded, options.threads)?;
     let locator = Locator::new(stream.mixer());
     let input_lists: Vec<(String, Vec<Shard>)> = stream
         .mixer()
         .inputs()
         .iter()
-        .map(|i| (i.name.clone(), i.source.shard_list().to_vec()))
+        .map(|i| (i.name.clone(), i.source.local().shard_list().to_vec()))
         .collect();
     // Input checksums are computed beside the pipeline: same bytes, no extra wall time.
     let hashing = std::thread::Builder::new()
@@ -272,6 +273,7 @@ fn source_stats(
 ) -> Vec<SourceStats> {
     let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
     let num_docs: u64 = docs_per_source.iter().sum();
+    let num_tokens: u64 = tokens_per_source.iter().sum();
     recipe
         .sources
         .iter()
@@ -280,11 +282,8 @@ fn source_stats(
             name: spec.name.clone(),
             weight: spec.weight,
             target_fraction: spec.weight / total_weight,
-            realized_fraction: if num_docs == 0 {
-                0.0
-            } else {
-                docs_per_source[i] as f64 / num_docs as f64
-            },
+            realized_fraction: share(docs_per_source[i], num_docs),
+            realized_token_fraction: share(tokens_per_source[i], num_tokens),
             documents: docs_per_source[i],
             tokens: tokens_per_source[i],
             rows_read: counters[i].rows_read,

@@ -1,4 +1,5 @@
-//! The end-of-pack summary: documents and tokens per source, realized vs target mix, windows.
+//! The end-of-pack summary: documents and tokens per source, their realized shares against the
+//! target (in the recipe's `[mix] unit`), windows.
 
 use super::PackReport;
 
@@ -22,13 +23,28 @@ pub fn print_summary(report: &PackReport) {
     if let Some(first) = report.time_to_first_window {
         println!("first window after {:.2} s", first.as_secs_f64());
     }
+    // The target is a share of documents or of tokens, as the recipe's `[mix] unit` says.
+    let in_tokens = m.recipe["mix"]["unit"] == "tokens";
     println!(
-        "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>9} {:>9}",
-        "source", "documents", "rows read", "filtered", "empty", "tokens", "mix", "target"
+        "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>8} {:>8} {:>8} {:>8}",
+        "source",
+        "documents",
+        "rows read",
+        "filtered",
+        "empty",
+        "tokens",
+        "docs %",
+        "tokens %",
+        if in_tokens { "target t" } else { "target d" },
+        "off by"
     );
     for s in &m.sources {
+        let realized = match in_tokens {
+            true => s.realized_token_fraction,
+            false => s.realized_fraction,
+        };
         println!(
-            "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>8.2}% {:>8.2}%",
+            "{:<16} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7.2}% {:>7.2}% {:>7.2}% {:>+7.2}%",
             s.name,
             s.documents,
             s.rows_read,
@@ -36,9 +52,19 @@ pub fn print_summary(report: &PackReport) {
             s.rows_empty,
             s.tokens,
             100.0 * s.realized_fraction,
-            100.0 * s.target_fraction
+            100.0 * s.realized_token_fraction,
+            100.0 * s.target_fraction,
+            100.0 * (realized - s.target_fraction)
         );
     }
+    println!(
+        "target: {} (recipe [mix] unit); off by: realized minus target, in points",
+        if in_tokens {
+            "share of tokens"
+        } else {
+            "share of documents"
+        }
+    );
     for s in m.sources.iter().filter(|s| s.rows_oversize > 0) {
         println!(
             "source {:?}: {} rows over max_document_bytes skipped (oversize = \"skip\")",

@@ -214,7 +214,7 @@ impl LaneRun<'_> {
         let k = spec.block_windows as usize;
         let progress = self.progress;
         let start = lane_windows_before(&spec, lane, self.slice.step_block(first));
-        let mut stream = self.inputs.stream(self.loaded, lane)?;
+        let mut stream = self.inputs.stream(self.loaded, lane, config.threads)?;
         let resumed = match (self.checkpoints, first) {
             (Some(c), 1..) => c.newest_at_or_below(lane, start),
             _ => None,

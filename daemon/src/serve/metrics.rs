@@ -3,6 +3,8 @@
 //! and held, per-rank step and lag, requests by outcome.
 
 use super::store::StepStore;
+use dsprep_mixers::mixer::share;
+use dsprep_mixers::recipe::MixUnit;
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +14,8 @@ use std::time::Instant;
 pub struct Metrics {
     pub source_names: Vec<String>,
     pub target_fractions: Vec<f64>,
+    /// What the targets are shares of (`[mix] unit`).
+    pub unit: MixUnit,
     pub documents: Vec<AtomicU64>,
     pub tokens: Vec<AtomicU64>,
     pub shuffle_capacity: u64,
@@ -37,6 +41,7 @@ impl Metrics {
         Self {
             source_names,
             target_fractions,
+            unit: MixUnit::Documents,
             documents: (0..n).map(|_| AtomicU64::new(0)).collect(),
             tokens: (0..n).map(|_| AtomicU64::new(0)).collect(),
             shuffle_capacity,
@@ -57,7 +62,6 @@ impl Metrics {
     pub fn render(&self, store: &StepStore, shuffle_fill: u64) -> String {
         let mut out = String::new();
         let docs: Vec<u64> = self.documents.iter().map(|d| d.load(Relaxed)).collect();
-        let total_docs: u64 = docs.iter().sum();
         let total_tokens: u64 = self.tokens.iter().map(|t| t.load(Relaxed)).sum();
         let gauge = |out: &mut String, name: &str, help: &str, kind: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -113,27 +117,39 @@ impl Metrics {
                 t.load(Relaxed)
             );
         }
-        gauge(
-            &mut out,
-            "dsprep_mix_fraction",
-            "Share of documents per source: realized and target.",
-            "gauge",
-        );
-        for (i, name) in self.source_names.iter().enumerate() {
-            let realized = if total_docs == 0 {
-                0.0
-            } else {
-                docs[i] as f64 / total_docs as f64
-            };
-            let _ = writeln!(
-                out,
-                "dsprep_mix_fraction{{source=\"{name}\",kind=\"realized\"}} {realized}"
-            );
-            let _ = writeln!(
-                out,
-                "dsprep_mix_fraction{{source=\"{name}\",kind=\"target\"}} {}",
-                self.target_fractions[i]
-            );
+        let tokens: Vec<u64> = self.tokens.iter().map(|t| t.load(Relaxed)).collect();
+        for (metric, help, counts, unit) in [
+            (
+                "dsprep_mix_fraction",
+                "Share of documents per source: realized, and the target where the recipe mixes \
+                 in documents.",
+                &docs,
+                MixUnit::Documents,
+            ),
+            (
+                "dsprep_mix_token_fraction",
+                "Share of tokens per source: realized, and the target where the recipe mixes in \
+                 tokens.",
+                &tokens,
+                MixUnit::Tokens,
+            ),
+        ] {
+            gauge(&mut out, metric, help, "gauge");
+            let total: u64 = counts.iter().sum();
+            for (i, name) in self.source_names.iter().enumerate() {
+                let realized = share(counts[i], total);
+                let _ = writeln!(
+                    out,
+                    "{metric}{{source=\"{name}\",kind=\"realized\"}} {realized}"
+                );
+                if self.unit == unit {
+                    let _ = writeln!(
+                        out,
+                        "{metric}{{source=\"{name}\",kind=\"target\"}} {}",
+                        self.target_fractions[i]
+                    );
+                }
+            }
         }
         gauge(
             &mut out,

@@ -92,7 +92,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     let work = match recipe.lanes {
         Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),
         None => {
-            let stream = build_stream(&loaded)?;
+            let stream = build_stream(&loaded, options.threads)?;
             let checkpoints = match &options.state_dir {
                 None if options.resume => {
                     bail!("--resume needs --state-dir (where the checkpoints are)")
@@ -141,6 +141,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
             .collect(),
         recipe.shuffle.buffer_size as u64,
     );
+    metrics.unit = recipe.mix.unit;
     metrics.node = (options.node.rank, options.node.count);
     metrics.first_rank = node.first_rank;
     if let Work::Lanes(lanes) = &work {
@@ -313,7 +314,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
 enum Work {
     Single {
         /// Boxed: the stream is large beside the lanes' handles.
-        stream: Box<dsprep_mixers::DocStream<crate::sources::LocalSource>>,
+        stream: Box<dsprep_mixers::DocStream<crate::driver::pretokenize::Pretokenized>>,
         checkpoints: Option<Checkpointing>,
     },
     Lanes(nodes::NodeLanes),

@@ -7,8 +7,8 @@ use super::metrics::Metrics;
 use super::store::{StepChain, StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
 use crate::driver::pipeline::{self, PipelineConfig};
+use crate::driver::pretokenize::Pretokenized;
 use crate::driver::{LoadedRecipe, Locator};
-use crate::sources::LocalSource;
 use anyhow::{Context, anyhow};
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::Dtype;
@@ -113,7 +113,7 @@ impl Producer<'_> {
     /// Run from `start` to the end of the data or a shutdown.
     pub fn run(
         mut self,
-        mut stream: DocStream<LocalSource>,
+        mut stream: DocStream<Pretokenized>,
         start: Start,
     ) -> anyhow::Result<Ended> {
         let recipe = &self.loaded.recipe;

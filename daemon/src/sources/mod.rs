@@ -417,7 +417,7 @@ impl DocSource for LocalSource {
                         shard: *shard,
                         row,
                     };
-                    return Ok(Some(Doc { pos, text }));
+                    return Ok(Some(Doc::new(pos, text)));
                 }
             }
         }

@@ -115,6 +115,30 @@ fn default_true() -> bool {
 pub struct MixSpec {
     #[serde(default)]
     pub stopping: Stopping,
+    /// What the sources' weights are shares of. `documents` (the default) is left out of the
+    /// canonical form, so recipes written before `unit` existed keep their hash.
+    #[serde(default, skip_serializing_if = "MixUnit::is_documents")]
+    pub unit: MixUnit,
+}
+
+/// What a source's weight is a share of (`[mix] unit`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MixUnit {
+    /// The probability of drawing the next document from the source, as in HF
+    /// `interleave_datasets(probabilities=…)`; the shuffle buffer is global.
+    #[default]
+    Documents,
+    /// The share of the stream's tokens (BOS/EOS included) that come from the source, held
+    /// while streaming: each source is shuffled in its own share of the buffer, and the next
+    /// document comes from the source furthest below its share (`crate::mixer`).
+    Tokens,
+}
+
+impl MixUnit {
+    pub fn is_documents(&self) -> bool {
+        *self == MixUnit::Documents
+    }
 }
 
 /// `[lanes]`: see `crate::lanes` for how the input is dealt and the windows interleaved.
@@ -142,8 +166,9 @@ pub enum Stopping {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SourceSpec {
     pub name: String,
-    /// Relative probability of drawing the next document from this source (documents, not
-    /// tokens). 0 drops the source.
+    /// The source's share of the mix: of its documents (`[mix] unit = "documents"`, the
+    /// probability of drawing the next document from it) or of its tokens (`unit = "tokens"`).
+    /// Relative: weights are divided by their sum. 0 drops the source.
     #[serde(default = "default_weight")]
     pub weight: f64,
     /// Glob patterns, relative to the recipe file's folder, or Hub patterns

@@ -1,0 +1,261 @@
+//! The mix in tokens: every source's share of the tokens held at every point, resume exact.
+
+use super::*;
+use crate::doc::{ByteTokens, VecSource};
+use crate::stream::DocStream;
+use proptest::prelude::*;
+
+type Source = ByteTokens<VecSource>;
+
+/// Source `i` holds `lengths[i].len()` documents of those lengths in bytes (= tokens); every
+/// fifth row is empty.
+fn inputs(lengths: &[Vec<usize>], weights: &[f64]) -> Vec<MixInput<Source>> {
+    lengths
+        .iter()
+        .zip(weights)
+        .enumerate()
+        .map(|(i, (lens, &w))| {
+            let texts = lens
+                .iter()
+                .enumerate()
+                .map(|(k, &len)| match k % 5 {
+                    4 => String::new(),
+                    _ => format!("{i}/{k}:{}", "x".repeat(len)),
+                })
+                .collect();
+            MixInput {
+                name: format!("s{i}"),
+                weight: w,
+                source: ByteTokens(VecSource::new(i as u16, texts)),
+            }
+        })
+        .collect()
+}
+
+fn stream(
+    lengths: &[Vec<usize>],
+    weights: &[f64],
+    stopping: Stopping,
+    buffer: usize,
+    seed: u64,
+) -> DocStream<Source> {
+    DocStream::new(
+        Mixer::by_tokens(inputs(lengths, weights), stopping, seed, buffer),
+        Shuffler::new(0, seed),
+    )
+}
+
+fn drain(s: &mut DocStream<Source>) -> Vec<Doc> {
+    std::iter::from_fn(|| s.next_doc().unwrap()).collect()
+}
+
+fn tokens(doc: &Doc) -> u64 {
+    doc.tokens.as_ref().map_or(0, |t| t.len() as u64)
+}
+
+/// The largest gap between a source's tokens and its share of every prefix of `docs`.
+fn worst_gap(docs: &[Doc], weights: &[f64]) -> f64 {
+    let sum: f64 = weights.iter().sum();
+    let mut per = vec![0u64; weights.len()];
+    let mut total = 0u64;
+    let mut worst = 0.0f64;
+    for doc in docs {
+        per[usize::from(doc.pos.source)] += tokens(doc);
+        total += tokens(doc);
+        for (i, &t) in per.iter().enumerate() {
+            worst = worst.max((t as f64 - weights[i] / sum * total as f64).abs());
+        }
+    }
+    worst
+}
+
+#[test]
+fn a_source_with_documents_100_times_longer_gets_its_share_of_tokens_not_of_documents() {
+    // Source 0: ~20-token documents; source 1: ~2,000-token ones. Equal weights in tokens.
+    let short: Vec<usize> = (0..40_000).map(|k| 10 + k % 21).collect();
+    let long: Vec<usize> = (0..400).map(|k| 1_000 + (k * 37) % 2_001).collect();
+    let weights = [1.0, 1.0];
+    let docs = drain(&mut stream(
+        &[short, long],
+        &weights,
+        Stopping::FirstExhausted,
+        64,
+        7,
+    ));
+    let from = |s: u16| {
+        docs.iter()
+            .filter(|d| d.pos.source == s)
+            .map(tokens)
+            .sum::<u64>()
+    };
+    let (t0, t1) = (from(0), from(1));
+    let share0 = t0 as f64 / (t0 + t1) as f64;
+    assert!(
+        (share0 - 0.5).abs() < 0.005,
+        "source 0 has {share0:.4} of the tokens"
+    );
+    let docs0 = docs.iter().filter(|d| d.pos.source == 0).count();
+    assert!(
+        docs0 > 50 * (docs.len() - docs0),
+        "and ~100× the documents: {docs0} of {}",
+        docs.len()
+    );
+    let max_len = docs.iter().map(tokens).max().unwrap() as f64;
+    assert!(
+        worst_gap(&docs, &weights) <= max_len,
+        "within one document at every point"
+    );
+}
+
+#[test]
+fn each_source_is_shuffled_alone_and_read_once_per_pass() {
+    let lengths = vec![vec![5; 300], vec![50; 80]];
+    let docs = drain(&mut stream(
+        &lengths,
+        &[0.5, 0.5],
+        Stopping::AllExhausted,
+        32,
+        3,
+    ));
+    let passes = |s: u16| {
+        docs.iter()
+            .filter(|d| d.pos.source == s)
+            .map(|d| d.pos.pass)
+            .max()
+            .unwrap()
+    };
+    assert_eq!(passes(1), 0, "the source that runs out last is read once");
+    assert!(passes(0) >= 1, "the one that runs out first is read again");
+    let first_pass: Vec<u64> = docs
+        .iter()
+        .filter(|d| d.pos.source == 0 && d.pos.pass == 0)
+        .map(|d| d.pos.row)
+        .collect();
+    let mut sorted = first_pass.clone();
+    sorted.sort_unstable();
+    assert_ne!(first_pass, sorted, "shuffled");
+    assert_eq!(
+        sorted,
+        (0..300).filter(|k| k % 5 != 4).collect::<Vec<_>>(),
+        "every document of the pass once"
+    );
+    assert_eq!(
+        docs,
+        drain(&mut stream(
+            &lengths,
+            &[0.5, 0.5],
+            Stopping::AllExhausted,
+            32,
+            3
+        )),
+        "the seed decides"
+    );
+}
+
+#[test]
+fn a_zero_weight_source_is_never_read_in_tokens() {
+    let lengths = vec![vec![5; 30], vec![5; 30]];
+    let mut s = stream(&lengths, &[1.0, 0.0], Stopping::FirstExhausted, 8, 1);
+    let docs = drain(&mut s);
+    assert_eq!(docs.len(), 24);
+    assert!(docs.iter().all(|d| d.pos.source == 0));
+    assert_eq!(s.mixer().inputs()[1].source.counters().rows_read, 0);
+}
+
+#[test]
+fn a_document_without_tokens_is_refused() {
+    let inputs = vec![MixInput {
+        name: "plain".into(),
+        weight: 1.0,
+        source: VecSource::new(0, vec!["a".into()]),
+    }];
+    let mut mixer = Mixer::by_tokens(inputs, Stopping::FirstExhausted, 0, 0);
+    let err = mixer.next_doc().unwrap_err().to_string();
+    assert!(
+        err.contains("source \"plain\" handed over a document without its tokens"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_checkpoint_of_one_unit_does_not_restore_the_other() {
+    let lengths = vec![vec![5; 30]];
+    let mut by_tokens = stream(&lengths, &[1.0], Stopping::FirstExhausted, 8, 1);
+    by_tokens.next_doc().unwrap();
+    let by_documents = || {
+        DocStream::new(
+            Mixer::new(inputs(&lengths, &[1.0]), Stopping::FirstExhausted, 1),
+            Shuffler::new(8, 1),
+        )
+    };
+    let err = by_documents()
+        .restore(&by_tokens.state())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("a mix in tokens, the recipe's in documents"),
+        "{err}"
+    );
+}
+
+fn lengths_strategy() -> impl Strategy<Value = Vec<Vec<usize>>> {
+    // 2 to 4 sources; each source's documents up to 3, 30 or 300 tokens long (100× apart).
+    proptest::collection::vec(
+        (
+            prop_oneof![Just(3usize), Just(30), Just(300)],
+            5usize..400,
+            any::<u64>(),
+        )
+            .prop_map(|(max, n, salt)| {
+                (0..n)
+                    .map(|k| 1 + ((k as u64).wrapping_mul(2_654_435_761) ^ salt) as usize % max)
+                    .collect()
+            }),
+        2..5,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// At every point of the stream, every source's tokens are within (sources − 1) of the
+    /// longest document of its share: the largest-deficit rule's bound.
+    #[test]
+    fn every_share_is_held_at_every_point(
+        lengths in lengths_strategy(),
+        raw_weights in proptest::collection::vec(0.05f64..1.0, 4),
+        all in any::<bool>(),
+        buffer in 0usize..64,
+        seed in any::<u64>(),
+    ) {
+        let weights = &raw_weights[..lengths.len()];
+        let stopping = if all { Stopping::AllExhausted } else { Stopping::FirstExhausted };
+        let docs = drain(&mut stream(&lengths, weights, stopping, buffer, seed));
+        let max_len = docs.iter().map(tokens).max().unwrap_or(0) as f64;
+        let bound = (lengths.len() - 1) as f64 * max_len + 1e-6;
+        prop_assert!(worst_gap(&docs, weights) <= bound, "gap {} > {bound}", worst_gap(&docs, weights));
+    }
+
+    /// Cut anywhere and restored from the state: the same documents, the same counts.
+    #[test]
+    fn a_restored_mix_in_tokens_continues_exactly(
+        lengths in lengths_strategy(),
+        raw_weights in proptest::collection::vec(0.05f64..1.0, 4),
+        all in any::<bool>(),
+        buffer in 0usize..64,
+        seed in any::<u64>(),
+        cut_frac in 0.0f64..=1.0,
+    ) {
+        let weights = &raw_weights[..lengths.len()];
+        let stopping = if all { Stopping::AllExhausted } else { Stopping::FirstExhausted };
+        let whole = drain(&mut stream(&lengths, weights, stopping, buffer, seed));
+        let cut = (whole.len() as f64 * cut_frac) as usize;
+        let mut first = stream(&lengths, weights, stopping, buffer, seed);
+        let mut got: Vec<Doc> = (0..cut).map(|_| first.next_doc().unwrap().unwrap()).collect();
+        let mut second = stream(&lengths, weights, stopping, buffer, seed);
+        second.restore(&first.state()).unwrap();
+        prop_assert_eq!(second.mixer().emitted_tokens(), first.mixer().emitted_tokens());
+        got.extend(drain(&mut second));
+        prop_assert_eq!(got, whole);
+    }
+}
