@@ -6,7 +6,8 @@
 #
 # CORPUS:    made by ../shared/bench/peer/make_corpus.py (--total-mb 200 --shards-per-source 8 --seed 0)
 # TOKENIZER: a tokenizer.json (the shipped config/tokenizers/gpt2/tokenizer.json is the reference)
-# RUNS:      any of: t1 t2 t2_b100k t2_hf (default: t1 t2 t2_b100k); t2_hf needs --tokenizer-engine
+# RUNS:      any of: t1 t2 t2_b100k t2_hf t2_tokens t2_b1k t2_tokens_b1k (default: t1 t2 t2_b100k);
+#            *_tokens* mix in tokens ([mix] unit = "tokens"), *_b1k with a 1,000-document buffer
 # Same mix as the peer's default: fineweb-edu 0.40, c4 0.15, zyda-2 0.30, the-stack-v2 0.10,
 # finemath 0.05; first_exhausted; seed 0; seq_len 2048.
 set -euo pipefail
@@ -46,6 +47,8 @@ print(json.dumps({
     "windows": m["num_windows"], "first_window_s": float(first.group(1)) if first else None,
     "peak_rss_mb": round(int(rss_kb) / 1024, 1), "cpu_s": round(float(user) + float(sys_s), 2),
     "engine_line": next((l for l in text.splitlines() if l.startswith("tokenizer engine")), None),
+    "token_shares": {s["name"]: round(s.get("realized_token_fraction", 0), 4) for s in m["sources"]},
+    "doc_shares": {s["name"]: round(s["realized_fraction"], 4) for s in m["sources"]},
 }))
 PY
   tail -n 1 "$RESULTS"
@@ -58,6 +61,9 @@ for r in $RUNS; do
     t2_b100k) run t2_b100k 2 100000 ;;
     t1_hf) run t1_hf 1 10000 --tokenizer-engine hf ;;
     t2_hf) run t2_hf 2 10000 --tokenizer-engine hf ;;
+    t2_tokens) MIX_UNIT=tokens run t2_tokens 2 10000 ;;
+    t2_b1k) run t2_b1k 2 1000 ;;
+    t2_tokens_b1k) MIX_UNIT=tokens run t2_tokens_b1k 2 1000 ;;
     *) echo "unknown run $r" >&2; exit 2 ;;
   esac
 done

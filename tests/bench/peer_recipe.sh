@@ -4,9 +4,10 @@
 # token $EOS, default <|endoftext|>).
 #
 #   peer_recipe SEQ_LEN BUFFER [LANES]    # LANES > 0 adds [lanes] count = LANES, block_windows = 4
+#   MIX_UNIT=tokens peer_recipe …         # weights as shares of tokens ([mix] unit)
 peer_recipe() {
   printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "%s"\n[packing]\nseq_len = %s\n' "$TOK" "${EOS:-<|endoftext|>}" "$1"
-  printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\n' "$2"
+  printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\nunit = "%s"\n' "$2" "${MIX_UNIT:-documents}"
   if [ "${3:-0}" != 0 ]; then printf '[lanes]\ncount = %s\nblock_windows = 4\n' "$3"; fi
   local s name weight col   # must not clobber the caller's variables
   for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
