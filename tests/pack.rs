@@ -79,7 +79,7 @@ fn threaded_pack_equals_a_sequential_run_of_the_core() {
     for doc in &docs {
         ids.clear();
         loaded.stage.encode_doc(&doc.text, &mut ids).unwrap();
-        packer.push_doc(&ids, &mut windows);
+        packer.push_doc(&ids, doc.pos.source, &mut windows);
     }
     let dataset = PackedDataset::open(&report.out).unwrap();
     assert_eq!(dataset.num_windows(), windows.len() as u64);
@@ -87,6 +87,12 @@ fn threaded_pack_equals_a_sequential_run_of_the_core() {
         let got = dataset.window(i as u64).unwrap();
         assert_eq!(got.tokens.to_vec(), want.tokens, "window {i}");
         assert_eq!(got.doc_starts, want.doc_starts.as_slice(), "window {i}");
+        assert_eq!(
+            got.doc_sources,
+            Some(want.doc_sources.as_slice()),
+            "window {i}"
+        );
+        assert_eq!(got.lead_source, Some(want.lead_source), "window {i}");
     }
     assert_eq!(
         report.manifest.dropped_tail_tokens,
@@ -131,7 +137,7 @@ fn manifest_accounts_for_every_token_and_document() {
     assert_eq!(m.dtype, dsprep_client::Dtype::U16);
     assert_eq!(m.tokenizer.vocab_size, 50257);
     assert_eq!(m.tokenizer.eos_id, 50256);
-    assert_eq!(m.format_version, 2);
+    assert_eq!(m.format_version, 3);
     assert_eq!(
         m.recipe_hash,
         load_recipe(&quickstart()).unwrap().recipe.hash()
@@ -315,7 +321,7 @@ fn a_mix_in_tokens_holds_the_quickstart_shares_whatever_the_thread_count() {
         runs.push(dir_bytes(&out));
     }
     assert_eq!(runs[0], runs[1], "1 and 2 threads write the same files");
-    let dataset = PackedDataset::open(&tmp.path().join("t1")).unwrap();
+    let dataset = PackedDataset::open(tmp.path().join("t1")).unwrap();
     let m = dataset.manifest();
     let total: u64 = m.sources.iter().map(|s| s.tokens).sum();
     for s in &m.sources {
@@ -348,6 +354,84 @@ fn a_mix_in_tokens_holds_the_quickstart_shares_whatever_the_thread_count() {
         stack.realized_token_fraction > 0.5,
         "in documents the same weight gives The Stack most of the tokens: {stack:?}"
     );
+}
+
+/// Format 3: every token of every window has its document's source, and per source the tokens
+/// in the windows plus the dropped tail are the manifest's counts, in documents and in tokens.
+#[test]
+fn every_windowed_token_has_its_source_and_the_counts_match_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let in_tokens = quickstart_in_tokens(tmp.path());
+    for (name, recipe) in [("documents", quickstart()), ("tokens", in_tokens)] {
+        let dataset = pack_dataset(&recipe, &tmp.path().join(name));
+        let m = dataset.manifest();
+        assert_eq!(m.format_version, 3);
+        let mut counted = vec![0u64; m.sources.len()];
+        for w in 0..dataset.num_windows() {
+            let window = dataset.window(w).unwrap();
+            let docs = window.doc_sources.unwrap();
+            assert_eq!(docs.len(), window.doc_starts.len());
+            let all = dsprep_client::batch::token_sources(
+                window.tokens.len(),
+                window.doc_starts,
+                docs,
+                window.lead_source.unwrap(),
+            );
+            for s in all {
+                counted[s as usize] += 1;
+            }
+            assert_eq!(window.input_sources().unwrap().len(), 512);
+        }
+        let mut tail = 0;
+        for (s, &c) in m.sources.iter().zip(&counted) {
+            assert!(
+                c <= s.tokens,
+                "{name}: {} windows hold {c} of its {} tokens",
+                s.name,
+                s.tokens
+            );
+            tail += s.tokens - c;
+        }
+        assert_eq!(
+            tail, m.dropped_tail_tokens,
+            "{name}: only the tail is missing"
+        );
+    }
+}
+
+/// Packs of format 2 (no document sources) and 1 (no stream chain either) still read and
+/// verify; their windows have no sources.
+#[test]
+fn packs_of_formats_1_and_2_still_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    pack_quickstart(&out, 2, 1 << 30);
+    let now = PackedDataset::open(&out)
+        .unwrap()
+        .window(7)
+        .unwrap()
+        .tokens
+        .to_vec();
+    let path = out.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for version in [2, 1] {
+        let object = m.as_object_mut().unwrap();
+        object.remove("doc_sources");
+        object.remove("lead_sources");
+        if version == 1 {
+            object.remove("chain");
+        }
+        object.insert("format_version".into(), version.into());
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        std::fs::remove_file(out.join("doc_sources.u16")).ok();
+        std::fs::remove_file(out.join("lead_sources.u16")).ok();
+        let old = PackedDataset::open(&out).unwrap();
+        let window = old.window(7).unwrap();
+        assert_eq!(window.tokens.to_vec(), now, "format {version}");
+        assert_eq!((window.doc_sources, window.lead_source), (None, None));
+        assert_eq!(window.input_sources(), None);
+        dsprep_ok(&["verify", out.to_str().unwrap()]);
+    }
 }
 
 fn pack_fixture(

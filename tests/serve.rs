@@ -85,6 +85,23 @@ fn eight_ranks_get_the_packed_windows_and_all_end_at_the_same_step() {
         assert_eq!(first["first_window"], (3 * 16 + r * 2));
         let window = dataset.window(3 * 16 + r * 2).unwrap();
         assert_eq!(first["doc_starts"][0], serde_json::json!(window.doc_starts));
+        // Protocol v3: every row's document sources are the packed window's.
+        for (s, step) in h[..num_steps as usize].iter().enumerate() {
+            for k in 0..2u64 {
+                let window = dataset.window(s as u64 * 16 + r * 2 + k).unwrap();
+                let (docs, lead) = (window.doc_sources.unwrap(), window.lead_source.unwrap());
+                assert_eq!(
+                    step["doc_sources"][k as usize],
+                    serde_json::json!(docs),
+                    "rank {r} step {s}"
+                );
+                assert_eq!(
+                    step["lead_sources"][k as usize],
+                    serde_json::json!(lead),
+                    "rank {r} step {s}"
+                );
+            }
+        }
     }
     assert_eq!(
         daemon.metric("dsprep_steps{kind=\"total\"}"),
@@ -234,7 +251,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!((h.status, h.request_id), (Status::UnsupportedVersion, 42));
     assert_eq!(
         m,
-        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 2)"
+        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 3)"
     );
 
     let (h, m) = raw.ask_frames(&[b"hello"]);
@@ -324,6 +341,16 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
         (h.version, h.status, h.first_window, h.chain),
         (1, Status::Ok, 11, None)
     );
+    // A version 2 client gets its 3 frames; version 3 adds the document sources.
+    for (version, frames) in [(1u16, 3usize), (2, 3), (3, 4)] {
+        let ask = Request {
+            version,
+            ..request(1, 2, 5)
+        };
+        raw.socket.send_multipart([&ask.encode()[..]], 0).unwrap();
+        let reply = raw.socket.recv_multipart(0).unwrap();
+        assert_eq!(reply.len(), frames, "version {version}");
+    }
     assert_eq!(
         daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
         3.0
@@ -345,6 +372,9 @@ fn served_batches_expose_inputs_labels_and_document_boundaries() {
             assert_eq!(batch.inputs(i).to_vec(), window.tokens.to_vec()[..512]);
             assert_eq!(batch.labels(i).to_vec(), window.tokens.to_vec()[1..]);
             assert_eq!(batch.doc_starts(i), window.doc_starts);
+            assert_eq!(batch.doc_sources(i), window.doc_sources);
+            assert_eq!(batch.lead_source(i), window.lead_source);
+            assert_eq!(batch.input_sources(i), window.input_sources());
             let cu = batch.cu_seqlens(i);
             assert_eq!((cu[0], *cu.last().unwrap()), (0, 512));
             let pos = batch.position_ids(i);
@@ -362,6 +392,9 @@ fn served_batches_expose_inputs_labels_and_document_boundaries() {
                 }
             }
         }
+        let counts = batch.source_token_counts().unwrap();
+        assert_eq!(counts.iter().map(|&(_, n)| n).sum::<u64>(), 4 * 512);
+        assert!(counts.iter().all(|&(s, n)| s < 5 && n > 0), "{counts:?}");
     }
 }
 

@@ -28,6 +28,33 @@ impl BatchLayout {
     }
 }
 
+/// The source of each of the first `len` tokens of a row whose documents start at `doc_starts`
+/// (from `doc_sources`), the first of them continuing a document from `lead`: what a trainer
+/// masks its loss with to log it per source.
+pub fn token_sources(len: usize, doc_starts: &[u32], doc_sources: &[u16], lead: u16) -> Vec<u16> {
+    let mut out = Vec::with_capacity(len);
+    let mut source = lead;
+    let mut next = doc_starts.iter().zip(doc_sources).peekable();
+    for t in 0..len {
+        while let Some((_, &s)) = next.next_if(|(start, _)| **start as usize <= t) {
+            source = s;
+        }
+        out.push(source);
+    }
+    out
+}
+
+/// Tokens per source over rows' token sources, as `(source, tokens)` sorted by source.
+pub fn source_token_counts<'a>(rows: impl IntoIterator<Item = &'a [u16]>) -> Vec<(u16, u64)> {
+    let mut counts = std::collections::BTreeMap::new();
+    for row in rows {
+        for &s in row {
+            *counts.entry(s).or_insert(0u64) += 1;
+        }
+    }
+    counts.into_iter().collect()
+}
+
 /// One rank's rows for one step, borrowed from the memory map.
 #[derive(Debug)]
 pub struct Batch<'a> {
@@ -39,6 +66,29 @@ pub struct Batch<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_sources_follow_the_starts_from_the_lead() {
+        assert_eq!(
+            token_sources(6, &[0, 2, 5], &[3, 1, 4], 9),
+            [3, 3, 1, 1, 1, 4]
+        );
+        assert_eq!(token_sources(4, &[2], &[1], 9), [9, 9, 1, 1]);
+        assert_eq!(token_sources(3, &[], &[], 2), [2, 2, 2]);
+        assert_eq!(
+            token_sources(2, &[1, 5], &[7, 8], 0),
+            [0, 7],
+            "starts past len are ignored"
+        );
+        let rows = [
+            token_sources(4, &[2], &[1], 9),
+            token_sources(3, &[], &[], 1),
+        ];
+        assert_eq!(
+            source_token_counts(rows.iter().map(Vec::as_slice)),
+            [(1, 5), (9, 2)]
+        );
+    }
 
     #[test]
     fn ranks_tile_the_global_batch() {

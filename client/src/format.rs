@@ -1,5 +1,5 @@
-//! The packed-output format, version 2 (documented for users in FORMAT.md); version 1, which
-//! lacks the stream chain, is still read.
+//! The packed-output format, version 3 (documented for users in FORMAT.md); versions 1 (no
+//! stream chain) and 2 (no document sources) are still read.
 //!
 //! A packed directory holds:
 //! - `tokens-NNNNN.bin`: little-endian token ids (`u16` when every id fits, else `u32`), nothing
@@ -9,19 +9,25 @@
 //!   begins (little-endian `u32`).
 //! - `doc_starts_offsets.u64`: `num_windows + 1` little-endian `u64`: window `i`'s starts are
 //!   `doc_starts[offsets[i]..offsets[i + 1]]`.
+//! - `doc_sources.u16` (v3): the recipe source index of every document start, aligned with
+//!   `doc_starts.u32` (the same offsets).
+//! - `lead_sources.u16` (v3): per window, the source of the document holding its first token.
 //! - `tokenizer.json`: a copy of the tokenizer that produced the ids.
 //! - `manifest.json`: [`Manifest`], written last: a directory without it is not a packed output.
 
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT_NAME: &str = "dsprep-packed";
-/// The version `dsprep pack` writes: 2 adds the stream chain (`Manifest::chain`).
-pub const FORMAT_VERSION: u32 = 2;
+/// The version `dsprep pack` writes: 2 adds the stream chain (`Manifest::chain`), 3 the
+/// document sources (`Manifest::doc_sources`, `Manifest::lead_sources`).
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version readers still read.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const DOC_STARTS_FILE: &str = "doc_starts.u32";
 pub const DOC_STARTS_OFFSETS_FILE: &str = "doc_starts_offsets.u64";
+pub const DOC_SOURCES_FILE: &str = "doc_sources.u16";
+pub const LEAD_SOURCES_FILE: &str = "lead_sources.u16";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 fn is_zero(n: &u64) -> bool {
@@ -89,6 +95,12 @@ pub struct Manifest {
     pub doc_starts: OutputFile,
     pub doc_starts_offsets: OutputFile,
     pub num_doc_starts: u64,
+    /// The source of every document start (v3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doc_sources: Option<OutputFile>,
+    /// The source of every window's first token (v3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_sources: Option<OutputFile>,
     /// Every file read, with its size and checksum.
     pub inputs: Vec<InputFile>,
     /// Per source, in recipe order.

@@ -1,6 +1,6 @@
-//! The trainer side of dsprep: the packed-shard format (v2; v1 is still read) written by `dsprep
+//! The trainer side of dsprep: the packed-shard format (v3; v1 and v2 are still read) written by `dsprep
 //! pack` and a memory-mapped reader that hands out windows and per-rank batches without copying.
-//! The wire protocol (v2, answering v1) and the per-rank client of the daemon, which checks the
+//! The wire protocol (v3, answering v1 and v2) and the per-rank client of the daemon, which checks the
 //! stream chain (`chain`) of every step it receives.
 
 pub mod batch;

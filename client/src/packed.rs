@@ -3,7 +3,7 @@
 //! Opening checks the manifest and that every file has the size it promises (cheap); `dsprep
 //! verify` checks the checksums. Windows and batches are slices of the maps: nothing is copied.
 
-use crate::batch::{Batch, BatchLayout};
+use crate::batch::{Batch, BatchLayout, token_sources};
 use crate::format::{self, Dtype, Manifest, OutputFile};
 use memmap2::Mmap;
 use std::fs::File;
@@ -91,12 +91,31 @@ impl TokenSlice<'_> {
     }
 }
 
-/// One packed window: `seq_len + 1` tokens and where documents start in it.
+/// One packed window: `seq_len + 1` tokens, where documents start in it, and which source each
+/// came from.
 #[derive(Clone, Copy, Debug)]
 pub struct Window<'a> {
     pub index: u64,
     pub tokens: TokenSlice<'a>,
     pub doc_starts: &'a [u32],
+    /// The recipe source index of each document start (`None` in a pack of format 1 or 2).
+    pub doc_sources: Option<&'a [u16]>,
+    /// The source of the document that holds the first token (`None` in format 1 or 2).
+    pub lead_source: Option<u16>,
+}
+
+impl Window<'_> {
+    /// The source of each input token (the first `seq_len`), for a loss per source; `None` in a
+    /// pack of format 1 or 2.
+    pub fn input_sources(&self) -> Option<Vec<u16>> {
+        let len = self.tokens.len().saturating_sub(1);
+        Some(token_sources(
+            len,
+            self.doc_starts,
+            self.doc_sources?,
+            self.lead_source?,
+        ))
+    }
 }
 
 pub struct PackedDataset {
@@ -105,6 +124,8 @@ pub struct PackedDataset {
     shards: Vec<Mmap>,
     doc_starts: Mmap,
     doc_starts_offsets: Mmap,
+    /// Format 3: `doc_sources.u16` and `lead_sources.u16`.
+    sources: Option<(Mmap, Mmap)>,
 }
 
 impl PackedDataset {
@@ -144,12 +165,31 @@ impl PackedDataset {
                 message: "does not hold num_windows + 1 offsets".into(),
             });
         }
+        let sources = match (&manifest.doc_sources, &manifest.lead_sources) {
+            (Some(docs), Some(leads)) => {
+                let (docs, leads) = (map_file(&dir, docs)?, map_file(&dir, leads)?);
+                for (map, count, file) in [
+                    (&docs, manifest.num_doc_starts, format::DOC_SOURCES_FILE),
+                    (&leads, manifest.num_windows, format::LEAD_SOURCES_FILE),
+                ] {
+                    if map.len() as u64 != count * 2 {
+                        return Err(ReadError::Corrupt {
+                            path: dir.join(file),
+                            message: format!("holds {} bytes, not {count} sources", map.len()),
+                        });
+                    }
+                }
+                Some((docs, leads))
+            }
+            _ => None,
+        };
         Ok(PackedDataset {
             dir,
             manifest,
             shards,
             doc_starts,
             doc_starts_offsets,
+            sources,
         })
     }
 
@@ -198,10 +238,19 @@ impl PackedDataset {
                 starts.len()
             ),
         })?;
+        let (doc_sources, lead_source) = match &self.sources {
+            Some((docs, leads)) => (
+                cast::<u16>(docs).get(lo..hi),
+                cast::<u16>(leads).get(index as usize).copied(),
+            ),
+            None => (None, None),
+        };
         Ok(Window {
             index,
             tokens,
             doc_starts,
+            doc_sources,
+            lead_source,
         })
     }
 

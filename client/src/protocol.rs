@@ -1,17 +1,19 @@
-//! Wire protocol v2 between the daemon and trainer ranks (documented frame by frame in
-//! PROTOCOL.md), and v1, which the daemon still answers. One implementation, used by both sides.
+//! Wire protocol v3 between the daemon and trainer ranks (documented frame by frame in
+//! PROTOCOL.md), and v1 and v2, which the daemon still answers. One implementation, used by both
+//! sides.
 //!
 //! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
 //! one 64-byte frame; a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream
-//! chain around the rank's rows and the step, see `chain`) followed by the token payload and the
-//! document-boundary frame (ok), or by one UTF-8 message frame (error). A reply speaks the
+//! chain around the rank's rows and the step, see `chain`) followed by the token payload, the
+//! document-boundary frame and, in v3, the document-source frame (ok), or by one UTF-8 message
+//! frame (error). A reply speaks the
 //! request's version. All integers are little-endian. Decoding never panics: every malformed
 //! input is a typed error.
 
 use crate::chain::Hash;
 
-/// The version clients send.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// The version clients send: 3 adds the document-source frame to ok replies.
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest version the daemon still answers (in that version).
 pub const OLDEST_VERSION: u16 = 1;
 pub const REQUEST_MAGIC: [u8; 4] = *b"DSPQ";
@@ -19,7 +21,7 @@ pub const REPLY_MAGIC: [u8; 4] = *b"DSPR";
 pub const REQUEST_LEN: usize = 64;
 /// A version 1 reply header.
 pub const REPLY_HEADER_V1_LEN: usize = 96;
-/// A version 2 reply header: v1's, then four chain values.
+/// A version 2 (and 3) reply header: v1's, then four chain values.
 pub const REPLY_HEADER_LEN: usize = REPLY_HEADER_V1_LEN + 4 * 32;
 
 /// The length of a reply header in `version`.
@@ -28,6 +30,12 @@ pub fn reply_header_len(version: u16) -> usize {
         1 => REPLY_HEADER_V1_LEN,
         _ => REPLY_HEADER_LEN,
     }
+}
+
+/// The frames of an ok reply in `version`: header, tokens, document starts, and from v3 on the
+/// document sources.
+pub fn ok_reply_frames(version: u16) -> usize {
+    if version >= 3 { 4 } else { 3 }
 }
 
 /// What a request asks for.
@@ -381,6 +389,41 @@ pub fn decode_doc_starts(
         }
     }
     Ok((offsets.to_vec(), starts.to_vec()))
+}
+
+/// The document-source frame of a v3 ok reply: per row the source of the document that holds
+/// its first token (`u16`), then the source of every document start, in the order of the
+/// document-boundary frame (`u16` each).
+pub fn encode_doc_sources(leads: &[u16], rows: &[&[u16]]) -> Vec<u8> {
+    let total: usize = rows.iter().map(|r| r.len()).sum();
+    let mut out = Vec::with_capacity(2 * (leads.len() + total));
+    out.extend(leads.iter().flat_map(|s| s.to_le_bytes()));
+    for row in rows {
+        out.extend(row.iter().flat_map(|s| s.to_le_bytes()));
+    }
+    out
+}
+
+/// Decode a document-source frame for `rows` rows holding `starts` document starts in all:
+/// (lead source per row, source per start).
+pub fn decode_doc_sources(
+    bytes: &[u8],
+    rows: usize,
+    starts: usize,
+) -> Result<(Vec<u16>, Vec<u16>), DecodeError> {
+    if bytes.len() != 2 * (rows + starts) {
+        return Err(DecodeError::Frames(format!(
+            "document-source frame: {} bytes, {rows} rows with {starts} document starts need {}",
+            bytes.len(),
+            2 * (rows + starts)
+        )));
+    }
+    let mut all: Vec<u16> = bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    let sources = all.split_off(rows);
+    Ok((all, sources))
 }
 
 #[cfg(test)]

@@ -3,12 +3,13 @@
 //! the stream chain checked on every step (its rows hash to the chain the daemon states, and each
 //! step continues the one before, or the value a resumed trainer saved).
 
+use crate::batch::{source_token_counts, token_sources};
 use crate::chain::{self, Hash};
 use crate::packed::TokenSlice;
 use crate::parallel::{Parallelism, RankOrder};
 use crate::protocol::{
     DecodeError, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
-    decode_doc_starts,
+    decode_doc_sources, decode_doc_starts, ok_reply_frames,
 };
 use std::time::{Duration, Instant};
 
@@ -124,6 +125,8 @@ pub struct ServedBatch {
     payload: Payload,
     doc_offsets: Vec<u32>,
     doc_starts: Vec<u32>,
+    /// v3: per row the source of its first token's document, and the source of every start.
+    sources: Option<(Vec<u16>, Vec<u16>)>,
 }
 
 impl std::fmt::Debug for ServedBatch {
@@ -189,6 +192,32 @@ impl ServedBatch {
     /// Offsets in row `i` where a document begins.
     pub fn doc_starts(&self, i: usize) -> &[u32] {
         &self.doc_starts[self.doc_offsets[i] as usize..self.doc_offsets[i + 1] as usize]
+    }
+
+    /// The recipe source index of each document starting in row `i` (protocol v3).
+    pub fn doc_sources(&self, i: usize) -> Option<&[u16]> {
+        let (_, sources) = self.sources.as_ref()?;
+        sources.get(self.doc_offsets[i] as usize..self.doc_offsets[i + 1] as usize)
+    }
+
+    /// The source of the document that holds row `i`'s first token (protocol v3).
+    pub fn lead_source(&self, i: usize) -> Option<u16> {
+        self.sources.as_ref()?.0.get(i).copied()
+    }
+
+    /// The source of each of row `i`'s input tokens, for a loss per source (protocol v3).
+    pub fn input_sources(&self, i: usize) -> Option<Vec<u16>> {
+        let len = self.header.window_tokens as usize - 1;
+        let (starts, sources) = (self.doc_starts(i), self.doc_sources(i)?);
+        Some(token_sources(len, starts, sources, self.lead_source(i)?))
+    }
+
+    /// Input tokens per source over every row, `(source, tokens)` sorted by source (protocol v3).
+    pub fn source_token_counts(&self) -> Option<Vec<(u16, u64)>> {
+        let rows = (0..self.rows())
+            .map(|i| self.input_sources(i))
+            .collect::<Option<Vec<_>>>()?;
+        Some(source_token_counts(rows.iter().map(Vec::as_slice)))
     }
 
     /// flash-attention style cumulative sequence lengths over row `i`'s inputs: `[0, s1, …, seq_len]`
@@ -451,13 +480,16 @@ impl Client {
             Status::DaemonFailed => return Err(ClientError::DaemonFailed(message())),
             Status::ShuttingDown => return Err(ClientError::ShuttingDown),
         }
-        if frames.len() != 3 {
+        let expected = ok_reply_frames(header.version);
+        if frames.len() != expected {
             return Err(DecodeError::Frames(format!(
-                "an ok reply has 3 frames, got {}",
+                "an ok reply of version {} has {expected} frames, got {}",
+                header.version,
                 frames.len()
             ))
             .into());
         }
+        let sources = (expected == 4).then(|| frames.pop().expect("4 frames"));
         let docs = frames.pop().expect("3 frames");
         let tokens = frames.pop().expect("3 frames");
         if tokens.len() != header.payload_bytes() {
@@ -470,6 +502,14 @@ impl Client {
         }
         let (doc_offsets, doc_starts) =
             decode_doc_starts(&docs, header.micro_batch as usize, header.window_tokens)?;
+        let sources = match sources {
+            Some(frame) => Some(decode_doc_sources(
+                &frame,
+                header.micro_batch as usize,
+                doc_starts.len(),
+            )?),
+            None => None,
+        };
         let payload = if (tokens.as_ptr() as usize).is_multiple_of(4) {
             Payload::Frame(tokens)
         } else {
@@ -483,6 +523,7 @@ impl Client {
             payload,
             doc_offsets,
             doc_starts,
+            sources,
         }))
     }
 }

@@ -22,17 +22,19 @@ fn main() -> anyhow::Result<()> {
     let loaded = dsprep::driver::load_recipe(std::path::Path::new(&recipe))?;
     let (bytes, docs) = (AtomicU64::new(0), AtomicU64::new(0));
     let started = Instant::now();
-    let drain =
-        |mut stream: dsprep_mixers::DocStream<dsprep::sources::LocalSource>| -> anyhow::Result<()> {
-            while let Some(doc) = stream.next_doc()? {
-                bytes.fetch_add(doc.text.len() as u64, Ordering::Relaxed);
-                docs.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(())
-        };
+    let drain = |mut stream: dsprep_mixers::DocStream<
+        dsprep::driver::pretokenize::Pretokenized,
+    >|
+     -> anyhow::Result<()> {
+        while let Some(doc) = stream.next_doc()? {
+            bytes.fetch_add(doc.text.len() as u64, Ordering::Relaxed);
+            docs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    };
     let readers = match loaded.recipe.lanes {
         None => {
-            drain(dsprep::driver::build_stream(&loaded)?)?;
+            drain(dsprep::driver::build_stream(&loaded, 1)?)?;
             1
         }
         Some(spec) => {
@@ -45,7 +47,7 @@ fn main() -> anyhow::Result<()> {
                         let (inputs, loaded, drain) = (&inputs, &loaded, &drain);
                         scope.spawn(move || -> anyhow::Result<()> {
                             for lane in (t as u32..spec.count).step_by(threads) {
-                                drain(inputs.stream(loaded, lane)?)?;
+                                drain(inputs.stream(loaded, lane, 1)?)?;
                             }
                             Ok(())
                         })

@@ -23,6 +23,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
     let mut files: Vec<&OutputFile> = m.shards.iter().collect();
     files.push(&m.doc_starts);
     files.push(&m.doc_starts_offsets);
+    files.extend(m.doc_sources.iter().chain(&m.lead_sources));
     for entry in &files {
         let path = dir.join(&entry.file);
         let (size, sha256) =

@@ -13,7 +13,7 @@
 
 use crate::doc::{DocPos, SourceCursor};
 use crate::mixer::MixerState;
-use crate::packer::PackerState;
+use crate::packer::{PackerState, UNKNOWN_SOURCE};
 use crate::stream::StreamState;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -50,6 +50,13 @@ struct Header<M> {
     draining: bool,
     emitted: u64,
     windows_emitted: u64,
+    /// The pending documents' sources and the source of the pending window's first token.
+    /// Absent in checkpoints written before sources were recorded: then unknown
+    /// ([`UNKNOWN_SOURCE`]).
+    #[serde(default)]
+    pending_sources: Option<Vec<u16>>,
+    #[serde(default)]
+    lead_source: Option<u16>,
 }
 
 pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
@@ -62,6 +69,8 @@ pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
         draining: stream.draining,
         emitted: stream.emitted,
         windows_emitted: state.packer.windows_emitted,
+        pending_sources: Some(state.packer.pending_sources.clone()),
+        lead_source: Some(state.packer.lead_source),
     };
     let json = serde_json::to_vec(&header).expect("plain data serializes");
     let mut out = Vec::with_capacity(
@@ -134,7 +143,11 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
         },
         packer: PackerState {
             pending,
+            pending_sources: header
+                .pending_sources
+                .unwrap_or_else(|| vec![UNKNOWN_SOURCE; pending_starts.len()]),
             pending_starts,
+            lead_source: header.lead_source.unwrap_or(UNKNOWN_SOURCE),
             windows_emitted: header.windows_emitted,
         },
     };
@@ -240,6 +253,8 @@ mod tests {
             packer: PackerState {
                 pending: vec![1, 2, 3, 50_000],
                 pending_starts: vec![0, 2],
+                pending_sources: vec![4, 1],
+                lead_source: 4,
                 windows_emitted: 11,
             },
         }

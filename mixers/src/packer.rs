@@ -3,21 +3,34 @@
 //! are split across windows; there is no padding. The tokens left at the end that do not fill a
 //! window are dropped by the driver and counted ([`Packer::leftover`]).
 //!
-//! Each window records where documents start inside it (offsets in `0..seq_len+1`); a window that
-//! begins in the middle of a document has no start at 0.
+//! Each window records where documents start inside it (offsets in `0..seq_len+1`), the source
+//! each of them came from, and the source of the document that holds its first token (a window
+//! that begins in the middle of a document has no start at 0).
+
+/// The source index of documents whose source is not known: those pending in a checkpoint
+/// written before sources were recorded (FORMAT.md v3).
+pub const UNKNOWN_SOURCE: u16 = u16::MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedWindow {
     pub tokens: Vec<u32>,
     /// Offsets in `tokens` where a document begins, strictly increasing.
     pub doc_starts: Vec<u32>,
+    /// The recipe index of each starting document's source, one per `doc_starts`.
+    pub doc_sources: Vec<u16>,
+    /// The source of the document that holds `tokens[0]`.
+    pub lead_source: u16,
 }
 
-/// The packer's whole state: the tokens of the window being filled and their document starts.
+/// The packer's whole state: the tokens of the window being filled, their document starts and
+/// sources.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PackerState {
     pub pending: Vec<u32>,
     pub pending_starts: Vec<u32>,
+    pub pending_sources: Vec<u16>,
+    /// The source of the document that holds `pending[0]`.
+    pub lead_source: u16,
     pub windows_emitted: u64,
 }
 
@@ -26,6 +39,8 @@ pub struct Packer {
     /// Tokens of the window being filled (always fewer than `window_tokens`).
     pending: Vec<u32>,
     pending_starts: Vec<u32>,
+    pending_sources: Vec<u16>,
+    lead_source: u16,
     windows_emitted: u64,
 }
 
@@ -36,16 +51,23 @@ impl Packer {
             window_tokens,
             pending: Vec::with_capacity(window_tokens),
             pending_starts: Vec::new(),
+            pending_sources: Vec::new(),
+            lead_source: 0,
             windows_emitted: 0,
         }
     }
 
-    /// Append one document's tokens (BOS/EOS already applied); completed windows go to `out`.
-    pub fn push_doc(&mut self, mut tokens: &[u32], out: &mut Vec<PackedWindow>) {
+    /// Append one document's tokens (BOS/EOS already applied) from recipe source `source`;
+    /// completed windows go to `out`.
+    pub fn push_doc(&mut self, mut tokens: &[u32], source: u16, out: &mut Vec<PackedWindow>) {
         if tokens.is_empty() {
             return;
         }
+        if self.pending.is_empty() {
+            self.lead_source = source;
+        }
         self.pending_starts.push(self.pending.len() as u32);
+        self.pending_sources.push(source);
         while !tokens.is_empty() {
             let room = self.window_tokens - self.pending.len();
             let take = room.min(tokens.len());
@@ -57,7 +79,10 @@ impl Packer {
                 out.push(PackedWindow {
                     tokens: full,
                     doc_starts: std::mem::take(&mut self.pending_starts),
+                    doc_sources: std::mem::take(&mut self.pending_sources),
+                    lead_source: self.lead_source,
                 });
+                self.lead_source = source; // the next window goes on with this document
                 self.windows_emitted += 1;
             }
         }
@@ -76,6 +101,8 @@ impl Packer {
         PackerState {
             pending: self.pending.clone(),
             pending_starts: self.pending_starts.clone(),
+            pending_sources: self.pending_sources.clone(),
+            lead_source: self.lead_source,
             windows_emitted: self.windows_emitted,
         }
     }
@@ -87,7 +114,8 @@ impl Packer {
             && state
                 .pending_starts
                 .last()
-                .is_none_or(|&s| (s as usize) < state.pending.len());
+                .is_none_or(|&s| (s as usize) < state.pending.len())
+            && state.pending_sources.len() == state.pending_starts.len();
         if window_tokens == 0 || state.pending.len() >= window_tokens || !starts_ok {
             return None;
         }
@@ -97,6 +125,8 @@ impl Packer {
             window_tokens,
             pending,
             pending_starts: state.pending_starts,
+            pending_sources: state.pending_sources,
+            lead_source: state.lead_source,
             windows_emitted: state.windows_emitted,
         })
     }
@@ -107,11 +137,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Document `k` comes from source `k % 3`.
     fn pack(docs: &[Vec<u32>], window: usize) -> (Vec<PackedWindow>, Vec<u32>) {
         let mut p = Packer::new(window);
         let mut out = Vec::new();
-        for d in docs {
-            p.push_doc(d, &mut out);
+        for (k, d) in docs.iter().enumerate() {
+            p.push_doc(d, (k % 3) as u16, &mut out);
         }
         (out, p.leftover().to_vec())
     }
@@ -124,11 +155,15 @@ mod tests {
             vec![
                 PackedWindow {
                     tokens: vec![1, 2, 3, 4],
-                    doc_starts: vec![0, 3]
+                    doc_starts: vec![0, 3],
+                    doc_sources: vec![0, 1],
+                    lead_source: 0,
                 },
                 PackedWindow {
                     tokens: vec![5, 6, 7, 8],
-                    doc_starts: vec![]
+                    doc_starts: vec![],
+                    doc_sources: vec![],
+                    lead_source: 1,
                 },
             ]
         );
@@ -142,7 +177,9 @@ mod tests {
             w[1],
             PackedWindow {
                 tokens: vec![3, 4],
-                doc_starts: vec![0]
+                doc_starts: vec![0],
+                doc_sources: vec![1],
+                lead_source: 1,
             }
         );
         assert_eq!(rest, vec![5]);
@@ -164,7 +201,32 @@ mod tests {
             for d in &docs { want.push(at); at += d.len(); }
             let got: Vec<usize> = w.iter().enumerate().flat_map(|(i, w)| w.doc_starts.iter().map(move |&s| i * window + s as usize)).collect();
             let complete = w.len() * window;
-            prop_assert_eq!(got, want.into_iter().filter(|&s| s < complete).collect::<Vec<_>>());
+            prop_assert_eq!(got, want.iter().copied().filter(|&s| s < complete).collect::<Vec<_>>());
+            // Every token's source: the lead's up to the first start, then each start's.
+            let mut owner = Vec::new();
+            for (k, d) in docs.iter().enumerate() { owner.extend(std::iter::repeat_n((k % 3) as u16, d.len())); }
+            for (i, w) in w.iter().enumerate() {
+                prop_assert_eq!(w.doc_sources.len(), w.doc_starts.len());
+                let mut source = w.lead_source;
+                for t in 0..window {
+                    if let Some(k) = w.doc_starts.iter().position(|&s| s as usize == t) { source = w.doc_sources[k]; }
+                    prop_assert_eq!(source, owner[i * window + t]);
+                }
+            }
+        }
+
+        /// Cut anywhere: a packer from the state packs the rest as the uncut one does.
+        #[test]
+        fn a_packer_from_its_state_continues_exactly(docs in proptest::collection::vec(proptest::collection::vec(any::<u32>(), 1..50), 0..40), window in 1usize..64, cut in 0usize..40) {
+            let (whole, rest) = pack(&docs, window);
+            let cut = cut.min(docs.len());
+            let mut first = Packer::new(window);
+            let mut got = Vec::new();
+            for (k, d) in docs[..cut].iter().enumerate() { first.push_doc(d, (k % 3) as u16, &mut got); }
+            let mut second = Packer::from_state(window, first.state()).unwrap();
+            for (k, d) in docs.iter().enumerate().skip(cut) { second.push_doc(d, (k % 3) as u16, &mut got); }
+            prop_assert_eq!(got, whole);
+            prop_assert_eq!(second.leftover(), &rest[..]);
         }
     }
 }

@@ -144,6 +144,20 @@ class RawWindows:
         self.offsets = np.fromfile(packed / "doc_starts_offsets.u64", dtype="<u8")
         self.recipe_hash = m["recipe_hash"]
         self.num_windows = m["num_windows"]
+        self.doc_sources_all = np.fromfile(packed / "doc_sources.u16", dtype="<u2")
+        self.lead_sources = np.fromfile(packed / "lead_sources.u16", dtype="<u2")
+
+    def doc_sources(self, window: int) -> np.ndarray:
+        return self.doc_sources_all[self.offsets[window] : self.offsets[window + 1]]
+
+    def input_sources(self, window: int) -> list:
+        """The source of each input token of `window`, token by token in plain Python."""
+        starts = dict(zip(self.doc_starts(window).tolist(), self.doc_sources(window).tolist()))
+        source, out = int(self.lead_sources[window]), []
+        for t in range(self.window_tokens - 1):
+            source = starts.get(t, source)
+            out.append(source)
+        return out
 
     def chain_before(self, window: int) -> bytes:
         """The stream chain before `window` (FORMAT.md "Stream chain"), by hand with hashlib."""

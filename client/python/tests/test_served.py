@@ -58,6 +58,14 @@ def test_packed_dataset_batches_equal_served_batches(daemon_factory, packed_dir,
             assert all(np.array_equal(x, y) for x, y in zip(a.cu_seqlens, b.cu_seqlens))
             assert [s.tolist() for s in a.doc_starts] == [s.tolist() for s in b.doc_starts]
             assert a.recipe_hash == b.recipe_hash == raw.recipe_hash
+            # Protocol v3 / format 3: every document's source, and every input token's.
+            windows = list(raw.rank_windows(step, r, world, mb))
+            want = [raw.doc_sources(w).tolist() for w in windows]
+            assert [s.tolist() for s in a.doc_sources] == [s.tolist() for s in b.doc_sources] == want
+            assert a.lead_sources.tolist() == b.lead_sources.tolist() == [int(raw.lead_sources[w]) for w in windows]
+            assert a.input_sources.tolist() == b.input_sources.tolist() == [raw.input_sources(w) for w in windows]
+            counts = a.source_token_counts()
+            assert counts == b.source_token_counts() and sum(counts.values()) == mb * 512
     assert (served[0].micro_batch, served[0].seq_len) == (packed[0].micro_batch, packed[0].seq_len) == (mb, 512)
     last = packed[1].batch_at(packed[1].num_steps - 1)
     assert np.array_equal(last.tokens, raw.tokens[list(raw.rank_windows(packed[1].num_steps - 1, 1, world, mb))])
@@ -157,3 +165,20 @@ def test_parallel_sizes_that_do_not_divide_the_world_are_refused():
         data_parallel(0, 8, tensor=3)
     with pytest.raises(ConfigError, match="rank order"):
         data_parallel(0, 8, order="dp-tp")
+
+
+def test_a_pack_of_format_2_reads_without_sources(packed_dir, raw, tmp_path):
+    """A directory written before format 3 (no doc_sources.u16 / lead_sources.u16) still reads:
+    the same tokens, and no sources."""
+    import shutil
+
+    old = tmp_path / "v2"
+    shutil.copytree(packed_dir, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    for key in ("doc_sources", "lead_sources"):
+        (old / manifest.pop(key)["file"]).unlink()
+    manifest["format_version"] = 2
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    batch = PackedDataset(old, micro_batch=2).batch_at(3)
+    assert np.array_equal(batch.tokens, raw.tokens[6:8])
+    assert (batch.doc_sources, batch.lead_sources, batch.input_sources, batch.source_token_counts()) == (None, None, None, None)

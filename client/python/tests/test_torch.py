@@ -38,8 +38,9 @@ def test_yields_torch_tensors_equal_to_the_numpy_batches(daemon_factory, packed_
         a, b, want = next(served), next(packed), reference.next_batch()
         assert a["step"] == b["step"] == step
         assert a["input_ids"].dtype == torch.int64 and a["input_ids"].shape == (2, 512)
-        for key in ("input_ids", "labels", "position_ids", "cu_seqlens_flat"):
+        for key in ("input_ids", "labels", "position_ids", "cu_seqlens_flat", "input_sources"):
             assert torch.equal(a[key], b[key]), key
+        assert a["input_sources"].dtype == torch.int64 and np.array_equal(a["input_sources"].numpy(), want.input_sources)
         assert np.array_equal(a["input_ids"].numpy(), want.input_ids.astype(np.int64))
         assert np.array_equal(a["position_ids"].numpy(), want.position_ids)
         assert all(torch.equal(x, torch.from_numpy(y)) for x, y in zip(a["cu_seqlens"], want.cu_seqlens))

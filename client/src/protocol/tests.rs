@@ -40,7 +40,7 @@ fn header() -> ReplyHeader {
 fn request_round_trips_and_has_a_fixed_layout() {
     let bytes = request().encode();
     assert_eq!(&bytes[0..4], b"DSPQ");
-    assert_eq!(&bytes[4..6], &[2, 0]);
+    assert_eq!(&bytes[4..6], &[3, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
     assert_eq!(Request::decode(&bytes), Ok(request()));
     let none = Request {
@@ -117,14 +117,14 @@ fn each_malformation_has_its_error() {
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
     let mut bad = good;
-    bad[4] = 3;
+    bad[4] = 4;
     assert_eq!(
         Request::decode(&bad),
-        Err(DecodeError::Version { found: 3 })
+        Err(DecodeError::Version { found: 4 })
     );
     assert_eq!(
-        DecodeError::Version { found: 3 }.to_string(),
-        "protocol version 3 is not supported (this side speaks versions 1 to 2)"
+        DecodeError::Version { found: 4 }.to_string(),
+        "protocol version 4 is not supported (this side speaks versions 1 to 3)"
     );
     bad[4] = 0;
     assert_eq!(
@@ -155,6 +155,26 @@ fn doc_starts_round_trip_and_are_checked() {
         decode_doc_starts(&encode_doc_starts(&[&[4, 2]]), 1, 8).is_err(),
         "decreasing starts"
     );
+}
+
+#[test]
+fn doc_sources_round_trip_and_are_checked() {
+    let rows: [&[u16]; 3] = [&[4, 1], &[], &[2]];
+    let bytes = encode_doc_sources(&[0, 1, 1], &rows);
+    assert_eq!(bytes.len(), 2 * (3 + 3));
+    let (leads, sources) = decode_doc_sources(&bytes, 3, 3).unwrap();
+    assert_eq!((leads, sources), (vec![0, 1, 1], vec![4, 1, 2]));
+    let err = decode_doc_sources(&bytes, 3, 4).unwrap_err().to_string();
+    assert!(
+        err.contains("12 bytes, 3 rows with 4 document starts need 14"),
+        "{err}"
+    );
+    assert!(
+        decode_doc_sources(&bytes[..11], 3, 3).is_err(),
+        "odd length"
+    );
+    assert_eq!(ok_reply_frames(2), 3);
+    assert_eq!(ok_reply_frames(3), 4);
 }
 
 /// A small deterministic generator: the fuzz loop below must be repeatable.
@@ -208,6 +228,11 @@ fn decoders_survive_a_million_hostile_inputs() {
         }
         let _ = ReplyHeader::decode(&bytes);
         let _ = decode_doc_starts(&bytes, (rng.next() % 4) as usize, 16);
+        let _ = decode_doc_sources(
+            &bytes,
+            (rng.next() % 4) as usize,
+            (rng.next() % 64) as usize,
+        );
         let _ = Request::salvage_request_id(&bytes);
     }
     assert!(

@@ -163,7 +163,7 @@ pub fn run_packed(
         let mut at = 0usize;
         for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
             let len = len as usize;
-            packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
+            packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
             at += len;
             on_doc(source, len as u64);
         }

@@ -25,6 +25,7 @@ use dsprep_client::packed::PackedDataset;
 use dsprep_mixers::PackedWindow;
 use dsprep_mixers::doc::SourceCounters;
 use dsprep_mixers::lanes::{block_lane, blocks_known};
+use dsprep_mixers::packer::UNKNOWN_SOURCE;
 use dsprep_mixers::recipe::LanesSpec;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -353,6 +354,11 @@ fn copy_blocks(
             writer.write_window(&PackedWindow {
                 tokens: window.tokens.to_vec(),
                 doc_starts: window.doc_starts.to_vec(),
+                doc_sources: window.doc_sources.map_or_else(
+                    || vec![UNKNOWN_SOURCE; window.doc_starts.len()],
+                    <[u16]>::to_vec,
+                ),
+                lead_source: window.lead_source.unwrap_or(UNKNOWN_SOURCE),
             })?;
         }
     }

@@ -108,6 +108,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             closed_shards: Vec::new(),
             chain: None,
             chain_marks: Vec::new(),
+            doc_sources: true,
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
@@ -173,7 +174,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         let mut at = 0usize;
         for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
             let len = len as usize;
-            packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
+            packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
             at += len;
             meta.docs_per_source[source as usize] += 1;
             meta.tokens_per_source[source as usize] += len as u64;
@@ -333,6 +334,8 @@ fn new_manifest(
         doc_starts: placeholder.clone(),
         doc_starts_offsets: placeholder,
         num_doc_starts: 0,
+        doc_sources: None,
+        lead_sources: None,
         inputs,
         sources,
         chain: Vec::new(),

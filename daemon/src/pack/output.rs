@@ -1,4 +1,5 @@
-//! Writes a packed directory: token shards, the document-start index and, last, the manifest.
+//! Writes a packed directory: token shards, the document-start index, the documents' sources
+//! and, last, the manifest.
 //!
 //! Everything goes into `<out>.partial` beside the destination; only a complete, fsynced
 //! directory is renamed to `<out>`. A failed or interrupted pack therefore never leaves a
@@ -32,6 +33,10 @@ pub struct WriterProgress {
     /// The chain after each closed shard.
     #[serde(default)]
     pub chain_marks: Vec<ChainMark>,
+    /// Whether the directory holds the documents' sources (format 3); checkpoints of older
+    /// versions do not, and are not continued.
+    #[serde(default)]
+    pub doc_sources: bool,
 }
 
 /// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
@@ -70,6 +75,8 @@ pub struct PackWriter {
     windows_in_shard: u64,
     doc_starts: HashingWriter,
     doc_starts_offsets: HashingWriter,
+    doc_sources: HashingWriter,
+    lead_sources: HashingWriter,
     num_windows: u64,
     num_doc_starts: u64,
     bytes: Vec<u8>,
@@ -100,6 +107,8 @@ impl PackWriter {
         let doc_starts = create(format::DOC_STARTS_FILE)?;
         let mut doc_starts_offsets = create(format::DOC_STARTS_OFFSETS_FILE)?;
         doc_starts_offsets.write_all(&0u64.to_le_bytes())?;
+        let doc_sources = create(format::DOC_SOURCES_FILE)?;
+        let lead_sources = create(format::LEAD_SOURCES_FILE)?;
         Ok(Self {
             out: out.to_path_buf(),
             tmp,
@@ -111,6 +120,8 @@ impl PackWriter {
             windows_in_shard: 0,
             doc_starts,
             doc_starts_offsets,
+            doc_sources,
+            lead_sources,
             num_windows: 0,
             num_doc_starts: 0,
             bytes: Vec::new(),
@@ -150,6 +161,15 @@ impl PackWriter {
         self.doc_starts_offsets
             .write_all(&self.num_doc_starts.to_le_bytes())
             .context("cannot write the document index")?;
+        self.bytes.clear();
+        self.bytes
+            .extend(window.doc_sources.iter().flat_map(|s| s.to_le_bytes()));
+        self.doc_sources
+            .write_all(&self.bytes)
+            .context("cannot write the document sources")?;
+        self.lead_sources
+            .write_all(&window.lead_source.to_le_bytes())
+            .context("cannot write the document sources")?;
         self.num_windows += 1;
         self.windows_in_shard += 1;
         if self.windows_in_shard == self.windows_per_shard {
@@ -189,6 +209,8 @@ impl PackWriter {
         }
         self.doc_starts.sync().with_context(context)?;
         self.doc_starts_offsets.sync().with_context(context)?;
+        self.doc_sources.sync().with_context(context)?;
+        self.lead_sources.sync().with_context(context)?;
         let open = usize::from(self.shard.is_some());
         Ok(WriterProgress {
             num_windows: self.num_windows,
@@ -196,6 +218,7 @@ impl PackWriter {
             closed_shards: self.shards[..self.shards.len() - open].to_vec(),
             chain: Some(chain::to_hex(&self.chain)),
             chain_marks: self.chain_marks.clone(),
+            doc_sources: true,
         })
     }
 
@@ -227,6 +250,12 @@ impl PackWriter {
                 tmp.display()
             );
         };
+        if !progress.doc_sources {
+            bail!(
+                "{}: the checkpoint's directory has no document sources (an older dsprep wrote it)",
+                tmp.display()
+            );
+        }
         let window_bytes = window_tokens * dtype.size_bytes() as u64;
         let reopen = |file: &str, keep: u64| {
             HashingWriter::append_after(&tmp.join(file), keep)
@@ -261,6 +290,8 @@ impl PackWriter {
                 format::DOC_STARTS_OFFSETS_FILE,
                 (progress.num_windows + 1) * 8,
             )?,
+            doc_sources: reopen(format::DOC_SOURCES_FILE, progress.num_doc_starts * 2)?,
+            lead_sources: reopen(format::LEAD_SOURCES_FILE, progress.num_windows * 2)?,
             tmp,
             _lock: lock,
             dtype,
@@ -309,6 +340,27 @@ impl PackWriter {
             size_bytes,
             sha256,
         };
+        for (writer, name, field) in [
+            (
+                self.doc_sources,
+                format::DOC_SOURCES_FILE,
+                &mut manifest.doc_sources,
+            ),
+            (
+                self.lead_sources,
+                format::LEAD_SOURCES_FILE,
+                &mut manifest.lead_sources,
+            ),
+        ] {
+            let (size_bytes, sha256) = writer
+                .finish()
+                .context("cannot finish the document sources")?;
+            *field = Some(OutputFile {
+                file: name.into(),
+                size_bytes,
+                sha256,
+            });
+        }
         manifest.shards = self.shards;
         manifest.num_windows = self.num_windows;
         manifest.num_doc_starts = self.num_doc_starts;

@@ -83,6 +83,8 @@ impl StepAssembler {
             return None;
         }
         step.doc_starts.push(window.doc_starts);
+        step.doc_sources.push(window.doc_sources);
+        step.lead_sources.push(window.lead_source);
         step.digests.push(digest);
         if step.doc_starts.len() as u64 == self.global_batch {
             let mut next = StepData::new(step.step + 1, self.global_batch as usize);
@@ -196,7 +198,7 @@ impl Producer<'_> {
             let mut at = 0usize;
             for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
                 let len = len as usize;
-                packer.push_doc(&chunk.tokens[at..at + len], &mut windows);
+                packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
                 at += len;
                 self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
                 self.metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);

@@ -6,7 +6,8 @@ use super::metrics::Metrics;
 use super::progress::{Gate, LaneProgress};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
-    DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, Status, encode_doc_starts,
+    DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, Status, encode_doc_sources,
+    encode_doc_starts, ok_reply_frames,
 };
 use std::cell::Cell;
 use std::sync::Arc;
@@ -324,15 +325,18 @@ impl Server {
             ..self.header(request, Status::Ok, num_steps.unwrap_or(u64::MAX))
         };
         self.metrics.count_reply("ok");
-        let _ = self.router.send_multipart(
-            [
-                identity,
-                &header.encode(),
-                payload,
-                &encode_doc_starts(&rows),
-            ],
-            0,
-        );
+        let (header, starts) = (header.encode(), encode_doc_starts(&rows));
+        let mut frames = vec![identity, &header, payload, &starts];
+        let sources;
+        if ok_reply_frames(request.version) == 4 {
+            let rows: Vec<&[u16]> = step.doc_sources[first_row..first_row + mb]
+                .iter()
+                .map(Vec::as_slice)
+                .collect();
+            sources = encode_doc_sources(&step.lead_sources[first_row..first_row + mb], &rows);
+            frames.push(&sources);
+        }
+        let _ = self.router.send_multipart(frames, 0);
     }
 
     fn reply_error(&self, identity: &[u8], request: &Request, status: Status, message: &str) {

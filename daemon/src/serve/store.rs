@@ -31,6 +31,9 @@ pub struct StepData {
     pub tokens: Vec<u8>,
     /// Document starts of every window.
     pub doc_starts: Vec<Vec<u32>>,
+    /// The source of every window's document starts, and of its first token.
+    pub doc_sources: Vec<Vec<u16>>,
+    pub lead_sources: Vec<u16>,
     /// sha256 of every window's bytes, in order: what the stream chain links.
     pub digests: Vec<Hash>,
     /// The stream chain around the windows held (`dsprep_client::chain`).
@@ -44,6 +47,8 @@ impl StepData {
             step,
             tokens: Vec::new(),
             doc_starts: Vec::with_capacity(windows),
+            doc_sources: Vec::with_capacity(windows),
+            lead_sources: Vec::with_capacity(windows),
             digests: Vec::with_capacity(windows),
             chain: StepChain::default(),
         }

@@ -1,6 +1,7 @@
 """One rank's rows for one step, the same object whether it was served by the daemon or read
 from a packed directory: numpy views of the tokens plus what a trainer derives from the
-document boundaries (position ids that restart at each document, cu_seqlens).
+document boundaries (position ids that restart at each document, cu_seqlens) and from their
+sources (which recipe source every input token came from, tokens per source).
 
 Global step `s` is the `world_size × micro_batch` windows from `s × world_size × micro_batch`;
 rank `r` takes the `micro_batch` windows at offset `r × micro_batch` (FORMAT.md, "Batches").
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -34,6 +35,11 @@ class Batch:
     #: Served batches (protocol v2): the stream chain around these rows and their step
     #: (`protocol.ReplyChain`), which the client has checked.
     chain: Optional[Any] = field(default=None, repr=False)
+    #: Per row, the recipe source index of each document start (uint16), aligned with
+    #: `doc_starts`; None from a daemon older than protocol v3 or a pack older than format 3.
+    doc_sources: Optional[List[np.ndarray]] = field(default=None, repr=False)
+    #: Per row, the source of the document that holds its first token (uint16 `[micro_batch]`).
+    lead_sources: Optional[np.ndarray] = field(default=None, repr=False)
 
     @property
     def micro_batch(self) -> int:
@@ -81,6 +87,29 @@ class Batch:
             last_start[i, cu[1:-1]] = cu[1:-1]
         np.maximum.accumulate(last_start, axis=1, out=last_start)
         return np.arange(seq_len, dtype=np.int64)[None, :] - last_start
+
+    @cached_property
+    def input_sources(self) -> Optional[np.ndarray]:
+        """`[micro_batch, seq_len]` int64: the recipe source index of every input token, to mask a
+        loss per source with (None without `doc_sources`)."""
+        if self.doc_sources is None or self.lead_sources is None:
+            return None
+        seq_len = self.seq_len
+        out = np.empty((self.micro_batch, seq_len), dtype=np.int64)
+        for i, (starts, sources) in enumerate(zip(self.doc_starts, self.doc_sources)):
+            inside = starts < seq_len
+            cuts = np.concatenate(([0], starts[inside].astype(np.int64), [seq_len]))
+            values = np.concatenate(([self.lead_sources[i]], sources[inside])).astype(np.int64)
+            out[i] = np.repeat(values, np.diff(cuts))
+        return out
+
+    def source_token_counts(self) -> Optional[Dict[int, int]]:
+        """Input tokens per source index over the whole batch (None without `doc_sources`)."""
+        sources = self.input_sources
+        if sources is None:
+            return None
+        values, counts = np.unique(sources, return_counts=True)
+        return {int(v): int(c) for v, c in zip(values, counts)}
 
     def window_indices(self) -> range:
         return range(self.first_window, self.first_window + self.micro_batch)

@@ -20,7 +20,7 @@ from .errors import ConfigError, DsprepError, RecipeMismatch
 
 FORMAT_NAME = "dsprep-packed"
 #: The version `dsprep pack` writes (2 adds the stream chain); 1 is still read.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 OLDEST_FORMAT_VERSION = 1
 
 
@@ -73,6 +73,14 @@ class PackedDataset:
         self._doc_offsets = self._map(m["doc_starts_offsets"], np.dtype("<u8"))
         if len(self._doc_offsets) != self.num_windows + 1:
             raise PackedFormatError(f"{self.path / m['doc_starts_offsets']['file']}: does not hold num_windows + 1 offsets")
+        # Format 3: each document start's source, and each window's first token's.
+        self._doc_sources: Optional[np.ndarray] = None
+        self._lead_sources: Optional[np.ndarray] = None
+        if "doc_sources" in m and "lead_sources" in m:
+            self._doc_sources = self._map(m["doc_sources"], np.dtype("<u2"))
+            self._lead_sources = self._map(m["lead_sources"], np.dtype("<u2"))
+            if len(self._doc_sources) != len(self._doc_starts) or len(self._lead_sources) != self.num_windows:
+                raise PackedFormatError(f"{self.path}: doc_sources.u16 / lead_sources.u16 do not match the document index")
         self.num_steps = self.num_windows // (self.dp_size * self.micro_batch)
         #: The step `next_batch` reads next.
         self.next_step = 0
@@ -91,6 +99,17 @@ class PackedDataset:
         lo, hi = int(self._doc_offsets[index]), int(self._doc_offsets[index + 1])
         return self._doc_starts[lo:hi]
 
+    def window_doc_sources(self, index: int) -> Optional[np.ndarray]:
+        """The source index of each document starting in window `index` (None before format 3)."""
+        if self._doc_sources is None:
+            return None
+        lo, hi = int(self._doc_offsets[index]), int(self._doc_offsets[index + 1])
+        return self._doc_sources[lo:hi]
+
+    def window_lead_source(self, index: int) -> Optional[int]:
+        """The source of the document holding window `index`'s first token (None before format 3)."""
+        return None if self._lead_sources is None else int(self._lead_sources[index])
+
     def batch_at(self, step: int) -> Optional[Batch]:
         """This rank's rows at `step`, or None past the last step; `next_batch` continues after it."""
         if step < 0:
@@ -103,7 +122,12 @@ class PackedDataset:
             tokens = self._shards[shard][at : at + self.micro_batch]  # a view of one shard's map
         else:
             tokens = np.stack([self.window(i) for i in range(first, first + self.micro_batch)])
-        starts = [self.window_doc_starts(i) for i in range(first, first + self.micro_batch)]
+        rows = range(first, first + self.micro_batch)
+        starts = [self.window_doc_starts(i) for i in rows]
+        sources = None
+        if self._doc_sources is not None and self._lead_sources is not None:
+            sources = [self.window_doc_sources(i) for i in rows]
+            leads = np.asarray(self._lead_sources[first : first + self.micro_batch])
         self.next_step = step + 1
         return Batch(
             step=step,
@@ -114,6 +138,8 @@ class PackedDataset:
             doc_starts=starts,
             num_steps=self.num_steps,
             recipe_hash=self.served_recipe_hash,
+            doc_sources=sources,
+            lead_sources=leads if sources is not None else None,
         )
 
     def next_batch(self) -> Optional[Batch]:

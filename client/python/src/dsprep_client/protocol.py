@@ -1,11 +1,11 @@
-"""Wire protocol v2 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+"""Wire protocol v3 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
 describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
 
-A request is one 64-byte frame. A reply is a header (224 bytes in v2: v1's 96, then the stream
+A request is one 64-byte frame. A reply is a header (224 bytes from v2: v1's 96, then the stream
 chain around the rank's rows and the step; a reply speaks the request's version), then the token
-frame and the document-boundary frame (ok), nothing (end of data) or one UTF-8 message (an error
-status, raised as its exception class). Token and boundary frames become numpy views without a
-copy.
+frame, the document-boundary frame and (v3) the document-source frame (ok), nothing (end of data)
+or one UTF-8 message (an error status, raised as its exception class). Token, boundary and source
+frames become numpy views without a copy.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 from .batch import Batch
 from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
 
-#: The version this client sends.
-PROTOCOL_VERSION = 2
+#: The version this client sends: 3 adds the document-source frame.
+PROTOCOL_VERSION = 3
 #: The oldest version the daemon answers.
 OLDEST_VERSION = 1
 REQUEST_MAGIC = b"DSPQ"
@@ -120,8 +120,9 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
     if header.status != STATUS_OK:
         message = bytes(frame_view(frames[1])).decode("utf-8", "replace") if len(frames) > 1 else ""
         raise STATUS_ERRORS[header.status](message, header)
-    if len(frames) != 3:
-        raise ProtocolError(f"an ok reply has 3 frames, got {len(frames)}")
+    expected = 4 if header.version >= 3 else 3
+    if len(frames) != expected:
+        raise ProtocolError(f"an ok reply of version {header.version} has {expected} frames, got {len(frames)}")
     tokens_view, docs_view = frame_view(frames[1]), frame_view(frames[2])
     if len(tokens_view) != header.payload_bytes():
         raise ProtocolError(f"token frame is {len(tokens_view)} bytes, the header says {header.payload_bytes()}")
@@ -129,6 +130,9 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
     tokens = np.frombuffer(tokens_view, dtype=dtype).reshape(header.micro_batch, header.window_tokens)
     tokens.flags.writeable = False  # a view of the received frame: the same bytes the daemon sent
     doc_starts = decode_doc_starts(docs_view, header.micro_batch, header.window_tokens)
+    leads, sources = None, None
+    if expected == 4:
+        leads, sources = decode_doc_sources(frame_view(frames[3]), doc_starts)
     num_steps = None if header.num_steps == UNKNOWN_STEPS else header.num_steps
     return Batch(
         step=header.step,
@@ -140,7 +144,26 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
         num_steps=num_steps,
         recipe_hash=header.recipe_hash.hex(),
         chain=header.chain,
+        doc_sources=sources,
+        lead_sources=leads,
     )
+
+
+def decode_doc_sources(view: memoryview, doc_starts: list) -> tuple:
+    """The document-source frame (v3): a u16 lead source per row, then a u16 source per document
+    start in the boundary frame's order; checked, then (leads, one uint16 view per row)."""
+    rows, starts = len(doc_starts), sum(len(r) for r in doc_starts)
+    if len(view) != 2 * (rows + starts):
+        raise ProtocolError(
+            f"document-source frame: {len(view)} bytes, {rows} rows with {starts} document starts need {2 * (rows + starts)}"
+        )
+    words = np.frombuffer(view, dtype="<u2")
+    words.flags.writeable = False
+    out, at = [], rows
+    for row in doc_starts:
+        out.append(words[at : at + len(row)])
+        at += len(row)
+    return words[:rows], out
 
 
 def decode_doc_starts(view: memoryview, rows: int, window_tokens: int) -> list:

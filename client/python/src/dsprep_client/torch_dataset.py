@@ -27,9 +27,11 @@ Source = Union[Client, PackedDataset]
 
 def to_tensors(batch: Batch) -> Dict[str, Any]:
     """A batch as torch tensors: ids, labels and positions as int64 `[micro_batch, seq_len]`,
-    `cu_seqlens` per row and `cu_seqlens_flat` (int32), `step` as an int."""
+    `cu_seqlens` per row and `cu_seqlens_flat` (int32), `step` as an int, and where the daemon or
+    pack records them (protocol v3, format 3) `input_sources`: int64 `[micro_batch, seq_len]`,
+    the recipe source index of every input token, to log the loss per source."""
     as_long = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
-    return {
+    out = {
         "input_ids": as_long(batch.input_ids),
         "labels": as_long(batch.labels),
         "position_ids": torch.from_numpy(batch.position_ids),
@@ -37,6 +39,9 @@ def to_tensors(batch: Batch) -> Dict[str, Any]:
         "cu_seqlens_flat": torch.from_numpy(batch.cu_seqlens_flat),
         "step": batch.step,
     }
+    if batch.input_sources is not None:
+        out["input_sources"] = torch.from_numpy(batch.input_sources)
+    return out
 
 
 class DsprepIterableDataset(IterableDataset):
