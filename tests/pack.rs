@@ -431,6 +431,87 @@ fn packs_of_formats_1_and_2_still_read() {
         assert_eq!((window.doc_sources, window.lead_source), (None, None));
         assert_eq!(window.input_sources(), None);
         dsprep_ok(&["verify", out.to_str().unwrap()]);
+        let err = dsprep_fails(&["inspect", out.to_str().unwrap(), "--mix"]);
+        assert!(
+            err.contains(&format!(
+                "format {version} records no document sources (format 3 does)"
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// `dsprep inspect --mix`: the ledger from the windows, and a CSV of the shares along the stream.
+#[test]
+fn inspect_mix_prints_the_ledger_and_writes_the_shares_along_the_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    let dataset = pack_dataset(&quickstart_in_tokens(tmp.path()), &out);
+    let csv = tmp.path().join("mix.csv");
+    let table = dsprep_ok(&[
+        "inspect",
+        out.to_str().unwrap(),
+        "--mix",
+        "--every",
+        "100000",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let total = dataset.num_windows() * 513;
+    assert!(
+        table.starts_with(&format!(
+            "stream: tokens 0..the end, {total} tokens and {} document starts in windows (targets are shares of tokens)",
+            dataset.manifest().num_doc_starts
+        )),
+        "{table}"
+    );
+    for s in &dataset.manifest().sources {
+        let line = table.lines().find(|l| l.starts_with(&s.name)).unwrap();
+        let off: f64 = line.split_whitespace().last().unwrap().parse().unwrap();
+        assert!(off.abs() < 1.0, "{line}");
+        assert!(
+            line.contains(&format!("{:.2}%", 100.0 * s.target_fraction)),
+            "{line}"
+        );
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(
+        text.lines().next().unwrap(),
+        "tokens,span:fineweb-edu,span:c4,span:zyda-2,span:the-stack-v2,span:finemath,\
+         total:fineweb-edu,total:c4,total:zyda-2,total:the-stack-v2,total:finemath"
+    );
+    assert_eq!(rows.len() as u64, total.div_ceil(100_000));
+    for (k, row) in rows.iter().enumerate() {
+        let at = if k + 1 == rows.len() {
+            total
+        } else {
+            (k as u64 + 1) * 100_000
+        };
+        assert_eq!(row[0] as u64, at);
+        for shares in [&row[1..6], &row[6..11]] {
+            assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-5, "{row:?}");
+        }
+    }
+    // The last row's totals are the table's shares of tokens.
+    let last = rows.last().unwrap();
+    for (i, s) in dataset.manifest().sources.iter().enumerate() {
+        let line = table.lines().find(|l| l.starts_with(&s.name)).unwrap();
+        let pct: f64 = line
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap();
+        assert!(
+            (pct - 100.0 * last[6 + i]).abs() < 0.006,
+            "{line} vs {last:?}"
+        );
     }
 }
 

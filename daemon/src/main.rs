@@ -194,11 +194,22 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Print the decoded text of one packed window, with document boundaries.
+    /// Print the decoded text of one packed window, with document boundaries; or with --mix,
+    /// each source's realized share of the tokens and documents against its target.
     Inspect {
         dir: PathBuf,
         #[arg(long, default_value_t = 0)]
         window: u64,
+        /// Print the mix ledger (per source, and per phase): target, realized shares, deviation.
+        #[arg(long)]
+        mix: bool,
+        /// With --mix: also write a CSV of the realized share along the stream, one row every
+        /// this many tokens (to `--csv`).
+        #[arg(long, default_value_t = 0, requires = "csv")]
+        every: u64,
+        /// Where --every writes its CSV.
+        #[arg(long, requires = "every")]
+        csv: Option<PathBuf>,
     },
 }
 
@@ -435,10 +446,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 report.bytes as f64 / report.seconds.max(1e-9) / 1e6
             );
         }
-        Command::Inspect { dir, window } => {
-            let text = dsprep::inspect::inspect_window(&dir, window)
-                .with_context(|| format!("inspect {}", dir.display()))?;
-            print!("{text}");
+        Command::Inspect {
+            dir,
+            window,
+            mix,
+            every,
+            csv,
+        } => {
+            if mix || csv.is_some() {
+                let ledger = dsprep::inspect::mix_ledger(&dir, every)
+                    .with_context(|| format!("inspect {}", dir.display()))?;
+                print!("{}", ledger.table());
+                if let (Some(path), Some(text)) = (csv, ledger.csv) {
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    println!(
+                        "wrote the realized shares every {every} tokens to {}",
+                        path.display()
+                    );
+                }
+            } else {
+                let text = dsprep::inspect::inspect_window(&dir, window)
+                    .with_context(|| format!("inspect {}", dir.display()))?;
+                print!("{text}");
+            }
         }
     }
     Ok(())

@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// A resuming daemon starts at the lowest step asked for once no request has come for this long
+/// A resuming daemon starts at the lowest step asked for once no request has lowered it (and no
+/// rank has asked for the first time) for this long
 /// (a rank's DataLoader workers ask for consecutive steps at about the same time, in any order,
 /// and a loaded machine can start one worker a good while after another) …
 pub const PLACEMENT_SETTLE: Duration = Duration::from_secs(1);
@@ -120,7 +121,7 @@ struct State {
     /// False while a resuming daemon waits for the first request to know where to start.
     placed: bool,
     /// The lowest step asked for before placement, when the first request came, and when the
-    /// last one did.
+    /// last one that lowered it or came from a rank for the first time did.
     first_request: Option<u64>,
     first_request_at: Option<Instant>,
     last_request_at: Option<Instant>,
@@ -193,7 +194,7 @@ impl StepStore {
 
     /// Wait for the first requests to an unplaced store; returns the lowest step asked for once
     /// every rank has asked (or [`PLACEMENT_WAIT_ALL`] has passed since the first request) and no
-    /// request has come for [`PLACEMENT_SETTLE`].
+    /// request has lowered it or come from a new rank for [`PLACEMENT_SETTLE`].
     pub fn wait_first_request(&self) -> Result<u64, Stopped> {
         let mut state = self.lock();
         loop {
@@ -284,13 +285,19 @@ impl StepStore {
             if let Some(message) = &state.failed {
                 return Lookup::Failed(message.clone());
             }
-            state.first_request = Some(state.first_request.map_or(step, |s| s.min(step)));
-            state.first_request_at.get_or_insert_with(Instant::now);
-            state.last_request_at = Some(Instant::now());
-            if let Some(asked) = state.asked.get_mut(rank as usize) {
-                *asked = true;
+            // Only news restarts the quiet period: a lower step, or a rank's first request (the
+            // server looks parked requests up again and again).
+            let lower = state.first_request.is_none_or(|s| step < s);
+            let first_of_rank = state
+                .asked
+                .get_mut(rank as usize)
+                .is_some_and(|asked| !std::mem::replace(asked, true));
+            if lower || first_of_rank {
+                state.first_request = Some(state.first_request.map_or(step, |s| s.min(step)));
+                state.first_request_at.get_or_insert_with(Instant::now);
+                state.last_request_at = Some(Instant::now());
+                self.room.notify_all();
             }
-            self.room.notify_all();
             return Lookup::NotYet;
         }
         if let Some(num_steps) = state.end
@@ -435,6 +442,9 @@ mod tests {
         assert!(matches!(store.lookup(1, 6), Lookup::NotYet));
         assert!(matches!(store.lookup(0, 5), Lookup::NotYet));
         let last = Instant::now();
+        // The server looks parked requests up again: that is not news.
+        assert!(matches!(store.lookup(1, 6), Lookup::NotYet));
+        assert!(matches!(store.lookup(0, 5), Lookup::NotYet));
         assert_eq!(store.wait_first_request().unwrap(), 5);
         assert!(
             last.elapsed() >= PLACEMENT_SETTLE,
