@@ -515,6 +515,86 @@ fn inspect_mix_prints_the_ledger_and_writes_the_shares_along_the_stream() {
     }
 }
 
+/// `[[mix.phase]]`: `dsprep plan` prints the phase table; the pack switches with the first
+/// document that starts at or after the point (c4 and zyda-2 leave the mix there); `inspect
+/// --mix` gives each phase's ledger.
+#[test]
+fn a_phase_switches_at_its_point_and_plan_and_inspect_show_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = quickstart_with_a_phase(tmp.path(), 400_000);
+    let plan = dsprep_ok(&["plan", "--recipe", recipe.to_str().unwrap()]);
+    assert!(
+        plan.contains("source \"c4\": weight 0.15 (15.0 % of tokens)"),
+        "{plan}"
+    );
+    let rows: Vec<&str> = plan
+        .lines()
+        .skip_while(|l| !l.starts_with("phases"))
+        .collect();
+    assert_eq!(
+        rows[2].split_whitespace().collect::<Vec<_>>(),
+        [
+            "0", "0", "400000", "160000", "(40.0%)", "60000", "(15.0%)", "120000", "(30.0%)",
+            "40000", "(10.0%)", "20000", "(5.0%)"
+        ]
+    );
+    assert_eq!(
+        rows[3].split_whitespace().collect::<Vec<_>>(),
+        [
+            "1", "400000", "the", "end", "40.0%", "0.0%", "0.0%", "30.0%", "30.0%"
+        ]
+    );
+    let out = tmp.path().join("p");
+    let dataset = pack_dataset(&recipe, &out);
+    let table = dsprep_ok(&["inspect", out.to_str().unwrap(), "--mix"]);
+    let phase1 = table
+        .lines()
+        .find(|l| l.starts_with("phase 1: tokens "))
+        .unwrap();
+    let from: u64 = phase1["phase 1: tokens ".len()..]
+        .split("..")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((400_000..410_000).contains(&from), "{phase1}");
+    // The first document starting at or after 400,000 tokens is phase 1's, and none after it
+    // comes from c4 (1) or zyda-2 (2).
+    let mut at = 0u64;
+    for w in 0..dataset.num_windows() {
+        let window = dataset.window(w).unwrap();
+        for (&start, &source) in window.doc_starts.iter().zip(window.doc_sources.unwrap()) {
+            let pos = at + u64::from(start);
+            if pos >= 400_000 {
+                assert!(
+                    pos >= from,
+                    "a document starts at {pos}, before phase 1's {from}"
+                );
+                assert!(source != 1 && source != 2, "source {source} at {pos}");
+            }
+        }
+        at += 513;
+    }
+    let after: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("phase 1"))
+        .collect();
+    for name in ["c4", "zyda-2"] {
+        let line = after.iter().find(|l| l.starts_with(name)).unwrap();
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>(),
+            [name, "0.00%", "0.00%", "0.00%", "+0.00"]
+        );
+    }
+    for line in after
+        .iter()
+        .filter(|l| l.starts_with("fineweb-edu") || l.starts_with("finemath"))
+    {
+        let off: f64 = line.split_whitespace().last().unwrap().parse().unwrap();
+        assert!(off.abs() < 3.0, "{line}");
+    }
+}
+
 fn pack_fixture(
     dir: &std::path::Path,
     recipe_text: &str,

@@ -98,9 +98,14 @@ impl Run<'_> {
 
 #[test]
 fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
+    // The mix in tokens has a phase boundary at 400 k tokens (step ~195 of 366): the daemon is
+    // killed before it (step 151) and after it (step 292).
     for (buffer, unit) in [(1000, "documents"), (0, "documents"), (1000, "tokens")] {
         let tmp = tempfile::tempdir().unwrap();
-        let recipe = quickstart_with_buffer(tmp.path(), buffer, unit);
+        let recipe = match unit {
+            "tokens" => quickstart_with_a_phase(tmp.path(), 400_000),
+            _ => quickstart_with_buffer(tmp.path(), buffer, unit),
+        };
         let dataset = pack_dataset(&recipe, &tmp.path().join("packed"));
         let (world, mb) = (2u32, 2u64);
         let gb = u64::from(world) * mb;
@@ -114,7 +119,7 @@ fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
         // Stop points: before the first checkpoint (resume recomputes from the start), in the
         // middle (after the small sources' first passes ended: `all_exhausted` restarts them),
         // then a graceful stop, then the rest.
-        let stops = [3, 151, 612, num_steps];
+        let stops = [3, 151, num_steps * 4 / 5, num_steps];
         let mut got = Vec::new();
         let mut from = 0;
         for (k, &to) in stops.iter().enumerate() {
@@ -333,6 +338,16 @@ fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
 fn a_killed_pack_mixed_in_tokens_continues_where_it_stopped_and_writes_the_same_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     killed_pack_continues(tmp.path(), &quickstart_in_tokens(tmp.path()));
+}
+
+/// The kill comes after the first 1 MiB shard (~524 k tokens): past a phase boundary at 300 k
+/// tokens, and before one at 1 M, which the resumed pack then crosses.
+#[test]
+fn a_killed_pack_with_phases_continues_on_either_side_of_the_boundary() {
+    for at_tokens in [300_000, 1_000_000] {
+        let tmp = tempfile::tempdir().unwrap();
+        killed_pack_continues(tmp.path(), &quickstart_with_a_phase(tmp.path(), at_tokens));
+    }
 }
 
 /// Pack `recipe`, SIGKILLed once it has checkpointed past its first shard, then again: the

@@ -11,6 +11,7 @@ use crate::driver::lanes::deal_inputs;
 use crate::driver::{hub_client, load_recipe};
 use crate::sources::Shard;
 use anyhow::Context;
+use dsprep_mixers::recipe::{MixUnit, Recipe};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -73,14 +74,20 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
         } else {
             0.0
         };
+        let unit = match recipe.mix.unit {
+            MixUnit::Documents => "documents",
+            MixUnit::Tokens => "tokens",
+        };
         let _ = writeln!(
             out,
-            "source {:?}: weight {} ({share:.1} % of documents), {} shards, {bytes} bytes{}",
+            "source {:?}: weight {} ({share:.1} % of {unit}), {} shards, {bytes} bytes{}",
             input.name,
             input.weight,
             shards.len(),
-            if input.weight > 0.0 {
+            if !shards.is_empty() {
                 ""
+            } else if input.weight > 0.0 {
+                " (no shards)"
             } else {
                 " (not read)"
             }
@@ -93,6 +100,9 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
         out,
         "{all_shards} shards, {all_bytes} bytes; nothing was downloaded"
     );
+    if !recipe.mix.phases.is_empty() {
+        out.push_str(&phase_table(recipe));
+    }
     if let Some(inputs) = dealt {
         let spec = inputs.spec;
         let _ = writeln!(
@@ -113,4 +123,41 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
         }
     }
     Ok(out)
+}
+
+/// The recipe's phases: where each begins and ends, and the tokens each source is expected to
+/// give in it (its share of the phase's span; the last phase runs to the end of the data).
+fn phase_table(recipe: &Recipe) -> String {
+    let weights = recipe.phase_weights();
+    let starts: Vec<u64> = std::iter::once(0)
+        .chain(recipe.mix.phases.iter().map(|p| p.at_tokens))
+        .collect();
+    let mut out = String::from(
+        "phases (a phase begins with the first document drawn once the stream holds its tokens):\n",
+    );
+    let _ = write!(
+        out,
+        "  {:<8} {:>15} {:>15}",
+        "phase", "from token", "to token"
+    );
+    for source in &recipe.sources {
+        let _ = write!(out, " {:>16}", source.name);
+    }
+    out.push('\n');
+    for (k, phase) in weights.iter().enumerate() {
+        let (from, to) = (starts[k], starts.get(k + 1).copied());
+        let total: f64 = phase.iter().sum();
+        let to_text = to.map_or("the end".to_string(), |t| t.to_string());
+        let _ = write!(out, "  {k:<8} {from:>15} {to_text:>15}");
+        for &w in phase {
+            let share = if total > 0.0 { w / total } else { 0.0 };
+            let cell = match to {
+                Some(to) => format!("{:.0} ({:.1}%)", share * (to - from) as f64, 100.0 * share),
+                None => format!("{:.1}%", 100.0 * share),
+            };
+            let _ = write!(out, " {cell:>16}");
+        }
+        out.push('\n');
+    }
+    out
 }

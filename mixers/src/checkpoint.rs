@@ -237,6 +237,8 @@ mod tests {
                         held: 400,
                         draining: false,
                     }],
+                    phase: 1,
+                    phase_start: vec![3_000],
                 },
                 shuffle_rng_word_pos: 40,
                 buffered: (0..1000)

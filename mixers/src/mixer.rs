@@ -62,6 +62,16 @@ pub struct MixerState {
     /// global buffer's in the stream state's `buffered`, input by input.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shuffles: Vec<SourceShuffleState>,
+    /// Tokens unit with phases: the phases entered (0: the `[[source]]` weights), and the tokens
+    /// per input when the current one began.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub phase: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_start: Vec<u64>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One input's shuffle buffer in a mix in tokens, besides the documents it holds.
@@ -104,11 +114,18 @@ pub struct Mixer<S: DocSource> {
     started: bool,
     done: bool,
     unit: MixUnit,
+    /// Whether each input is read at all: weight > 0 in some phase.
+    opened: Vec<bool>,
     /// Tokens unit: each input's share `p_i`, and its own shuffle buffer (empty otherwise).
     shares: Vec<f64>,
     shuffles: Vec<SourceShuffle>,
     /// Tokens unit: tokens emitted per input.
     emitted_tokens: Vec<u64>,
+    /// Tokens unit: the later phases (from how many tokens on, each input's share), the phases
+    /// entered so far (0: `shares`), and the tokens per input when the current one began.
+    phases: Vec<(u64, Vec<f64>)>,
+    phase: usize,
+    phase_start: Vec<u64>,
 }
 
 /// An input's own shuffle buffer (tokens unit).
@@ -131,6 +148,7 @@ impl<S: DocSource> Mixer<S> {
             })
             .collect();
         let n = inputs.len();
+        let opened = inputs.iter().map(|i| i.weight > 0.0).collect();
         Self {
             inputs,
             cumulative,
@@ -142,27 +160,50 @@ impl<S: DocSource> Mixer<S> {
             started: false,
             done: false,
             unit: MixUnit::Documents,
+            opened,
             shares: Vec::new(),
             shuffles: Vec::new(),
             emitted_tokens: Vec::new(),
+            phases: Vec::new(),
+            phase: 0,
+            phase_start: Vec::new(),
         }
     }
 
     /// A mix in tokens over sources that hand documents over tokenized, each source shuffled
     /// in its own buffer: `buffer_size` documents split evenly between the inputs that take
-    /// part (0: no shuffle).
+    /// part (0: no shuffle). `phases`: from how many tokens on which weights (one per input)
+    /// hold, in increasing order; the inputs' weights hold before the first.
     pub fn by_tokens(
         inputs: Vec<MixInput<S>>,
         stopping: Stopping,
         seed: u64,
         buffer_size: usize,
+        phases: Vec<(u64, Vec<f64>)>,
     ) -> Self {
         let mut mixer = Self::new(inputs, stopping, seed);
         let n = mixer.inputs.len();
+        let normalized = |weights: &[f64]| -> Vec<f64> {
+            let total: f64 = weights.iter().sum();
+            weights
+                .iter()
+                .map(|w| if total > 0.0 { w / total } else { 0.0 })
+                .collect()
+        };
+        for (_, weights) in &phases {
+            for (open, &w) in mixer.opened.iter_mut().zip(weights) {
+                *open |= w > 0.0;
+            }
+        }
         let active = (0..n).filter(|&i| mixer.is_active(i)).count().max(1);
-        let total: f64 = mixer.inputs.iter().map(|i| i.weight).sum();
+        let weights: Vec<f64> = mixer.inputs.iter().map(|i| i.weight).collect();
         mixer.unit = MixUnit::Tokens;
-        mixer.shares = mixer.inputs.iter().map(|i| i.weight / total).collect();
+        mixer.shares = normalized(&weights);
+        mixer.phases = phases
+            .into_iter()
+            .map(|(at, weights)| (at, normalized(&weights)))
+            .collect();
+        mixer.phase_start = vec![0; n];
         mixer.shuffles = (0..n)
             .map(|i| SourceShuffle {
                 buffer: Shuffler::with_label(
@@ -181,8 +222,43 @@ impl<S: DocSource> Mixer<S> {
         mixer
     }
 
+    /// Whether input `i` is read at all (weight > 0 in some phase).
     fn is_active(&self, i: usize) -> bool {
-        self.inputs[i].weight > 0.0
+        self.opened[i]
+    }
+
+    /// Whether input `i` is drawn from now: weight > 0 (in the current phase).
+    fn takes_part_now(&self, i: usize) -> bool {
+        match self.unit {
+            MixUnit::Documents => self.inputs[i].weight > 0.0,
+            MixUnit::Tokens => self.current_shares()[i] > 0.0,
+        }
+    }
+
+    /// Tokens unit: the shares of the phase in force.
+    fn current_shares(&self) -> &[f64] {
+        match self.phase {
+            0 => &self.shares,
+            k => &self.phases[k - 1].1,
+        }
+    }
+
+    /// Tokens unit: enter every phase whose point the stream has reached.
+    fn enter_phases(&mut self) {
+        let total: u64 = self.emitted_tokens.iter().sum();
+        while self
+            .phases
+            .get(self.phase)
+            .is_some_and(|&(at, _)| total >= at)
+        {
+            self.phase += 1;
+            self.phase_start = self.emitted_tokens.clone();
+        }
+    }
+
+    /// The phase in force (0: the `[[source]]` weights).
+    pub fn phase(&self) -> usize {
+        self.phase
     }
 
     /// Input `i`'s next document (through its own shuffle buffer in a mix in tokens), or `None`
@@ -238,12 +314,16 @@ impl<S: DocSource> Mixer<S> {
         }
     }
 
-    /// Tokens unit: the active input with the largest `p_i·T − t_i`, the first on ties.
-    fn furthest_below_share(&self) -> usize {
-        let total = self.emitted_tokens.iter().sum::<u64>() as f64;
+    /// Tokens unit: the input taking part in the current phase with the largest `p_i·T − t_i`
+    /// (counted since the phase began), the first on ties.
+    fn furthest_below_share(&mut self) -> usize {
+        self.enter_phases();
+        let since = |i: usize| self.emitted_tokens[i] - self.phase_start[i];
+        let total = (0..self.inputs.len()).map(since).sum::<u64>() as f64;
+        let shares = self.current_shares();
         let mut best: Option<(usize, f64)> = None;
-        for i in (0..self.inputs.len()).filter(|&i| self.is_active(i)) {
-            let deficit = self.shares[i] * total - self.emitted_tokens[i] as f64;
+        for i in (0..self.inputs.len()).filter(|&i| shares[i] > 0.0) {
+            let deficit = shares[i] * total - since(i) as f64;
             if best.is_none_or(|(_, d)| deficit > d) {
                 best = Some((i, deficit));
             }
@@ -283,7 +363,7 @@ impl<S: DocSource> Mixer<S> {
         self.peeked[i] = self.read(i)?;
         if self.peeked[i].is_none() {
             self.exhausted[i] = true;
-            let all = (0..self.inputs.len()).all(|j| !self.is_active(j) || self.exhausted[j]);
+            let all = (0..self.inputs.len()).all(|j| !self.takes_part_now(j) || self.exhausted[j]);
             match self.stopping {
                 Stopping::FirstExhausted => self.done = true,
                 Stopping::AllExhausted if all => self.done = true,
@@ -379,6 +459,8 @@ impl<S: DocSource> Mixer<S> {
                     draining: s.draining.is_some(),
                 })
                 .collect(),
+            phase: self.phase,
+            phase_start: self.phase_start.clone(),
         }
     }
 
@@ -401,6 +483,7 @@ impl<S: DocSource> Mixer<S> {
         );
         if state.shuffles.len() != self.shuffles.len()
             || state.emitted_tokens.len() != self.emitted_tokens.len()
+            || state.phase_start.len() != self.phase_start.len()
         {
             return Err(MixError::Restore(format!(
                 "the state is of a mix in {}, the recipe's in {}",
@@ -414,6 +497,13 @@ impl<S: DocSource> Mixer<S> {
                 } else {
                     "tokens"
                 },
+            )));
+        }
+        if state.phase > self.phases.len() {
+            return Err(MixError::Restore(format!(
+                "the state is in phase {}, the recipe has {} phases after the first",
+                state.phase,
+                self.phases.len()
             )));
         }
         let mut held = held.into_iter();
@@ -438,6 +528,8 @@ impl<S: DocSource> Mixer<S> {
         self.exhausted = state.exhausted.clone();
         self.emitted = state.emitted.clone();
         self.emitted_tokens = state.emitted_tokens.clone();
+        self.phase_start = state.phase_start.clone();
+        self.phase = state.phase;
         self.started = state.started;
         self.done = state.done;
         Ok(())

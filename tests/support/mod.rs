@@ -58,6 +58,20 @@ pub fn quickstart_in_tokens(dir: &Path) -> PathBuf {
     )
 }
 
+/// The quickstart mixed in tokens with a second phase from `at_tokens` on (more math and code,
+/// no c4 or zyda-2), written into `dir`.
+pub fn quickstart_with_a_phase(dir: &Path, at_tokens: u64) -> PathBuf {
+    let path = quickstart_in_tokens(dir);
+    let mut text = std::fs::read_to_string(&path).expect("just written");
+    text.push_str(&format!(
+        "\n[[mix.phase]]\nat_tokens = {at_tokens}\n\
+         weights = {{ finemath = 0.3, the-stack-v2 = 0.3, fineweb-edu = 0.4 }}\n"
+    ));
+    let phased = dir.join(format!("quickstart-phase-{at_tokens}.toml"));
+    std::fs::write(&phased, text).expect("the recipe is written");
+    phased
+}
+
 /// Pack `recipe` into `out` in-process (2 threads, one token shard) and open the result.
 pub fn pack_dataset(recipe: &Path, out: &Path) -> dsprep_client::PackedDataset {
     let options = dsprep::pack::PackOptions {

@@ -18,7 +18,7 @@ pub struct ShardSize {
 }
 
 /// Source `index`'s shards in reading order: the plan's when there is one, else listed. A source
-/// of weight 0 is not listed (none).
+/// of weight 0 in every phase is not listed (none).
 pub fn source_shards(
     loaded: &LoadedRecipe,
     index: usize,
@@ -29,7 +29,7 @@ pub fn source_shards(
         .sources
         .get(index)
         .ok_or_else(|| anyhow!("internal error: no source {index}"))?;
-    if spec.weight <= 0.0 {
+    if !recipe.takes_part(index) {
         return Ok(Vec::new());
     }
     match &loaded.plan {

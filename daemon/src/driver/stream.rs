@@ -126,7 +126,8 @@ pub fn build_stream(
 
 /// The document stream over `inputs` in the recipe's `[mix] unit`: in documents, the mixer
 /// feeding one shuffle buffer of `buffer_size`; in tokens, sources that tokenize ahead on a pool
-/// of `threads`, each shuffled in its share of `buffer_size`, mixed by tokens (no global buffer).
+/// of `threads`, each shuffled in its share of `buffer_size`, mixed by tokens with the recipe's
+/// phases (no global buffer).
 pub fn mix_stream(
     loaded: &LoadedRecipe,
     inputs: Vec<MixInput<LocalSource>>,
@@ -152,10 +153,18 @@ pub fn mix_stream(
             Mixer::new(inputs, mix.stopping, seed),
             Shuffler::new(buffer_size, seed),
         ),
-        MixUnit::Tokens => DocStream::new(
-            Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size),
-            Shuffler::new(0, seed),
-        ),
+        MixUnit::Tokens => {
+            let weights = loaded.recipe.phase_weights();
+            let phases = mix
+                .phases
+                .iter()
+                .map(|p| p.at_tokens)
+                .zip(weights.into_iter().skip(1));
+            DocStream::new(
+                Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size, phases.collect()),
+                Shuffler::new(0, seed),
+            )
+        }
     })
 }
 

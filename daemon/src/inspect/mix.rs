@@ -36,7 +36,9 @@ impl Counts {
 #[derive(Clone, Debug)]
 pub struct Span {
     pub name: String,
-    /// Tokens of the stream before the span, and its end (`None`: the stream's end).
+    /// Tokens of the stream before the span, and its end (`None`: the stream's end). A phase's
+    /// span begins where its first document does: at its `at_tokens`, or after the document that
+    /// crosses that point.
     pub from: u64,
     pub to: Option<u64>,
     /// Per source, the target share in the recipe's unit.
@@ -78,6 +80,7 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
     let (mut at, mut next_row) = (0u64, every);
     let mut since_row = Counts::new(n);
     let mut whole = Counts::new(n);
+    let mut phase = 0usize;
     for w in 0..dataset.num_windows() {
         let window = dataset.window(w)?;
         let (Some(sources), Some(lead)) = (window.doc_sources, window.lead_source) else {
@@ -86,13 +89,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         let len = window.tokens.len() as u64;
         let mut cuts = Vec::with_capacity(sources.len() + 2);
         cuts.push((0u64, lead, false));
-        cuts.extend(
-            window
-                .doc_starts
-                .iter()
-                .zip(sources)
-                .map(|(&s, &src)| (u64::from(s), src, true)),
-        );
+        let starts = window.doc_starts.iter().zip(sources);
+        cuts.extend(starts.map(|(&s, &src)| (u64::from(s), src, true)));
         for (k, &(start, source, starts)) in cuts.iter().enumerate() {
             let end = cuts.get(k + 1).map_or(len, |c| c.0);
             let source = usize::from(source);
@@ -100,28 +98,25 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
                 continue; // unknown (65535): counted in no source
             }
             if starts {
-                for counts in [&mut whole, &mut since_row] {
+                // A phase begins with the first document that starts at or after its point.
+                while spans
+                    .get(phase + 1)
+                    .is_some_and(|next| at + start >= next.from)
+                {
+                    spans[phase].to = Some(at + start);
+                    phase += 1;
+                    spans[phase].from = at + start;
+                }
+                for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
                     counts.documents[source] += 1;
                 }
-                if let Some(span) = spans.iter_mut().find(|s| s.contains(at + start)) {
-                    span.counts.documents[source] += 1;
-                }
             }
-            // The segment's tokens, split where a CSV row or a phase boundary falls.
+            // The segment's tokens, split where a CSV row falls.
             let (mut from, to) = (at + start, at + end);
             while from < to {
-                let mut cut = to;
-                if csv.is_some() {
-                    cut = cut.min(next_row);
-                }
-                if let Some(span) = spans.iter().find(|s| s.contains(from)) {
-                    cut = cut.min(span.to.unwrap_or(u64::MAX));
-                }
-                let tokens = cut - from;
-                whole.tokens[source] += tokens;
-                since_row.tokens[source] += tokens;
-                if let Some(span) = spans.iter_mut().find(|s| s.contains(from)) {
-                    span.counts.tokens[source] += tokens;
+                let cut = if csv.is_some() { to.min(next_row) } else { to };
+                for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
+                    counts.tokens[source] += cut - from;
                 }
                 from = cut;
                 if let Some(out) = &mut csv
@@ -153,12 +148,6 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
     })
 }
 
-impl Span {
-    fn contains(&self, token: u64) -> bool {
-        token >= self.from && self.to.is_none_or(|to| token < to)
-    }
-}
-
 /// The recipe's phases as spans (one span, the whole stream, without phases).
 fn phase_spans(m: &Manifest) -> Vec<Span> {
     let n = m.sources.len();
@@ -186,9 +175,6 @@ fn phase_spans(m: &Manifest) -> Vec<Span> {
             .map(|s| phase["weights"][&s.name].as_f64().unwrap_or(0.0))
             .collect();
         let total: f64 = weights.iter().sum();
-        if let Some(last) = spans.last_mut() {
-            last.to = Some(at);
-        }
         spans.push(Span {
             name: format!("phase {}", k + 1),
             from: at,

@@ -58,11 +58,16 @@ pub fn print_summary(report: &PackReport) {
         );
     }
     println!(
-        "target: {} (recipe [mix] unit); off by: realized minus target, in points",
+        "target: {}{} (recipe [mix] unit); off by: realized minus target, in points",
         if in_tokens {
             "share of tokens"
         } else {
             "share of documents"
+        },
+        if m.recipe["mix"]["phase"].is_array() {
+            " in phase 0 (`dsprep inspect --mix` gives every phase)"
+        } else {
+            ""
         }
     );
     for s in m.sources.iter().filter(|s| s.rows_oversize > 0) {

@@ -39,8 +39,26 @@ fn stream(
     buffer: usize,
     seed: u64,
 ) -> DocStream<Source> {
+    phased(lengths, weights, &[], stopping, buffer, seed)
+}
+
+/// [`stream`] with phases: from `at` tokens on, `weights`.
+fn phased(
+    lengths: &[Vec<usize>],
+    weights: &[f64],
+    phases: &[(u64, Vec<f64>)],
+    stopping: Stopping,
+    buffer: usize,
+    seed: u64,
+) -> DocStream<Source> {
     DocStream::new(
-        Mixer::by_tokens(inputs(lengths, weights), stopping, seed, buffer),
+        Mixer::by_tokens(
+            inputs(lengths, weights),
+            stopping,
+            seed,
+            buffer,
+            phases.to_vec(),
+        ),
         Shuffler::new(0, seed),
     )
 }
@@ -169,7 +187,7 @@ fn a_document_without_tokens_is_refused() {
         weight: 1.0,
         source: VecSource::new(0, vec!["a".into()]),
     }];
-    let mut mixer = Mixer::by_tokens(inputs, Stopping::FirstExhausted, 0, 0);
+    let mut mixer = Mixer::by_tokens(inputs, Stopping::FirstExhausted, 0, 0, Vec::new());
     let err = mixer.next_doc().unwrap_err().to_string();
     assert!(
         err.contains("source \"plain\" handed over a document without its tokens"),
@@ -196,6 +214,60 @@ fn a_checkpoint_of_one_unit_does_not_restore_the_other() {
         err.contains("a mix in tokens, the recipe's in documents"),
         "{err}"
     );
+}
+
+#[test]
+fn a_phase_begins_with_the_first_document_drawn_once_the_stream_holds_its_tokens() {
+    // Source 1 has weight 0 until 1,000 tokens, then source 0 has.
+    let lengths = vec![vec![30; 200], vec![40; 200]];
+    let phases = [(1_000, vec![0.0, 1.0])];
+    let docs = drain(&mut phased(
+        &lengths,
+        &[1.0, 0.0],
+        &phases,
+        Stopping::FirstExhausted,
+        8,
+        2,
+    ));
+    let mut before = 0u64;
+    for doc in &docs {
+        let want = if before >= 1_000 { 1 } else { 0 };
+        assert_eq!(
+            doc.pos.source, want,
+            "the document drawn after {before} tokens"
+        );
+        before += tokens(doc);
+    }
+    assert!(
+        docs.iter().any(|d| d.pos.source == 1),
+        "source 1 joins in phase 1"
+    );
+}
+
+#[test]
+fn each_phase_holds_its_own_shares_from_where_it_begins() {
+    let lengths = vec![
+        (0..3_000).map(|k| 5 + k % 20).collect(),
+        (0..3_000).map(|k| 50 + k % 200).collect(),
+    ];
+    let phases = [(20_000, vec![0.2, 0.8])];
+    let docs = drain(&mut phased(
+        &lengths,
+        &[0.5, 0.5],
+        &phases,
+        Stopping::FirstExhausted,
+        16,
+        4,
+    ));
+    let (mut at, mut per_phase) = (0u64, [[0u64; 2]; 2]);
+    for doc in &docs {
+        let phase = usize::from(at >= 20_000);
+        per_phase[phase][usize::from(doc.pos.source)] += tokens(doc);
+        at += tokens(doc);
+    }
+    let share0 = |p: [u64; 2]| p[0] as f64 / (p[0] + p[1]) as f64;
+    assert!((share0(per_phase[0]) - 0.5).abs() < 0.015, "{per_phase:?}");
+    assert!((share0(per_phase[1]) - 0.2).abs() < 0.015, "{per_phase:?}");
 }
 
 fn lengths_strategy() -> impl Strategy<Value = Vec<Vec<usize>>> {
@@ -236,18 +308,25 @@ proptest! {
         prop_assert!(worst_gap(&docs, weights) <= bound, "gap {} > {bound}", worst_gap(&docs, weights));
     }
 
-    /// Cut anywhere and restored from the state: the same documents, the same counts.
+    /// Cut anywhere (before, at or after a phase boundary) and restored from the state: the
+    /// same documents, the same counts.
     #[test]
     fn a_restored_mix_in_tokens_continues_exactly(
         lengths in lengths_strategy(),
         raw_weights in proptest::collection::vec(0.05f64..1.0, 4),
+        phase_weights in proptest::collection::vec(0.0f64..1.0, 4),
+        phase_at in proptest::option::of(1u64..20_000),
         all in any::<bool>(),
         buffer in 0usize..64,
         seed in any::<u64>(),
         cut_frac in 0.0f64..=1.0,
     ) {
         let weights = &raw_weights[..lengths.len()];
+        let mut later = phase_weights[..lengths.len()].to_vec();
+        later[0] += 0.01; // never all zero
+        let phases: Vec<(u64, Vec<f64>)> = phase_at.map(|at| (at, later)).into_iter().collect();
         let stopping = if all { Stopping::AllExhausted } else { Stopping::FirstExhausted };
+        let stream = |_: &[Vec<usize>], _: &[f64], stopping, buffer, seed| phased(&lengths, weights, &phases, stopping, buffer, seed);
         let whole = drain(&mut stream(&lengths, weights, stopping, buffer, seed));
         let cut = (whole.len() as f64 * cut_frac) as usize;
         let mut first = stream(&lengths, weights, stopping, buffer, seed);

@@ -119,6 +119,22 @@ pub struct MixSpec {
     /// canonical form, so recipes written before `unit` existed keep their hash.
     #[serde(default, skip_serializing_if = "MixUnit::is_documents")]
     pub unit: MixUnit,
+    /// `[[mix.phase]]`: from a point of the stream on, other weights (a mix in tokens only).
+    /// The `[[source]]` weights are phase 0's.
+    #[serde(default, rename = "phase", skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseSpec>,
+}
+
+/// `[[mix.phase]]`: the weights in force from `at_tokens` tokens of the stream on (BOS/EOS
+/// included), until the next phase. The switch comes at the first document drawn once the stream
+/// holds at least `at_tokens` tokens (the document that crosses the point is finished first).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseSpec {
+    pub at_tokens: u64,
+    /// Per source name, its weight in this phase; a source not named has weight 0 (it takes no
+    /// part in the phase). A source of weight 0 in `[[source]]` may join in a phase.
+    pub weights: std::collections::BTreeMap<String, f64>,
 }
 
 /// What a source's weight is a share of (`[mix] unit`).
@@ -400,12 +416,33 @@ impl Recipe {
         hex::encode(hasher.finalize())
     }
 
-    /// Sources that take part in the mix (weight > 0), with their index in `sources`.
+    /// Sources that take part in the mix (weight > 0 in `[[source]]` or in a phase), with their
+    /// index in `sources`: the sources that are listed and read.
     pub fn active_sources(&self) -> impl Iterator<Item = (usize, &SourceSpec)> {
         self.sources
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.weight > 0.0)
+            .filter(|(i, _)| self.takes_part(*i))
+    }
+
+    /// Whether source `index` has weight > 0 in `[[source]]` or in some phase.
+    pub fn takes_part(&self, index: usize) -> bool {
+        self.phase_weights()
+            .iter()
+            .any(|w| w.get(index).is_some_and(|&w| w > 0.0))
+    }
+
+    /// Every phase's weights, source by source in recipe order: phase 0 (`[[source]]`), then
+    /// each `[[mix.phase]]`'s.
+    pub fn phase_weights(&self) -> Vec<Vec<f64>> {
+        let base = self.sources.iter().map(|s| s.weight).collect();
+        let phases = self.mix.phases.iter().map(|p| {
+            self.sources
+                .iter()
+                .map(|s| p.weights.get(&s.name).copied().unwrap_or(0.0))
+                .collect()
+        });
+        std::iter::once(base).chain(phases).collect()
     }
 }
 

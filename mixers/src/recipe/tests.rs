@@ -269,3 +269,67 @@ fn lanes_are_optional_hashed_when_present_and_checked() {
     ));
     assert!(typo.iter().any(|m| m.contains("blocks")), "{typo:?}");
 }
+
+/// `GOOD` mixed in tokens with `phases` (TOML `[[mix.phase]]` tables) after the sources.
+fn with_phases(phases: &str) -> String {
+    format!(
+        "{}\n{phases}",
+        GOOD.replace(
+            "stopping = \"all_exhausted\"",
+            "stopping = \"all_exhausted\"\nunit = \"tokens\""
+        )
+    )
+}
+
+#[test]
+fn phases_parse_join_the_hash_and_name_the_sources_that_take_part() {
+    let recipe = Recipe::parse(&with_phases(
+        "[[mix.phase]]\nat_tokens = 1000\nweights = { stack = 1.0 }\n",
+    ))
+    .unwrap();
+    assert_eq!(recipe.mix.unit, MixUnit::Tokens);
+    assert_eq!(recipe.phase_weights(), vec![vec![0.7, 0.3], vec![0.0, 1.0]]);
+    let plain = Recipe::parse(&with_phases("")).unwrap();
+    assert_ne!(recipe.hash(), plain.hash());
+    assert!(plain.mix.phases.is_empty());
+    let joins = Recipe::parse(
+        &with_phases("[[mix.phase]]\nat_tokens = 5\nweights = { stack = 1.0 }\n")
+            .replace("weight = 0.3", "weight = 0"),
+    )
+    .unwrap();
+    assert!(
+        joins.takes_part(1),
+        "weight 0, then 1 in a phase: listed and read"
+    );
+    assert_eq!(joins.active_sources().count(), 2);
+}
+
+#[test]
+fn every_phase_problem_is_reported_with_its_path() {
+    let phases = "[[mix.phase]]\nat_tokens = 0\nweights = { stack = 1.0, web = 2.0 }\n\
+                  [[mix.phase]]\nat_tokens = 500\nweights = { stack = 0.0 }\n\
+                  [[mix.phase]]\nat_tokens = 400\nweights = { fineweb-edu = -1.0 }\n";
+    assert_eq!(
+        messages(&with_phases(phases)),
+        vec![
+            "mix.phase[0].at_tokens: must be above 0, got 0",
+            "mix.phase[0].weights.web: no [[source]] has this name",
+            "mix.phase[1].weights: no source has weight > 0 in this phase",
+            "mix.phase[2].at_tokens: must be after phase[1]'s 500, got 400",
+            "mix.phase[2].weights.fineweb-edu: must be a finite number >= 0, got -1",
+            "mix.phase[2].weights: no source has weight > 0 in this phase",
+        ]
+    );
+    let in_documents = with_phases("[[mix.phase]]\nat_tokens = 9\nweights = { stack = 1.0 }\n")
+        .replace("unit = \"tokens\"", "");
+    assert_eq!(
+        messages(&in_documents),
+        vec!["mix.phase: phases switch at a number of tokens: they need [mix] unit = \"tokens\""]
+    );
+    let unknown = with_phases("[[mix.phase]]\nat_tokens = 9\nweights = {}\nat_steps = 3\n");
+    assert!(
+        messages(&unknown)[0].contains("unknown field `at_steps`"),
+        "{:?}",
+        messages(&unknown)
+    );
+}

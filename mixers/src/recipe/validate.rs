@@ -1,8 +1,8 @@
 //! Recipe validation without IO: every problem is collected, each with its field path.
 
 use super::{
-    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, RECIPE_VERSION, Recipe,
-    TextField, TokenRef,
+    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, MixUnit,
+    RECIPE_VERSION, Recipe, TextField, TokenRef,
 };
 use std::collections::HashSet;
 
@@ -154,7 +154,71 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
             "all weights are zero: at least one source needs weight > 0".into(),
         );
     }
+    for (path, message) in phase_problems(recipe) {
+        fail(path, message);
+    }
     errors
+}
+
+/// `[[mix.phase]]`: a mix in tokens, points in increasing order, weights of named sources, not
+/// all zero.
+fn phase_problems(recipe: &Recipe) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    let phases = &recipe.mix.phases;
+    if phases.is_empty() {
+        return problems;
+    }
+    if recipe.mix.unit != MixUnit::Tokens {
+        problems.push((
+            "mix.phase".into(),
+            "phases switch at a number of tokens: they need [mix] unit = \"tokens\"".into(),
+        ));
+    }
+    if recipe.lanes.is_some() {
+        problems.push((
+            "mix.phase".into(),
+            "phases are not supported with [lanes] yet: each lane counts only its own tokens"
+                .into(),
+        ));
+    }
+    let mut previous = 0u64;
+    for (k, phase) in phases.iter().enumerate() {
+        let at = |field: &str| format!("mix.phase[{k}].{field}");
+        if phase.at_tokens <= previous {
+            problems.push((
+                at("at_tokens"),
+                match k {
+                    0 => format!("must be above 0, got {}", phase.at_tokens),
+                    _ => format!(
+                        "must be after phase[{}]'s {previous}, got {}",
+                        k - 1,
+                        phase.at_tokens
+                    ),
+                },
+            ));
+        }
+        previous = previous.max(phase.at_tokens);
+        for (name, &weight) in &phase.weights {
+            if !recipe.sources.iter().any(|s| &s.name == name) {
+                problems.push((
+                    format!("mix.phase[{k}].weights.{name}"),
+                    "no [[source]] has this name".into(),
+                ));
+            } else if !weight.is_finite() || weight < 0.0 {
+                problems.push((
+                    format!("mix.phase[{k}].weights.{name}"),
+                    format!("must be a finite number >= 0, got {weight}"),
+                ));
+            }
+        }
+        if !phase.weights.values().any(|&w| w > 0.0) {
+            problems.push((
+                at("weights"),
+                "no source has weight > 0 in this phase".into(),
+            ));
+        }
+    }
+    problems
 }
 
 /// Largest `content.concurrency` accepted.
