@@ -250,6 +250,72 @@ fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
     }
 }
 
+/// `[mix] unit = "tokens"` with lanes: each lane mixes its own units in tokens; two node daemons
+/// serve exactly what one pack writes, documents' sources included.
+#[test]
+fn node_daemons_serve_a_lanes_recipe_mixed_in_tokens_as_packed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo_root().join("config");
+    let text = std::fs::read_to_string(multinode())
+        .unwrap()
+        .replace("[mix]\n", "[mix]\nunit = \"tokens\"\n")
+        .replace(
+            "\"tokenizers/",
+            &format!("\"{}/tokenizers/", config.display()),
+        )
+        .replace("\"samples/", &format!("\"{}/samples/", config.display()));
+    let recipe = tmp.path().join("multinode-tokens.toml");
+    std::fs::write(&recipe, text).unwrap();
+    let out = tmp.path().join("whole");
+    let recipe_arg = recipe.to_str().unwrap();
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        recipe_arg,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let whole = PackedDataset::open(&out).unwrap();
+    assert_eq!(whole.manifest().recipe["mix"]["unit"], "tokens");
+    let daemons: Vec<Daemon> = (0..2)
+        .map(|node| {
+            let endpoint = format!(
+                "ipc://{}",
+                tmp.path().join(format!("node{node}.sock")).display()
+            );
+            let args = node_args(tmp.path(), node, 2, 4, 1, &["--metrics", "off"]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Daemon::start_with(&recipe, &endpoint, &args).unwrap()
+        })
+        .collect();
+    let num_steps = whole.num_windows() / 4;
+    let outs = tap_all(
+        tmp.path(),
+        &[&daemons[0], &daemons[1]],
+        4,
+        0,
+        num_steps + 1,
+        "t",
+        &[],
+    );
+    for (rank, out) in outs.iter().enumerate() {
+        let got = std::fs::read(out).unwrap();
+        assert!(
+            got == expected_rank_bytes(&whole, 4, 1, rank as u64),
+            "rank {rank}"
+        );
+        let h = headers(out);
+        for (step, line) in h[..num_steps as usize].iter().enumerate() {
+            let window = whole.window(step as u64 * 4 + rank as u64).unwrap();
+            assert_eq!(
+                line["doc_sources"][0],
+                serde_json::json!(window.doc_sources.unwrap())
+            );
+        }
+    }
+}
+
 /// The launch the README shows: `SLURM_NNODES=2 SLURM_NODEID=i dsprep serve … --world-size 4
 /// --micro-batch 1`, ranks 0–1 on node 0 and 2–3 on node 1.
 #[test]
