@@ -595,6 +595,48 @@ fn a_phase_switches_at_its_point_and_plan_and_inspect_show_it() {
     }
 }
 
+/// `dsprep inspect --plot`: an SVG of the stated size with, per source, its share along the
+/// stream (two lines), its target and its document-length bars.
+#[test]
+fn inspect_plot_draws_the_shares_and_the_document_lengths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    pack_dataset(&quickstart_with_a_phase(tmp.path(), 400_000), &out);
+    let svg = tmp.path().join("mix.svg");
+    let said = dsprep_ok(&[
+        "inspect",
+        out.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        said.contains("drew 960×720 SVG of the shares every 3762 tokens"),
+        "{said}"
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="960" height="720" viewBox="0 0 960 720""#
+    ));
+    assert!(text.ends_with("</svg>\n"));
+    assert_eq!(
+        text.matches("<polyline").count(),
+        2 * 5,
+        "per source: so far, and per span"
+    );
+    // Targets: 5 sources in phase 0, 3 in phase 1 (c4 and zyda-2 have target 0 there: drawn too).
+    assert_eq!(text.matches("stroke-dasharray").count(), 2 * 5);
+    for name in ["fineweb-edu", "c4", "zyda-2", "the-stack-v2", "finemath"] {
+        assert!(text.contains(&format!(">{name}</text>")), "legend {name}");
+    }
+    assert!(
+        text.matches("<rect").count() > 6 + 5,
+        "histogram bars besides background and legend"
+    );
+    let opened = text.matches('<').count();
+    let closed = text.matches("/>").count() + text.matches("</").count() * 2;
+    assert_eq!(opened, closed, "every element is closed");
+}
+
 fn pack_fixture(
     dir: &std::path::Path,
     recipe_text: &str,

@@ -203,13 +203,16 @@ enum Command {
         /// Print the mix ledger (per source, and per phase): target, realized shares, deviation.
         #[arg(long)]
         mix: bool,
-        /// With --mix: also write a CSV of the realized share along the stream, one row every
-        /// this many tokens (to `--csv`).
-        #[arg(long, default_value_t = 0, requires = "csv")]
+        /// The realized share along the stream, one row every this many tokens (for --csv and
+        /// --plot; --plot takes about 200 rows when not given).
+        #[arg(long, default_value_t = 0)]
         every: u64,
-        /// Where --every writes its CSV.
+        /// Write the realized shares along the stream as CSV (needs --every).
         #[arg(long, requires = "every")]
         csv: Option<PathBuf>,
+        /// Draw the shares along the stream and each source's document lengths as SVG.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -452,16 +455,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             mix,
             every,
             csv,
+            plot,
         } => {
-            if mix || csv.is_some() {
+            if mix || csv.is_some() || plot.is_some() {
+                let every = match (every, &plot) {
+                    (0, Some(_)) => dsprep::inspect::auto_every(&dir)?,
+                    _ => every,
+                };
                 let ledger = dsprep::inspect::mix_ledger(&dir, every)
                     .with_context(|| format!("inspect {}", dir.display()))?;
                 print!("{}", ledger.table());
-                if let (Some(path), Some(text)) = (csv, ledger.csv) {
-                    std::fs::write(&path, text)
+                if let Some(path) = csv {
+                    std::fs::write(&path, ledger.csv())
                         .with_context(|| format!("cannot write {}", path.display()))?;
                     println!(
                         "wrote the realized shares every {every} tokens to {}",
+                        path.display()
+                    );
+                }
+                if let Some(path) = plot {
+                    let title = format!("dsprep inspect {}", dir.display());
+                    std::fs::write(&path, dsprep::inspect::render_svg(&ledger, &title))
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    println!(
+                        "drew {}×{} SVG of the shares every {every} tokens and the document \
+                         lengths to {}",
+                        dsprep::inspect::WIDTH,
+                        dsprep::inspect::HEIGHT,
                         path.display()
                     );
                 }

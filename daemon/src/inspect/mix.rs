@@ -1,7 +1,8 @@
 //! `dsprep inspect DIR --mix`: the ledger of a packed directory, read from its windows' document
 //! sources (format 3): per source (and per phase of a recipe with phases) the target share, the
-//! realized share of tokens and of documents, and the deviation; with `--every N`, a CSV of the
-//! realized share along the stream, every `N` tokens.
+//! realized share of tokens and of documents, and the deviation; with `--every N`, the realized
+//! share along the stream every `N` tokens (a CSV, or `--plot`'s picture), and per source the
+//! histogram of document lengths.
 //!
 //! It counts what the windows hold (the dropped tail is not in them), segment by segment: a
 //! window's tokens up to its first document start belong to its lead source, then each start's
@@ -52,11 +53,35 @@ pub struct MixLedger {
     /// What the targets are shares of: `"documents"` or `"tokens"`.
     pub unit: String,
     pub spans: Vec<Span>,
-    /// With `every`: the CSV of the realized share along the stream.
-    pub csv: Option<String>,
+    /// With `every`: the realized shares along the stream, one row every `every` tokens (and
+    /// one at the end).
+    pub rows: Vec<ShareRow>,
+    /// Per source, documents by length in tokens: bucket `k` counts lengths in `[2^k, 2^(k+1))`.
+    /// A document's length is measured from its start to the next start (the last one, cut by
+    /// the end of the windows, is not counted).
+    pub lengths: Vec<[u64; LENGTH_BUCKETS]>,
 }
 
-/// Read `dir`'s windows once and count; `every` > 0 also writes the CSV rows.
+/// Buckets of the document-length histograms: lengths up to 2^40 tokens.
+pub const LENGTH_BUCKETS: usize = 41;
+
+/// The realized shares at a point of the stream.
+#[derive(Clone, Debug)]
+pub struct ShareRow {
+    pub tokens: u64,
+    /// Per source, its share of the tokens since the previous row.
+    pub span: Vec<f64>,
+    /// Per source, its share of every token so far.
+    pub total: Vec<f64>,
+}
+
+/// About 200 rows along `dir`'s stream: what `--plot` uses when `--every` is not given.
+pub fn auto_every(dir: &Path) -> anyhow::Result<u64> {
+    let m = dsprep_client::packed::read_manifest(dir)?;
+    Ok((m.num_windows * u64::from(m.window_tokens) / 200).max(1))
+}
+
+/// Read `dir`'s windows once and count; `every` > 0 also takes the shares every `every` tokens.
 pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
     let dataset = PackedDataset::open(dir)
         .with_context(|| format!("{} is not a valid packed directory", dir.display()))?;
@@ -76,7 +101,9 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         .unwrap_or("documents")
         .to_string();
     let mut spans = phase_spans(m);
-    let mut csv = (every > 0).then(|| csv_header(&names));
+    let mut rows = Vec::new();
+    let mut lengths = vec![[0u64; LENGTH_BUCKETS]; n];
+    let mut last_start: Option<(u64, usize)> = None;
     let (mut at, mut next_row) = (0u64, every);
     let mut since_row = Counts::new(n);
     let mut whole = Counts::new(n);
@@ -110,19 +137,21 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
                 for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
                     counts.documents[source] += 1;
                 }
+                if let Some((from, s)) = last_start.replace((at + start, source)) {
+                    let len = at + start - from;
+                    lengths[s][(len.max(1).ilog2() as usize).min(LENGTH_BUCKETS - 1)] += 1;
+                }
             }
             // The segment's tokens, split where a CSV row falls.
             let (mut from, to) = (at + start, at + end);
             while from < to {
-                let cut = if csv.is_some() { to.min(next_row) } else { to };
+                let cut = if every > 0 { to.min(next_row) } else { to };
                 for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
                     counts.tokens[source] += cut - from;
                 }
                 from = cut;
-                if let Some(out) = &mut csv
-                    && from == next_row
-                {
-                    csv_row(out, from, &since_row, &whole);
+                if every > 0 && from == next_row {
+                    rows.push(ShareRow::new(from, &since_row, &whole));
                     since_row = Counts::new(n);
                     next_row += every;
                 }
@@ -130,10 +159,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         }
         at += len;
     }
-    if let Some(out) = &mut csv
-        && since_row.total_tokens() > 0
-    {
-        csv_row(out, at, &since_row, &whole);
+    if every > 0 && since_row.total_tokens() > 0 {
+        rows.push(ShareRow::new(at, &since_row, &whole));
     }
     if spans.len() > 1 {
         spans.insert(0, whole_span(m, whole));
@@ -144,7 +171,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         names,
         unit,
         spans,
-        csv,
+        rows,
+        lengths,
     })
 }
 
@@ -199,31 +227,44 @@ fn whole_span(m: &Manifest, counts: Counts) -> Span {
     }
 }
 
-fn csv_header(names: &[String]) -> String {
-    let mut out = String::from("tokens");
-    for prefix in ["span", "total"] {
-        for name in names {
-            let _ = write!(out, ",{prefix}:{name}");
+impl ShareRow {
+    fn new(tokens: u64, span: &Counts, whole: &Counts) -> Self {
+        let shares = |c: &Counts| {
+            let total = c.total_tokens();
+            c.tokens
+                .iter()
+                .map(|&t| dsprep_mixers::mixer::share(t, total))
+                .collect()
+        };
+        ShareRow {
+            tokens,
+            span: shares(span),
+            total: shares(whole),
         }
     }
-    out.push('\n');
-    out
-}
-
-/// One CSV row at `tokens`: each source's share of the tokens since the previous row, then of
-/// every token so far.
-fn csv_row(out: &mut String, tokens: u64, span: &Counts, whole: &Counts) {
-    let _ = write!(out, "{tokens}");
-    for counts in [span, whole] {
-        let total = counts.total_tokens();
-        for &t in &counts.tokens {
-            let _ = write!(out, ",{:.6}", dsprep_mixers::mixer::share(t, total));
-        }
-    }
-    out.push('\n');
 }
 
 impl MixLedger {
+    /// The rows as CSV: `tokens`, then each source's share since the previous row
+    /// (`span:NAME`), then of every token so far (`total:NAME`).
+    pub fn csv(&self) -> String {
+        let mut out = String::from("tokens");
+        for prefix in ["span", "total"] {
+            for name in &self.names {
+                let _ = write!(out, ",{prefix}:{name}");
+            }
+        }
+        out.push('\n');
+        for row in &self.rows {
+            let _ = write!(out, "{}", row.tokens);
+            for share in row.span.iter().chain(&row.total) {
+                let _ = write!(out, ",{share:.6}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+
     /// The table `dsprep inspect --mix` prints.
     pub fn table(&self) -> String {
         let mut out = String::new();

@@ -1,9 +1,12 @@
 //! `dsprep inspect DIR`: look inside a packed directory. `--window N` decodes one window with its
 //! document boundaries (`window.rs`); `--mix` prints the ledger of its sources, optionally with a
-//! CSV of the realized shares along the stream (`mix.rs`).
+//! CSV of the realized shares along the stream (`mix.rs`); `--plot` draws them and the document
+//! lengths (`plot.rs`).
 
 mod mix;
+mod plot;
 mod window;
 
-pub use mix::{MixLedger, mix_ledger};
+pub use mix::{LENGTH_BUCKETS, MixLedger, ShareRow, auto_every, mix_ledger};
+pub use plot::{HEIGHT, WIDTH, render_svg};
 pub use window::inspect_window;
