@@ -518,6 +518,7 @@ fn tensor_parallel_ranks_share_their_data_parallel_batches() {
                             tensor: 2,
                             ..Default::default()
                         },
+                        session: None,
                     };
                     let mut client = dsprep_client::Client::with_config(config).unwrap();
                     assert_eq!(client.data_parallel(), (rank / 2, 4));

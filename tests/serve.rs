@@ -39,6 +39,7 @@ fn client(endpoint: &str, rank: u32, world_size: u32) -> Client {
         timeout: Duration::from_secs(10),
         attempts: 2,
         parallel: Default::default(),
+        session: None,
     };
     Client::with_config(config).unwrap()
 }
@@ -183,8 +184,8 @@ fn a_slow_rank_holds_the_pipeline_back_and_memory_stays_bounded() {
             "the fast rank moves as the slow one does"
         );
         assert!(
-            daemon.metric("dsprep_steps{kind=\"held\"}") <= 3.0 + 1.0,
-            "prefetch + one step of history"
+            daemon.metric("dsprep_steps{kind=\"held\"}") <= 3.0 + 8.0,
+            "prefetch + history (HISTORY_STEPS)"
         );
     }
     assert_eq!(daemon.metric("dsprep_rank_step{rank=\"0\"}"), 51.0);
@@ -236,6 +237,7 @@ fn request(rank: u32, world_size: u32, step: u64) -> Request {
         world_size,
         step,
         recipe_hash: None,
+        owner: None,
     }
 }
 
@@ -256,7 +258,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
 
     let (h, m) = raw.ask_frames(&[b"hello"]);
     assert_eq!(h.status, Status::Malformed);
-    assert_eq!(m, "request rejected: message is 5 bytes, expected 64");
+    assert_eq!(m, "request rejected: message is 5 bytes, expected 80");
 
     let (h, m) = raw.ask_frames(&[&request(0, 2, 0).encode(), b"extra"]);
     assert_eq!(h.status, Status::Malformed);
@@ -295,12 +297,12 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     let (h, _) = raw.ask(&request(2, 2, 0));
     assert_eq!(h.status, Status::LayoutMismatch);
 
-    // Both ranks move on to step 5: steps below 4 are dropped.
+    // Both ranks move on to step 11: steps below 3 (8 of history) are dropped.
     let (mut r0, mut r1) = (
         client(&daemon.endpoint, 0, 2),
         client(&daemon.endpoint, 1, 2),
     );
-    for step in 0..6 {
+    for step in 0..12 {
         r0.batch_at(step).unwrap();
         r1.batch_at(step).unwrap();
     }
@@ -308,7 +310,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!(h.status, Status::StepGone);
     assert_eq!(
         m,
-        "step 1 is no longer held: the oldest step held is 4 (resume from a checkpoint to go back further)"
+        "step 1 is no longer held: the oldest step held is 3 (resume from a checkpoint to go back further)"
     );
 
     // The typed errors reach the Rust client as typed errors.
@@ -396,6 +398,104 @@ fn served_batches_expose_inputs_labels_and_document_boundaries() {
         assert_eq!(counts.iter().map(|&(_, n)| n).sum::<u64>(), 4 * 512);
         assert!(counts.iter().all(|&(s, n)| s < 5 && n > 0), "{counts:?}");
     }
+}
+
+/// A client of rank `rank` in trainer session `session`, waiting `patience` for a reply.
+fn client_in_session(endpoint: &str, rank: u32, session: u64, patience: u64) -> Client {
+    let config = ClientConfig {
+        session: Some(session),
+        timeout: Duration::from_secs(patience),
+        attempts: 1,
+        ..client(endpoint, rank, 2).config().clone()
+    };
+    Client::with_config(config).unwrap()
+}
+
+/// One owner per rank (protocol v3): a second trainer process with the same RANK is refused with
+/// a typed error naming the rank, and moves nothing the daemon holds; a crashed owner's rank is
+/// taken over once it has been silent for --owner-timeout; a clean exit frees it at once.
+#[test]
+fn a_rank_belongs_to_one_trainer_process_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = packed(tmp.path());
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let args = [
+        "--world-size",
+        "2",
+        "--micro-batch",
+        "1",
+        "--prefetch",
+        "64",
+    ];
+    let more = ["--metrics", "127.0.0.1:0", "--owner-timeout", "2"];
+    let daemon =
+        Daemon::start_with(&quickstart(), &endpoint, &[&args[..], &more[..]].concat()).unwrap();
+    let mut first = client_in_session(&endpoint, 0, 1, 10);
+    for step in 0..3 {
+        first.batch_at(step).unwrap().unwrap();
+    }
+    let held = daemon.metric("dsprep_rank_step{rank=\"0\"}");
+    let mut second = client_in_session(&endpoint, 0, 2, 1);
+    let err = second.batch_at(30).unwrap_err();
+    let ClientError::RankOwned(message) = &err else {
+        panic!("{err}");
+    };
+    assert!(
+        message.starts_with(
+            "rank 0 (data-parallel rank 0) belongs to another trainer process (session \
+             0000000000000001, which asked "
+        ),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("once the other has been silent for 2 s"),
+        "{message}"
+    );
+    assert_eq!(
+        daemon.metric("dsprep_rank_step{rank=\"0\"}"),
+        held,
+        "nothing moved"
+    );
+    assert!(daemon.metric("dsprep_replies_total{status=\"rank_owned\"}") >= 1.0);
+    let row = first.batch_at(3).unwrap().unwrap();
+    assert_eq!(
+        row.row(0).to_vec(),
+        dataset.window(6).unwrap().tokens.to_vec(),
+        "the owner goes on"
+    );
+    // The owner crashes (no clean exit, so no release): its rank is free 2 s after its last request.
+    std::mem::forget(first);
+    let mut restarted = client_in_session(&endpoint, 0, 2, 10);
+    let row = restarted.batch_at(4).unwrap().unwrap();
+    assert_eq!(
+        row.row(0).to_vec(),
+        dataset.window(8).unwrap().tokens.to_vec()
+    );
+    // A clean exit releases the rank: the next process gets it at once (within 1 s, while the
+    // owner timeout is 2 s).
+    drop(restarted);
+    let mut next = client_in_session(&endpoint, 0, 3, 1);
+    assert!(next.batch_at(5).unwrap().is_some());
+    // Tensor-parallel peers share a data-parallel rank, not a global rank: both are served.
+    let peer = |rank: u32, session: u64| {
+        let config = ClientConfig {
+            session: Some(session),
+            world_size: 4,
+            parallel: dsprep_client::Parallelism {
+                tensor: 2,
+                ..Default::default()
+            },
+            ..client(&endpoint, rank, 4).config().clone()
+        };
+        Client::with_config(config).unwrap()
+    };
+    let (mut a, mut b) = (peer(2, 4), peer(3, 5));
+    assert_eq!(a.data_parallel(), b.data_parallel());
+    let (x, y) = (
+        a.batch_at(5).unwrap().unwrap(),
+        b.batch_at(5).unwrap().unwrap(),
+    );
+    assert_eq!(x.row(0).to_vec(), y.row(0).to_vec());
 }
 
 #[test]

@@ -39,6 +39,7 @@ fn main() {
                         timeout: Duration::from_secs(30),
                         attempts: 1,
                         parallel: Default::default(),
+                        session: None,
                     };
                     let mut client = Client::with_config(config).expect("connect");
                     let mut latencies = Vec::with_capacity(requests as usize);

@@ -15,4 +15,4 @@ pub use batch::{Batch, BatchLayout};
 pub use format::{Dtype, Manifest};
 pub use packed::{PackedDataset, ReadError, TokenSlice, Window};
 pub use parallel::{Parallelism, RankOrder};
-pub use served::{Client, ClientConfig, ClientError, ServedBatch};
+pub use served::{Client, ClientConfig, ClientError, ServedBatch, process_session};

@@ -18,7 +18,19 @@ pub const PROTOCOL_VERSION: u16 = 3;
 pub const OLDEST_VERSION: u16 = 1;
 pub const REQUEST_MAGIC: [u8; 4] = *b"DSPQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"DSPR";
+/// A request of versions 1 and 2.
 pub const REQUEST_LEN: usize = 64;
+/// A version 3 request: v2's, then the trainer process's global rank and session ([`Owner`]).
+pub const REQUEST_V3_LEN: usize = REQUEST_LEN + 16;
+
+/// The length of a request in `version`.
+pub fn request_len(version: u16) -> usize {
+    if version >= 3 {
+        REQUEST_V3_LEN
+    } else {
+        REQUEST_LEN
+    }
+}
 /// A version 1 reply header.
 pub const REPLY_HEADER_V1_LEN: usize = 96;
 /// A version 2 (and 3) reply header: v1's, then four chain values.
@@ -43,6 +55,9 @@ pub fn ok_reply_frames(version: u16) -> usize {
 pub enum RequestKind {
     /// The batch of `rank` at `step`.
     Batch = 1,
+    /// Version 3: the trainer process is done with its rank (a clean exit): another process may
+    /// take it at once. No reply.
+    Release = 2,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +72,18 @@ pub struct Request {
     pub step: u64,
     /// The recipe hash the trainer expects, or `None` to accept the daemon's.
     pub recipe_hash: Option<[u8; 32]>,
+    /// Version 3: the trainer process that asks (`None` in older versions, and on the wire a
+    /// session of 0). A global rank belongs to the session that first asks for it: see
+    /// PROTOCOL.md "One owner per rank".
+    pub owner: Option<Owner>,
+}
+
+/// Who asks: the trainer process's global rank (`RANK`), and a random session id (never 0) shared
+/// by that process and its DataLoader workers, new each time a trainer starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub global_rank: u32,
+    pub session: u64,
 }
 
 /// Reply status codes (the `status` field of the header).
@@ -78,6 +105,8 @@ pub enum Status {
     /// The daemon's pipeline failed (bad input); the message says why.
     DaemonFailed = 16,
     ShuttingDown = 17,
+    /// The global rank belongs to another trainer process (session) that asked recently.
+    RankOwned = 18,
 }
 
 impl Status {
@@ -94,6 +123,7 @@ impl Status {
             Malformed,
             DaemonFailed,
             ShuttingDown,
+            RankOwned,
         ]
         .into_iter()
         .find(|s| *s as u16 == code)
@@ -221,8 +251,9 @@ fn check_frame(
 }
 
 impl Request {
-    pub fn encode(&self) -> [u8; REQUEST_LEN] {
-        let mut out = [0u8; REQUEST_LEN];
+    /// The request frame in its version (an owner is sent from version 3 on).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![0u8; request_len(self.version)];
         out[0..4].copy_from_slice(&REQUEST_MAGIC);
         out[4..6].copy_from_slice(&self.version.to_le_bytes());
         out[6..8].copy_from_slice(&(self.kind as u16).to_le_bytes());
@@ -231,13 +262,19 @@ impl Request {
         out[20..24].copy_from_slice(&self.world_size.to_le_bytes());
         out[24..32].copy_from_slice(&self.step.to_le_bytes());
         out[32..64].copy_from_slice(&self.recipe_hash.unwrap_or([0; 32]));
+        if let (3.., Some(owner)) = (self.version, self.owner) {
+            out[64..68].copy_from_slice(&owner.global_rank.to_le_bytes());
+            // 68..72 reserved (zero)
+            out[72..80].copy_from_slice(&owner.session.to_le_bytes());
+        }
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
-        let (version, mut r) = check_frame(bytes, |_| REQUEST_LEN, REQUEST_MAGIC)?;
+        let (version, mut r) = check_frame(bytes, request_len, REQUEST_MAGIC)?;
         let kind = match r.u16() {
             1 => RequestKind::Batch,
+            2 if version >= 3 => RequestKind::Release,
             other => return Err(DecodeError::Kind(other)),
         };
         let request_id = r.u64();
@@ -246,6 +283,18 @@ impl Request {
         let step = r.u64();
         let hash = r.take::<32>();
         let recipe_hash = (hash != [0; 32]).then_some(hash);
+        let owner = match version {
+            3.. => {
+                let global_rank = r.u32();
+                let _reserved = r.u32();
+                let session = r.u64();
+                (session != 0).then_some(Owner {
+                    global_rank,
+                    session,
+                })
+            }
+            _ => None,
+        };
         Ok(Request {
             version,
             kind,
@@ -254,6 +303,7 @@ impl Request {
             world_size,
             step,
             recipe_hash,
+            owner,
         })
     }
 

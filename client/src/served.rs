@@ -8,7 +8,7 @@ use crate::chain::{self, Hash};
 use crate::packed::TokenSlice;
 use crate::parallel::{Parallelism, RankOrder};
 use crate::protocol::{
-    DecodeError, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
+    DecodeError, Owner, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
     decode_doc_sources, decode_doc_starts, ok_reply_frames,
 };
 use std::time::{Duration, Instant};
@@ -45,6 +45,9 @@ pub enum ClientError {
     DaemonFailed(String),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// Another trainer process holds this global rank (protocol v3).
+    #[error("rank taken: {0}")]
+    RankOwned(String),
     /// The stream chain does not continue: the daemon is not serving the stream this trainer
     /// consumed, or the bytes changed on the way.
     #[error("stream chain: {0}")]
@@ -65,6 +68,26 @@ pub struct ClientConfig {
     /// Tensor/context/pipeline parallel sizes: the client asks for its data-parallel rank's
     /// batches, so every rank of one model-parallel group gets the same bytes (`parallel.rs`).
     pub parallel: Parallelism,
+    /// The session that owns `rank` at the daemon (PROTOCOL.md "One owner per rank"); `None`:
+    /// this process's own ([`process_session`]), shared by every client it makes.
+    pub session: Option<u64>,
+}
+
+/// This process's session id: random per process start, the same for every client it makes.
+pub fn process_session() -> u64 {
+    static SESSION: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SESSION.get_or_init(|| {
+        use sha2::{Digest, Sha256};
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut hasher = Sha256::new();
+        hasher.update(std::process::id().to_le_bytes());
+        hasher.update(now.as_nanos().to_le_bytes());
+        hasher.update((&SESSION as *const _ as usize).to_le_bytes());
+        let digest = hasher.finalize();
+        u64::from_le_bytes(digest[..8].try_into().expect("32 bytes")) | 1
+    })
 }
 
 impl ClientConfig {
@@ -108,6 +131,7 @@ impl ClientConfig {
             timeout: Duration::from_secs(30),
             attempts: 4,
             parallel,
+            session: None,
         })
     }
 }
@@ -251,6 +275,11 @@ fn slice(t: TokenSlice<'_>, from: usize, to: usize) -> TokenSlice<'_> {
 
 /// How often a rank that is ahead of the others asks again.
 pub const AHEAD_RETRY: Duration = Duration::from_millis(20);
+/// How often a rank held by another process is asked for again, and for how long: past the
+/// daemon's default owner timeout (10 s), so a restarted trainer gets its rank back, while two
+/// trainers started with the same `RANK` fail within this.
+pub const OWNED_RETRY: Duration = Duration::from_millis(250);
+pub const OWNED_PATIENCE: Duration = Duration::from_secs(15);
 
 pub struct Client {
     context: zmq::Context,
@@ -376,7 +405,10 @@ impl Client {
     ///
     /// A step further ahead than the daemon's prefetch window (other ranks are slower) is asked
     /// for again every [`AHEAD_RETRY`] until `timeout × attempts` has passed: in data-parallel
-    /// training the slower ranks catch up; only then is [`ClientError::StepAhead`] returned.
+    /// training the slower ranks catch up; only then is [`ClientError::StepAhead`] returned. A
+    /// rank another process holds is asked for again every [`OWNED_RETRY`] for up to
+    /// [`OWNED_PATIENCE`] (a restarted trainer takes it over once the old one has been silent
+    /// for the daemon's owner timeout, 10 s unless set); then [`ClientError::RankOwned`].
     pub fn batch_at(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
         let patience = self.config.timeout * self.config.attempts.max(1);
         let started = Instant::now();
@@ -384,6 +416,11 @@ impl Client {
             match self.request(step) {
                 Err(ClientError::StepAhead(_)) if started.elapsed() < patience => {
                     std::thread::sleep(AHEAD_RETRY)
+                }
+                Err(ClientError::RankOwned(_))
+                    if started.elapsed() < patience.min(OWNED_PATIENCE) =>
+                {
+                    std::thread::sleep(OWNED_RETRY)
                 }
                 other => return other,
             }
@@ -403,6 +440,10 @@ impl Client {
                 world_size: self.data_parallel.1,
                 step,
                 recipe_hash: self.recipe_hash,
+                owner: Some(Owner {
+                    global_rank: self.config.rank,
+                    session: self.config.session.unwrap_or_else(process_session),
+                }),
             };
             self.socket.send(&request.encode()[..], 0)?;
             if let Some(reply) = self.wait_reply(request_id)? {
@@ -479,6 +520,7 @@ impl Client {
             Status::Malformed => return Err(ClientError::Malformed(message())),
             Status::DaemonFailed => return Err(ClientError::DaemonFailed(message())),
             Status::ShuttingDown => return Err(ClientError::ShuttingDown),
+            Status::RankOwned => return Err(ClientError::RankOwned(message())),
         }
         let expected = ok_reply_frames(header.version);
         if frames.len() != expected {
@@ -537,6 +579,28 @@ fn chain_break(step: u64, expected: &Hash, c: &ReplyChain) -> String {
         chain::to_hex(expected),
         chain::to_hex(&c.step_start)
     )
+}
+
+impl Drop for Client {
+    /// A clean exit releases the rank at the daemon (protocol v3), so a next trainer process
+    /// may take it at once; best effort, never waits.
+    fn drop(&mut self) {
+        let release = Request {
+            version: PROTOCOL_VERSION,
+            kind: RequestKind::Release,
+            request_id: 0,
+            rank: self.data_parallel.0,
+            world_size: self.data_parallel.1,
+            step: 0,
+            recipe_hash: None,
+            owner: Some(Owner {
+                global_rank: self.config.rank,
+                session: self.config.session.unwrap_or_else(process_session),
+            }),
+        };
+        let _ = self.socket.set_linger(100);
+        let _ = self.socket.send(&release.encode()[..], zmq::DONTWAIT);
+    }
 }
 
 fn open_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, ClientError> {

@@ -87,6 +87,10 @@ enum Command {
         /// reach it reads the token stream and can move what the daemon holds.
         #[arg(long)]
         insecure_tcp: bool,
+        /// A trainer rank belongs to the process that first asks for it; another process asking
+        /// for it is refused until the owner has been silent this many seconds.
+        #[arg(long, default_value_t = 10)]
+        owner_timeout: u64,
         /// Steps the pipeline may run ahead of the slowest rank (bounds memory).
         #[arg(long, default_value_t = 8)]
         prefetch: u64,
@@ -308,6 +312,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             micro_batch,
             endpoint,
             insecure_tcp,
+            owner_timeout,
             prefetch,
             threads,
             metrics,
@@ -343,6 +348,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 micro_batch,
                 endpoint,
                 insecure_tcp,
+                owner_timeout: std::time::Duration::from_secs(owner_timeout),
                 prefetch,
                 threads,
                 metrics,

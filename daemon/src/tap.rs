@@ -36,6 +36,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         timeout: options.timeout,
         attempts: 3,
         parallel: options.parallel,
+        session: None,
     };
     let mut client = Client::with_config(config)?;
     if let Some(text) = &options.expect_chain {

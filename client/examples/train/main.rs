@@ -170,6 +170,7 @@ fn train(args: &Args) -> Result<(), Error> {
         timeout: args.timeout,
         attempts: 2,
         parallel: Default::default(),
+        session: None,
         ..ClientConfig::from_env(&args.endpoint)?
     };
     let (rank, world) = (config.rank, config.world_size);

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zmq
 
@@ -19,6 +20,7 @@ from dsprep_client import (
     LayoutMismatch,
     Malformed,
     ProtocolError,
+    RankOwned,
     RecipeMismatch,
     ShuttingDown,
     StepAhead,
@@ -50,7 +52,7 @@ class RawRank:
 def test_malformed_and_unsupported_requests_raise_their_classes(daemon_factory):
     daemon = daemon_factory(world_size=2, micro_batch=1)
     raw = RawRank(daemon.endpoint)
-    with pytest.raises(Malformed, match=r"request rejected: message is 5 bytes, expected 64$") as e:
+    with pytest.raises(Malformed, match=r"request rejected: message is 5 bytes, expected 80$") as e:
         decode_reply(raw.ask(b"hello"))
     assert e.value.status == 15 and e.value.header.world_size == 2
     with pytest.raises(Malformed, match="a request is exactly one frame, got 2"):
@@ -106,13 +108,13 @@ def test_step_gone_and_step_ahead(daemon_factory):
         r1.batch_at(step)
     waiter.join(timeout=20)
     assert got["batch"].step == 3
-    for step in range(4, 6):
+    for step in range(4, 12):
         r1.batch_at(step - 1)
         patient.batch_at(step)
-    r1.batch_at(5)
+    r1.batch_at(11)
     with pytest.raises(StepGone) as e:
         r0.batch_at(1)
-    assert e.value.message == "step 1 is no longer held: the oldest step held is 4 (resume from a checkpoint to go back further)"
+    assert e.value.message == "step 1 is no longer held: the oldest step held is 3 (resume from a checkpoint to go back further)"
     for c in (r0, r1, patient):
         c.close()
 
@@ -194,3 +196,20 @@ def test_bad_settings_and_bad_replies_are_typed(tmp_path, monkeypatch):
         decode_header(b"hello")
     with pytest.raises(ProtocolError, match="bad magic"):
         decode_header(b"XXXX" + bytes(92))
+
+
+def test_a_second_trainer_with_the_same_rank_is_refused_and_a_clean_exit_frees_the_rank(daemon_factory, raw):
+    """Protocol v3: a global rank belongs to one trainer process (session). Another is refused
+    with `RankOwned` naming the rank; once the owner closes, the rank is free at once."""
+    daemon = daemon_factory(world_size=2, micro_batch=1, prefetch=64, extra=["--owner-timeout", "30"])
+    owner = Client(daemon.endpoint, rank=0, world_size=2, timeout=10, session=11)
+    assert owner.batch_at(0) is not None
+    intruder = Client(daemon.endpoint, rank=0, world_size=2, timeout=1, attempts=1, session=22)
+    with pytest.raises(RankOwned, match=r"^rank taken: rank 0 \(data-parallel rank 0\) belongs to another trainer process \(session 000000000000000b, which asked") as e:
+        intruder.batch_at(5)
+    assert e.value.status == 18
+    assert owner.batch_at(1).first_window == 2, "the owner goes on"
+    owner.close()
+    batch = intruder.batch_at(2)
+    assert batch is not None and np.array_equal(batch.tokens[0], raw.tokens[4])
+    intruder.close()

@@ -8,6 +8,7 @@ Elsewhere they are skipped, with the reason printed, where torch is not installe
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -102,7 +103,9 @@ def test_torchrun_style_ranks_killed_with_the_daemon_resume_from_their_checkpoin
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world))
             cmd = [sys.executable, str(worker), daemon.endpoint, out, str(workers), str(last), "3"]
             cmd += [out + ".ckpt"] if resume else []
-            procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+            # Each rank in its own process group, killed as a whole like a job step: its
+            # DataLoader workers die with it instead of asking on for their dead trainer.
+            procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True))
         return procs
 
     def steps_written(rank):
@@ -117,7 +120,7 @@ def test_torchrun_style_ranks_killed_with_the_daemon_resume_from_their_checkpoin
         assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs]
         time.sleep(0.05)
     for p in procs:
-        p.kill()
+        os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     first.kill()
     before = {r: len(steps_written(r)) for r in range(world)}

@@ -10,6 +10,10 @@ fn request() -> Request {
         world_size: 8,
         step: 1234,
         recipe_hash: Some([0xab; 32]),
+        owner: Some(Owner {
+            global_rank: 11,
+            session: 0x0123_4567_89ab_cdef,
+        }),
     }
 }
 
@@ -42,6 +46,17 @@ fn request_round_trips_and_has_a_fixed_layout() {
     assert_eq!(&bytes[0..4], b"DSPQ");
     assert_eq!(&bytes[4..6], &[3, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
+    assert_eq!(bytes.len(), 80);
+    assert_eq!(
+        &bytes[64..68],
+        &11u32.to_le_bytes(),
+        "the owner's global rank"
+    );
+    assert_eq!(
+        &bytes[72..80],
+        &0x0123_4567_89ab_cdefu64.to_le_bytes(),
+        "its session"
+    );
     assert_eq!(Request::decode(&bytes), Ok(request()));
     let none = Request {
         recipe_hash: None,
@@ -71,11 +86,22 @@ fn header_round_trips() {
 fn version_1_is_still_spoken() {
     let old = Request {
         version: 1,
+        owner: None,
         ..request()
     };
     let bytes = old.encode();
     assert_eq!(&bytes[4..6], &[1, 0]);
+    assert_eq!(bytes.len(), 64, "no owner before v3");
     assert_eq!(Request::decode(&bytes), Ok(old));
+    let given = Request {
+        version: 2,
+        ..request()
+    };
+    assert_eq!(
+        Request::decode(&given.encode()).unwrap().owner,
+        None,
+        "an owner given to a v2 request is not sent"
+    );
     let v1 = ReplyHeader {
         version: 1,
         chain: None,
@@ -104,19 +130,35 @@ fn version_1_is_still_spoken() {
 fn each_malformation_has_its_error() {
     let good = request().encode();
     assert_eq!(
-        Request::decode(&good[..63]),
+        Request::decode(&good[..79]),
         Err(DecodeError::Length {
-            len: 63,
-            expected: 64
+            len: 79,
+            expected: 80
         })
     );
-    let mut bad = good;
+    let release = Request {
+        kind: RequestKind::Release,
+        ..request()
+    };
+    assert_eq!(Request::decode(&release.encode()), Ok(release));
+    let mut v2_release = Request {
+        version: 2,
+        ..request()
+    }
+    .encode();
+    v2_release[6] = 2;
+    assert_eq!(
+        Request::decode(&v2_release),
+        Err(DecodeError::Kind(2)),
+        "release is v3's"
+    );
+    let mut bad = good.clone();
     bad[0] = b'X';
     assert_eq!(
         Request::decode(&bad),
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
-    let mut bad = good;
+    let mut bad = good.clone();
     bad[4] = 4;
     assert_eq!(
         Request::decode(&bad),
@@ -131,7 +173,7 @@ fn each_malformation_has_its_error() {
         Request::decode(&bad),
         Err(DecodeError::Version { found: 0 })
     );
-    let mut bad = good;
+    let mut bad = good.clone();
     bad[6] = 9;
     assert_eq!(Request::decode(&bad), Err(DecodeError::Kind(9)));
     let mut bad = header().encode();
@@ -224,6 +266,12 @@ fn decoders_survive_a_million_hostile_inputs() {
             if req.recipe_hash.is_none() {
                 again[32..64].copy_from_slice(&bytes[32..64]);
             }
+            if req.version >= 3 {
+                again[68..72].copy_from_slice(&bytes[68..72]); // reserved
+                if req.owner.is_none() {
+                    again[64..68].copy_from_slice(&bytes[64..68]); // a rank with session 0
+                }
+            }
             assert_eq!(again, bytes);
         }
         let _ = ReplyHeader::decode(&bytes);
@@ -243,8 +291,9 @@ fn decoders_survive_a_million_hostile_inputs() {
 
 proptest! {
     #[test]
-    fn any_request_round_trips(id in any::<u64>(), rank in any::<u32>(), world in any::<u32>(), step in any::<u64>(), hash in any::<[u8; 32]>()) {
-        let req = Request { version: PROTOCOL_VERSION, kind: RequestKind::Batch, request_id: id, rank, world_size: world, step, recipe_hash: (hash != [0; 32]).then_some(hash) };
+    fn any_request_round_trips(id in any::<u64>(), rank in any::<u32>(), world in any::<u32>(), step in any::<u64>(), hash in any::<[u8; 32]>(), global_rank in any::<u32>(), session in 1..u64::MAX) {
+        let owner = Some(Owner { global_rank, session });
+        let req = Request { version: PROTOCOL_VERSION, kind: RequestKind::Batch, request_id: id, rank, world_size: world, step, recipe_hash: (hash != [0; 32]).then_some(hash), owner };
         prop_assert_eq!(Request::decode(&req.encode()), Ok(req));
     }
 }

@@ -1,5 +1,6 @@
 //! `dsprep serve`: the loader daemon. Runs the same pipeline as `dsprep pack` and serves each
-//! data-parallel rank its slice of every global step over ZeroMQ (wire protocol v1, PROTOCOL.md).
+//! data-parallel rank its slice of every global step over ZeroMQ (wire protocol v3, PROTOCOL.md),
+//! each trainer rank to one process (`owners.rs`).
 //!
 //! Threads: the pipeline (reader, tokenizers, and a producer that packs windows into global
 //! steps) fills the [`store::StepStore`]; one server thread owns the ROUTER socket; a metrics
@@ -11,6 +12,7 @@ mod lane_checkpoints;
 mod lanes;
 mod metrics;
 mod nodes;
+mod owners;
 mod producer;
 mod progress;
 mod server;
@@ -43,6 +45,8 @@ pub struct ServeOptions {
     pub endpoint: String,
     /// Allow a non-loopback `tcp://` endpoint (unauthenticated).
     pub insecure_tcp: bool,
+    /// How long a rank's owner may be silent before another trainer process takes it over.
+    pub owner_timeout: std::time::Duration,
     /// Steps the pipeline may run ahead of the slowest rank.
     pub prefetch: u64,
     pub threads: usize,
@@ -275,6 +279,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         shutdown,
         gate,
         malformed_log: Default::default(),
+        owners: owners::Owners::new(options.owner_timeout),
     }
     .run();
     store.shutdown();

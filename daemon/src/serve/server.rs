@@ -3,11 +3,12 @@
 //! A malformed or hostile message gets a typed error reply and never stops the loop.
 
 use super::metrics::Metrics;
+use super::owners::Owners;
 use super::progress::{Gate, LaneProgress};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
-    DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, Status, encode_doc_sources,
-    encode_doc_starts, ok_reply_frames,
+    DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
+    encode_doc_sources, encode_doc_starts, ok_reply_frames,
 };
 use std::cell::Cell;
 use std::sync::Arc;
@@ -93,6 +94,8 @@ pub struct Server {
     /// is served only once every lane of the stream is known to reach it.
     pub gate: Option<(Arc<LaneProgress>, u64)>,
     pub malformed_log: MalformedLog,
+    /// Which trainer process each global rank belongs to (v3 requests).
+    pub owners: Owners,
 }
 
 impl Server {
@@ -207,6 +210,19 @@ impl Server {
             self.reply_error(&identity, &request, Status::LayoutMismatch, &msg);
             return;
         }
+        if request.kind == RequestKind::Release {
+            if let Some(owner) = request.owner {
+                self.owners.release(owner);
+            }
+            return; // no reply
+        }
+        if let Some(owner) = request.owner
+            && let Err(msg) = self.owners.claim(owner, request.rank, Instant::now())
+        {
+            // Refused before the store sees it: nothing the daemon holds moves.
+            self.reply_error(&identity, &request, Status::RankOwned, &msg);
+            return;
+        }
         if parked.len() >= MAX_PARKED {
             let oldest = parked.remove(0);
             self.reply_error(
@@ -220,6 +236,9 @@ impl Server {
     }
 
     fn answer(&self, identity: Vec<u8>, request: Request, parked: &mut Vec<Parked>) {
+        if let Some(owner) = request.owner {
+            self.owners.touch(owner, Instant::now());
+        }
         let local_rank = request.rank - self.layout.first_rank;
         match self.store.lookup(local_rank, request.step) {
             Lookup::Ready(step, num_steps) => match &self.gate {
@@ -365,12 +384,13 @@ impl Server {
         // Answered in the oldest version: every client can read it.
         let request = Request {
             version: OLDEST_VERSION,
-            kind: dsprep_client::protocol::RequestKind::Batch,
+            kind: RequestKind::Batch,
             request_id,
             rank: 0,
             world_size: 0,
             step,
             recipe_hash: None,
+            owner: None,
         };
         self.malformed_log.note(status, message);
         self.reply_error(identity, &request, status, message);
@@ -389,5 +409,6 @@ fn status_name(status: Status) -> &'static str {
         Status::Malformed => "malformed",
         Status::DaemonFailed => "daemon_failed",
         Status::ShuttingDown => "shutting_down",
+        Status::RankOwned => "rank_owned",
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Bound: the producer may be at most `prefetch` steps ahead of the slowest rank's position (the
 //! step it asked for last). Steps more than [`HISTORY_STEPS`] below the slowest position are
-//! dropped: a rank that died in the middle of a step can ask again for the one before. The store
+//! dropped: a rank that died in the middle of a step can ask again for the ones before, and a
+//! rank's DataLoader workers, which drift a few steps apart, still find theirs. The store
 //! therefore holds at most `prefetch + HISTORY_STEPS` steps (a request further ahead than the
 //! prefetch window is refused as `StepAhead`, never parked). A lagging rank slows the pipeline;
 //! it never grows memory.
@@ -20,8 +21,11 @@ pub const PLACEMENT_SETTLE: Duration = Duration::from_secs(1);
 /// … and once every rank has asked, or this long after the first request.
 pub const PLACEMENT_WAIT_ALL: Duration = Duration::from_secs(5);
 
-/// Steps kept below the slowest rank's position.
-pub const HISTORY_STEPS: u64 = 1;
+/// Steps kept below the slowest rank's position. More than one: a rank's DataLoader workers ask
+/// for interleaved steps, and each runs up to `prefetch_factor` items ahead of the trainer, so the
+/// step it asked for last can be a few steps past what another of its workers still needs (2
+/// workers × 2 by default; 8 covers 4 workers).
+pub const HISTORY_STEPS: u64 = 8;
 
 /// One global step: `world_size × micro_batch` consecutive windows.
 #[derive(Debug)]
@@ -407,7 +411,7 @@ mod tests {
         assert_eq!(
             (s.oldest, s.produced, s.held),
             (0, 4, 4),
-            "one step of history below the slowest"
+            "history below the slowest"
         );
         store.shutdown();
         assert_eq!(producer.join().unwrap(), 4);
@@ -463,22 +467,29 @@ mod tests {
         assert!(matches!(store.lookup(0, 2), Lookup::NotYet));
         store.push(step(2)).unwrap();
         assert_eq!(ready(store.lookup(1, 2)), 2);
+        assert_eq!(ready(store.lookup(0, 2)), 2);
+        for s in 3..=HISTORY_STEPS + 1 {
+            store.push(step(s)).unwrap();
+            assert_eq!(ready(store.lookup(0, s)), s);
+            assert_eq!(ready(store.lookup(1, s)), s);
+        }
         assert!(
             matches!(store.lookup(0, 0), Lookup::Gone { oldest: 1 }),
-            "one step of history below the slowest rank"
+            "HISTORY_STEPS of history below the slowest rank"
         );
         assert_eq!(
             ready(store.lookup(0, 1)),
             1,
-            "a rank may ask again for the step before"
+            "a rank may ask again for the steps before"
         );
-        assert_eq!(ready(store.lookup(0, 2)), 2);
-        store.push(step(3)).unwrap();
+        let last = HISTORY_STEPS + 1;
+        assert_eq!(ready(store.lookup(0, last)), last);
+        store.push(step(last + 1)).unwrap();
         store.finish();
         assert!(matches!(
-            store.lookup(1, 4),
-            Lookup::EndOfData { num_steps: 4 }
+            store.lookup(1, last + 2),
+            Lookup::EndOfData { num_steps } if num_steps == last + 2
         ));
-        assert_eq!(ready(store.lookup(0, 3)), 3);
+        assert_eq!(ready(store.lookup(0, last + 1)), last + 1);
     }
 }

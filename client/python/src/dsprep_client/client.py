@@ -6,6 +6,7 @@ the Rust client (client/src/served.rs). Batches are numpy views of the received 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -13,12 +14,28 @@ import zmq
 
 from .batch import Batch
 from . import chain
-from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, StepAhead
+from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, RankOwned, StepAhead
 from .parallel import data_parallel, parallel_from_env
-from .protocol import UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
+from .protocol import KIND_RELEASE, UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
 
 #: How often a rank that is ahead of the others asks again.
 AHEAD_RETRY_S = 0.020
+#: A rank another process holds is asked for again this often, for this long: past the daemon's
+#: default owner timeout (10 s), so a restarted trainer gets its rank back, while two trainers
+#: started with the same RANK fail within it.
+OWNED_RETRY_S = 0.25
+OWNED_PATIENCE_S = 15.0
+
+_SESSION: Optional[int] = None
+
+
+def process_session() -> int:
+    """This process's session id (never 0): random, made once per process and inherited by the
+    DataLoader workers it forks, so they all own its rank together."""
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = secrets.randbits(64) | 1
+    return _SESSION
 
 
 def layout_from_env(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
@@ -80,8 +97,11 @@ class Client:
         context_parallel: Optional[int] = None,
         pipeline_parallel: Optional[int] = None,
         rank_order: Optional[str] = None,
+        session: Optional[int] = None,
     ):
         self.endpoint = endpoint
+        #: Owns `rank` at the daemon (PROTOCOL.md "One owner per rank"): this process's by default.
+        self.session = int(session) if session else process_session()
         self.rank, self.world_size = layout_from_env(rank, world_size)
         tp, cp, pp, order = parallel_from_env(tensor_parallel, context_parallel, pipeline_parallel, rank_order)
         self.dp_rank, self.dp_size = data_parallel(self.rank, self.world_size, tp, cp, pp, order)
@@ -121,7 +141,10 @@ class Client:
         """The batch of `step`; `next_batch` continues after it.
 
         A step beyond the daemon's prefetch window (other ranks are slower) is asked for again
-        every 20 ms until `timeout × attempts` has passed; then `StepAhead` is raised.
+        every 20 ms until `timeout × attempts` has passed; then `StepAhead` is raised. A rank held
+        by another trainer process is asked for again every 0.25 s for up to 15 s (a restarted
+        trainer takes it over once the old one has been silent for the daemon's owner timeout);
+        then `RankOwned` is raised.
         """
         if step < 0:
             raise ConfigError(f"step {step} is negative")
@@ -134,6 +157,11 @@ class Client:
                 if time.monotonic() - started >= patience:
                     raise
                 time.sleep(AHEAD_RETRY_S)
+                continue
+            except RankOwned:
+                if time.monotonic() - started >= min(patience, OWNED_PATIENCE_S):
+                    raise
+                time.sleep(OWNED_RETRY_S)
                 continue
             if batch is not None:
                 self._check_chain(batch)
@@ -185,7 +213,14 @@ class Client:
         self.stream_chain = (batch.step + 1, c.step_end)
 
     def close(self) -> None:
-        self._socket.close(linger=0)
+        """Release the rank at the daemon (a clean exit: the next trainer may take it at once) and
+        close the socket."""
+        try:
+            release = encode_request(0, self.dp_rank, self.dp_size, 0, owner=(self.rank, self.session), kind=KIND_RELEASE)
+            self._socket.send(release, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # best effort: the daemon frees the rank after its owner timeout anyway
+        self._socket.close(linger=100)
 
     def __enter__(self) -> "Client":
         return self
@@ -210,7 +245,7 @@ class Client:
         for attempt in range(1, self.attempts + 1):
             request_id = self._next_request_id
             self._next_request_id += 1
-            frame = encode_request(request_id, self.dp_rank, self.dp_size, step, self._expected_hash)
+            frame = encode_request(request_id, self.dp_rank, self.dp_size, step, self._expected_hash, owner=(self.rank, self.session))
             self._socket.send(frame)
             reply = self._wait_reply(request_id)
             if reply is not None:

@@ -95,7 +95,15 @@ class ShuttingDown(StatusError):
     label = "the daemon is shutting down"
 
 
+class RankOwned(StatusError):
+    """Another trainer process holds this global rank (protocol v3): two trainers started with the
+    same RANK, or a restarted one asking before the old one's owner timeout."""
+
+    status = 18
+    label = "rank taken"
+
+
 STATUS_ERRORS: Dict[int, Type[StatusError]] = {
     cls.status: cls
-    for cls in (UnsupportedVersion, RecipeMismatch, LayoutMismatch, StepGone, StepAhead, Malformed, DaemonFailed, ShuttingDown)
+    for cls in (UnsupportedVersion, RecipeMismatch, LayoutMismatch, StepGone, StepAhead, Malformed, DaemonFailed, ShuttingDown, RankOwned)
 }

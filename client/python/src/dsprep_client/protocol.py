@@ -11,7 +11,7 @@ frames become numpy views without a copy.
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,15 +28,21 @@ REQUEST_LEN = 64
 REPLY_HEADER_V1_LEN = 96
 REPLY_HEADER_LEN = REPLY_HEADER_V1_LEN + 4 * 32
 KIND_BATCH = 1
+#: Version 3: the trainer process is done with its rank (no reply).
+KIND_RELEASE = 2
+#: A version 3 request: v2's 64 bytes, then the owner's global rank, 4 reserved bytes, session.
+REQUEST_V3_LEN = 80
 STATUS_OK = 0
 STATUS_END_OF_DATA = 1
 #: `num_steps` while the end of the data is not known yet.
 UNKNOWN_STEPS = 2**64 - 1
 
 _REQUEST = struct.Struct("<4sHHQIIQ32s")
+_OWNER = struct.Struct("<IIQ")
 _HEADER = struct.Struct("<4sHHQQIIIIB7s32sQQ")
 _CHAIN = struct.Struct("<32s32s32s32s")
 assert _REQUEST.size == REQUEST_LEN and _HEADER.size == REPLY_HEADER_V1_LEN
+assert _REQUEST.size + _OWNER.size == REQUEST_V3_LEN
 assert _HEADER.size + _CHAIN.size == REPLY_HEADER_LEN
 
 
@@ -72,13 +78,25 @@ class ReplyHeader(NamedTuple):
 
 
 def encode_request(
-    request_id: int, rank: int, world_size: int, step: int, recipe_hash: Optional[bytes] = None, version: int = PROTOCOL_VERSION
+    request_id: int,
+    rank: int,
+    world_size: int,
+    step: int,
+    recipe_hash: Optional[bytes] = None,
+    version: int = PROTOCOL_VERSION,
+    owner: Optional[Tuple[int, int]] = None,
+    kind: int = KIND_BATCH,
 ) -> bytes:
-    """One batch request; `recipe_hash` (32 bytes) or None to accept the daemon's recipe."""
+    """One request (a batch, or from v3 a release); `recipe_hash` (32 bytes) or None to accept the
+    daemon's recipe; `owner` = (global rank, session) from v3 on (session 0: no owner)."""
     expected = recipe_hash if recipe_hash is not None else bytes(32)
     if len(expected) != 32:
         raise ValueError(f"a recipe hash is 32 bytes, got {len(expected)}")
-    return _REQUEST.pack(REQUEST_MAGIC, version, KIND_BATCH, request_id, rank, world_size, step, expected)
+    frame = _REQUEST.pack(REQUEST_MAGIC, version, kind, request_id, rank, world_size, step, expected)
+    if version >= 3:
+        global_rank, session = owner if owner is not None else (0, 0)
+        frame += _OWNER.pack(global_rank, 0, session)
+    return frame
 
 
 def frame_view(frame: Any) -> memoryview:

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .batch import Batch
-from .client import Client
+from .client import Client, process_session
 from .errors import ConfigError
 from .packed import PackedDataset
 
@@ -53,6 +53,10 @@ class DsprepIterableDataset(IterableDataset):
         super().__init__()
         self._spec = source
         self._kwargs = kwargs
+        if isinstance(source, str) and source.startswith(("ipc://", "tcp://", "inproc://")):
+            # Made here, in the trainer process, so that its DataLoader workers (forked or
+            # spawned) share it: together they are one owner of the rank at the daemon.
+            self._kwargs.setdefault("session", process_session())
         self._source: Optional[Source] = source if isinstance(source, (Client, PackedDataset)) else None
         self._state: Dict[str, Any] = {"next_step": 0, "recipe_hash": None}
 
