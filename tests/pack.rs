@@ -546,6 +546,23 @@ fn a_phase_switches_at_its_point_and_plan_and_inspect_show_it() {
     );
     let out = tmp.path().join("p");
     let dataset = pack_dataset(&recipe, &out);
+    // A phase the data never reaches is reported, not silently skipped.
+    let late = quickstart_with_a_phase(tmp.path(), 50_000_000);
+    let late_out = tmp.path().join("late");
+    let summary = dsprep_ok(&[
+        "pack",
+        "--recipe",
+        late.to_str().unwrap(),
+        "--out",
+        late_out.to_str().unwrap(),
+    ]);
+    assert!(
+        summary.contains(
+            "before phase 1's point (50000000 tokens): that phase never began (under \
+             all_exhausted the sources ran out first)"
+        ),
+        "{summary}"
+    );
     let table = dsprep_ok(&["inspect", out.to_str().unwrap(), "--mix"]);
     let phase1 = table
         .lines()

@@ -70,6 +70,26 @@ pub fn print_summary(report: &PackReport) {
             ""
         }
     );
+    let stream_tokens = all_tokens;
+    for (k, phase) in m.recipe["mix"]["phase"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(at) = phase["at_tokens"].as_u64()
+            && at >= stream_tokens
+        {
+            println!(
+                "warning: the stream ended at {stream_tokens} tokens, before phase {}'s point \
+                 ({at} tokens): that phase never began (under {} the sources ran out first)",
+                k + 1,
+                m.recipe["mix"]["stopping"]
+                    .as_str()
+                    .unwrap_or("its stopping strategy")
+            );
+        }
+    }
     for s in m.sources.iter().filter(|s| s.rows_oversize > 0) {
         println!(
             "source {:?}: {} rows over max_document_bytes skipped (oversize = \"skip\")",
