@@ -121,9 +121,9 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         for (k, &(start, source, starts)) in cuts.iter().enumerate() {
             let end = cuts.get(k + 1).map_or(len, |c| c.0);
             let source = usize::from(source);
-            if source >= n {
-                continue; // unknown (65535): counted in no source
-            }
+            // Unknown (65535, pending in an old checkpoint): its tokens count in no source,
+            // but the CSV rows still fall where they should.
+            let known = source < n;
             if starts {
                 // A phase begins with the first document that starts at or after its point.
                 while spans
@@ -134,10 +134,14 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
                     phase += 1;
                     spans[phase].from = at + start;
                 }
-                for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
-                    counts.documents[source] += 1;
+                if known {
+                    for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
+                        counts.documents[source] += 1;
+                    }
                 }
-                if let Some((from, s)) = last_start.replace((at + start, source)) {
+                if let Some((from, s)) = last_start.replace((at + start, source))
+                    && s < n
+                {
                     let len = at + start - from;
                     lengths[s][(len.max(1).ilog2() as usize).min(LENGTH_BUCKETS - 1)] += 1;
                 }
@@ -146,8 +150,10 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
             let (mut from, to) = (at + start, at + end);
             while from < to {
                 let cut = if every > 0 { to.min(next_row) } else { to };
-                for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
-                    counts.tokens[source] += cut - from;
+                if known {
+                    for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
+                        counts.tokens[source] += cut - from;
+                    }
                 }
                 from = cut;
                 if every > 0 && from == next_row {
