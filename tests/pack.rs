@@ -670,6 +670,35 @@ fn inspect_plot_draws_the_shares_and_the_document_lengths() {
     assert_eq!(opened, closed, "every element is closed");
 }
 
+/// `dsprep plan` off a terminal logs each source as it is listed (every update with
+/// `DSPREP_PROGRESS_SECS=0`): a long Hub listing shows how far it got.
+#[test]
+fn plan_logs_its_progress_source_by_source() {
+    let done = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"))
+        .args(["plan", "--recipe", quickstart().to_str().unwrap()])
+        .env("DSPREP_PROGRESS_SECS", "0")
+        .output()
+        .unwrap();
+    assert!(done.status.success());
+    let log = String::from_utf8_lossy(&done.stderr);
+    for (k, (name, shards)) in [
+        ("fineweb-edu", 2),
+        ("c4", 3),
+        ("zyda-2", 2),
+        ("the-stack-v2", 1),
+        ("finemath", 2),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let line = format!(
+            "plan progress: listed source {name:?} ({} of 5): {shards} shards",
+            k + 1
+        );
+        assert!(log.contains(&line), "{line} missing from:\n{log}");
+    }
+}
+
 fn pack_fixture(
     dir: &std::path::Path,
     recipe_text: &str,

@@ -62,7 +62,10 @@ impl Run<'_> {
         if resume {
             args.extend(["--resume", "latest"]);
         }
-        Daemon::start_with(self.recipe, &endpoint, &args)
+        // Every progress update logged (not one line per 30 s): the fast-forward shows.
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"));
+        command.env("DSPREP_PROGRESS_SECS", "0");
+        Daemon::start_cmd(command, self.recipe, &endpoint, &args)
     }
 
     /// Every rank pulls `steps` from `from`; returns the global batches they got, in step order
@@ -129,6 +132,15 @@ fn killed_and_resumed_daemons_serve_exactly_the_uninterrupted_stream() {
                 let log = daemon.log_text();
                 let resumed = log.contains("resuming from checkpoint");
                 assert_eq!(resumed, from >= 7, "buffer {buffer}, from {from}:\n{log}");
+                // The windows recomputed before the first step served show as progress (none
+                // when a checkpoint sits exactly at the step asked for).
+                if !log.contains("; fast-forwarding 0 windows") {
+                    assert!(
+                        log.contains("resume progress: resume: fast-forwarding, window 1 of "),
+                        "{log}"
+                    );
+                    assert!(log.contains("resume: fast-forward of "), "{log}");
+                }
             }
             if k == 2 {
                 daemon.terminate();

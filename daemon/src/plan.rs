@@ -3,12 +3,13 @@
 //! (a Hub shard's size and checksum come from the listing). For a recipe with `[lanes]`, also how
 //! the input is dealt: units and bytes per lane, and per source. With `--out`, the same listing
 //! (and deal) is frozen into a plan file that `dsprep pack` and `dsprep serve` take as `--plan`
-//! (`crate::driver::frozen_plan`).
+//! (`crate::driver::frozen_plan`). Listing shows its progress source by source (`crate::progress`).
 
 use crate::driver::frozen_plan::FrozenPlan;
 use crate::driver::inputs::{ShardSize, shard_sizes, source_shards};
 use crate::driver::lanes::deal_inputs;
 use crate::driver::{hub_client, load_recipe};
+use crate::progress::Progress;
 use crate::sources::Shard;
 use anyhow::Context;
 use dsprep_mixers::recipe::{MixUnit, Recipe};
@@ -31,11 +32,23 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
         None => {
             let mut lists = Vec::with_capacity(recipe.sources.len());
             let mut sizes: Vec<Vec<ShardSize>> = Vec::with_capacity(recipe.sources.len());
-            for index in 0..recipe.sources.len() {
+            // Listing a large Hub dataset takes a while: say which source is done.
+            let progress = Progress::new("plan", true);
+            for (index, spec) in recipe.sources.iter().enumerate() {
                 let shards = source_shards(&loaded, index, hub.as_ref()).with_context(context)?;
                 sizes.push(shard_sizes(&loaded, index, &shards, false).with_context(context)?);
+                progress.update(|| {
+                    format!(
+                        "listed source {:?} ({} of {}): {} shards",
+                        spec.name,
+                        index + 1,
+                        recipe.sources.len(),
+                        shards.len()
+                    )
+                });
                 lists.push(shards);
             }
+            progress.finish();
             (lists, sizes, None)
         }
     };

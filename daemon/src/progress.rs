@@ -1,6 +1,7 @@
-//! Progress of a long command (`pack`, `export`): a spinner line on a terminal, and on anything
-//! else (a Slurm log, a pipe) a plain log line every 30 seconds (`DSPREP_PROGRESS_SECS` sets the
-//! interval; 0 logs every update), so a batch job's log shows how far it got.
+//! Progress of a long command (`pack`, `export`, a resume's fast-forward in `serve`): a spinner
+//! line on a terminal, and on anything else (a Slurm log, a pipe) a plain log line every 30
+//! seconds (`DSPREP_PROGRESS_SECS` sets the interval; 0 logs every update), so a batch job's log
+//! shows how far it got.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -72,4 +73,53 @@ fn plain_every() -> Duration {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(PLAIN_EVERY_SECS);
     Duration::from_secs(secs)
+}
+
+/// A resume's fast-forward: the windows recomputed and dropped before the first one served,
+/// `what` naming the daemon or lane. Shows how far it is ([`Progress`]), and logs once when done.
+pub struct FastForward {
+    progress: Progress,
+    what: String,
+    total: u64,
+    began: Instant,
+    done: bool,
+}
+
+impl FastForward {
+    /// `total` windows to recompute (0: nothing to show).
+    pub fn new(what: String, total: u64) -> Self {
+        Self {
+            progress: Progress::new("resume", total > 0),
+            what,
+            total,
+            began: Instant::now(),
+            done: total == 0,
+        }
+    }
+
+    /// `windows` of the total have been recomputed.
+    pub fn advance(&mut self, windows: u64) {
+        if self.done {
+            return;
+        }
+        if windows >= self.total {
+            self.done = true;
+            self.progress.finish();
+            tracing::info!(
+                "{}: fast-forward of {} windows done in {:.1} s",
+                self.what,
+                self.total,
+                self.began.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        self.progress.update(|| {
+            format!(
+                "{}: fast-forwarding, window {windows} of {} ({:.0} %)",
+                self.what,
+                self.total,
+                100.0 * windows as f64 / self.total as f64
+            )
+        });
+    }
 }

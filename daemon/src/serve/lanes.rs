@@ -24,6 +24,7 @@ use super::store::{StepData, StepStore};
 use crate::driver::LoadedRecipe;
 use crate::driver::lanes::{LaneInputs, Stopped, run_packed};
 use crate::driver::pipeline::PipelineConfig;
+use crate::progress::FastForward;
 use anyhow::{Context, anyhow};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use dsprep_client::format::Dtype;
@@ -262,6 +263,8 @@ impl LaneRun<'_> {
             || lane_windows_before(&spec, lane, self.slice.step_block(self.store.slowest()));
         let mut block = Vec::with_capacity(k);
         let mut blocks = start / spec.block_windows as u64;
+        let mut fast_forward = FastForward::new(format!("lane {lane}"), skip);
+        let to_skip = skip;
         let run = run_packed(
             self.loaded,
             stream,
@@ -274,6 +277,7 @@ impl LaneRun<'_> {
             |window| {
                 if skip > 0 {
                     skip -= 1;
+                    fast_forward.advance(to_skip - skip);
                     return Ok(());
                 }
                 block.push(window);

@@ -9,6 +9,7 @@ use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
 use crate::driver::pipeline::{self, PipelineConfig};
 use crate::driver::pretokenize::Pretokenized;
 use crate::driver::{LoadedRecipe, Locator};
+use crate::progress::FastForward;
 use anyhow::{Context, anyhow};
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::Dtype;
@@ -182,6 +183,9 @@ impl Producer<'_> {
             current: StepData::new(start.step, self.global_batch as usize),
             chain: Some(chain_at),
         };
+        let from_window = steps.next_window;
+        let mut fast_forward =
+            FastForward::new("resume".into(), steps.keep_from.saturating_sub(from_window));
         let snapshot = Arc::new(AtomicBool::new(false));
         if self.checkpoints.is_some() {
             self.config.snapshot = Some(Arc::clone(&snapshot));
@@ -204,7 +208,9 @@ impl Producer<'_> {
                 self.metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);
             }
             for window in windows.drain(..) {
-                let Some(done) = steps.add(window) else {
+                let added = steps.add(window);
+                fast_forward.advance(steps.next_window - from_window);
+                let Some(done) = added else {
                     continue;
                 };
                 if self.store.push(done).is_err() {
