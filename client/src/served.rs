@@ -427,6 +427,14 @@ impl Client {
         }
     }
 
+    /// This trainer process at the daemon: its global rank and session (batches and release).
+    fn owner(&self) -> Owner {
+        Owner {
+            global_rank: self.config.rank,
+            session: self.config.session.unwrap_or_else(process_session),
+        }
+    }
+
     fn request(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
         let started = Instant::now();
         for attempt in 1..=self.config.attempts.max(1) {
@@ -440,10 +448,7 @@ impl Client {
                 world_size: self.data_parallel.1,
                 step,
                 recipe_hash: self.recipe_hash,
-                owner: Some(Owner {
-                    global_rank: self.config.rank,
-                    session: self.config.session.unwrap_or_else(process_session),
-                }),
+                owner: Some(self.owner()),
             };
             self.socket.send(&request.encode()[..], 0)?;
             if let Some(reply) = self.wait_reply(request_id)? {
@@ -593,10 +598,7 @@ impl Drop for Client {
             world_size: self.data_parallel.1,
             step: 0,
             recipe_hash: None,
-            owner: Some(Owner {
-                global_rank: self.config.rank,
-                session: self.config.session.unwrap_or_else(process_session),
-            }),
+            owner: Some(self.owner()),
         };
         let _ = self.socket.set_linger(100);
         let _ = self.socket.send(&release.encode()[..], zmq::DONTWAIT);
