@@ -67,7 +67,9 @@ impl Progress {
     }
 }
 
-fn plain_every() -> Duration {
+/// The interval between plain progress lines (`DSPREP_PROGRESS_SECS`, else 30 s): also what
+/// code without a [`Progress`] of its own (a Hub listing's pages) logs at.
+pub(crate) fn plain_every() -> Duration {
     let secs = std::env::var(PLAIN_EVERY_ENV)
         .ok()
         .and_then(|v| v.trim().parse().ok())

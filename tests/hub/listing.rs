@@ -48,16 +48,25 @@ fn plan_resolves_revisions_lists_every_page_and_downloads_nothing() {
     std::fs::write(&recipe, support::recipe(64, 0, "first_exhausted",
         "[[source]]\nname = \"finemath\"\nweight = 0.25\nfiles = [\"hf://datasets/HuggingFaceTB/finemath@refs%2Fconvert%2Fparquet/finemath-3plus/train/*.parquet\"]\nformat = \"parquet\"\n\
          [[source]]\nname = \"zyda\"\nweight = 0.75\nfiles = [\"hf://datasets/Zyphra/Zyda-2/data/zyda_crossdeduped-filtered /**/*.parquet\"]\nformat = \"parquet\"\n")).unwrap();
+    // Progress lines at every page (a real listing logs one every 30 s).
     let output = dsprep_env(
         &["plan", "--recipe", recipe.to_str().unwrap()],
-        &[endpoint(&hub)],
+        &[endpoint(&hub), ("DSPREP_PROGRESS_SECS", "0".into())],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let zyda_listing = format!(
+        "listing of dataset Zyphra/Zyda-2@{}/data/zyda_crossdeduped-filtered ",
+        sha_of("zyda")
     );
+    for so_far in ["2 files in 1 page(s) so far", "4 files in 2 page(s) so far"] {
+        assert!(
+            stderr.contains(&format!("{zyda_listing}: {so_far}")),
+            "{stderr}"
+        );
+    }
+    assert!(!stderr.contains("6 files in 3 page(s) so far"), "{stderr}");
     let size = parquet.len() as u64;
     let fm_sha = sha_of("finemath-convert");
     assert!(

@@ -6,6 +6,7 @@
 use super::{HubClient, HubError, HubInner, Subject, encode_path, encode_segment};
 use reqwest::{Method, Url};
 use serde::Deserialize;
+use std::time::Instant;
 
 /// One entry of a tree listing, as the Hub sends it.
 #[derive(Clone, Debug, Deserialize)]
@@ -153,6 +154,9 @@ impl HubClient {
         let mut files = Vec::new();
         let mut next = Some(url);
         let mut pages = 0;
+        // A dataset of 100k files lists for minutes: say how far it is, as other long steps do.
+        let progress_every = crate::progress::plain_every();
+        let mut logged = Instant::now();
         while let Some(url) = next.take() {
             pages += 1;
             let (body, link) = match self.block_on(get_json_text(&hub, url, &what, subject)) {
@@ -178,6 +182,10 @@ impl HubClient {
                     what: what.clone(),
                     message: format!("bad next-page link {link:?}: {e}"),
                 })?);
+                if logged.elapsed() >= progress_every {
+                    logged = Instant::now();
+                    tracing::info!("{what}: {} files in {pages} page(s) so far", files.len());
+                }
             }
         }
         tracing::debug!("{what}: {} files in {pages} page(s)", files.len());
