@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod chain;
+pub mod curve;
 pub mod format;
 pub mod packed;
 pub mod parallel;
