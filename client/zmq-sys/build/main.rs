@@ -13,7 +13,7 @@ pub fn configure() {
     // this one as DEP_SODIUM_INCLUDE/DEP_SODIUM_LIB.
     let sodium = |key: &str| {
         std::env::var_os(key).unwrap_or_else(|| {
-            panic!("{key} is not set: libsodium-sys-stable must be a dependency of zmq-sys")
+            panic!("{} is not set: libsodium-sys-stable must be a dependency of zmq-sys", key)
         })
     };
     // libzmq's own warnings are upstream's business: a path dependency's build script shows
