@@ -150,6 +150,6 @@ def test_the_dataset_passes_curve_keys_to_its_client(daemon_factory, tmp_path, r
     daemon = daemon_factory(world_size=1, micro_batch=1, extra=extra, endpoint=free_tcp_endpoint())
     ds = DsprepIterableDataset(daemon.endpoint, rank=0, world_size=1, timeout=10, curve_server_key=server[0], curve_client_key=trainer[1])
     item = next(iter(ds))
-    assert np.array_equal(item["input_ids"].numpy(), raw.tokens[0][:-1].astype(np.int64))
+    assert np.array_equal(item["input_ids"].numpy(), raw.tokens[0:1, :-1].astype(np.int64))
     with pytest.raises(Unauthorized, match="serves with CURVE and this client has no keys"):
         next(iter(DsprepIterableDataset(daemon.endpoint, rank=0, world_size=1, timeout=5)))
