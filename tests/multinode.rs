@@ -519,6 +519,7 @@ fn tensor_parallel_ranks_share_their_data_parallel_batches() {
                             ..Default::default()
                         },
                         session: None,
+                        curve: None,
                     };
                     let mut client = dsprep_client::Client::with_config(config).unwrap();
                     assert_eq!(client.data_parallel(), (rank / 2, 4));

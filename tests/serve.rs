@@ -40,6 +40,7 @@ fn client(endpoint: &str, rank: u32, world_size: u32) -> Client {
         attempts: 2,
         parallel: Default::default(),
         session: None,
+        curve: None,
     };
     Client::with_config(config).unwrap()
 }
@@ -404,6 +405,7 @@ fn served_batches_expose_inputs_labels_and_document_boundaries() {
 fn client_in_session(endpoint: &str, rank: u32, session: u64, patience: u64) -> Client {
     let config = ClientConfig {
         session: Some(session),
+        curve: None,
         timeout: Duration::from_secs(patience),
         attempts: 1,
         ..client(endpoint, rank, 2).config().clone()
@@ -480,6 +482,7 @@ fn a_rank_belongs_to_one_trainer_process_at_a_time() {
     let peer = |rank: u32, session: u64| {
         let config = ClientConfig {
             session: Some(session),
+            curve: None,
             world_size: 4,
             parallel: dsprep_client::Parallelism {
                 tensor: 2,
@@ -560,20 +563,31 @@ fn an_endpoint_in_use_is_a_clear_error_and_sigterm_shuts_down_cleanly() {
 }
 
 #[test]
-fn metrics_on_a_non_loopback_address_are_warned_about_as_the_endpoint_is() {
+fn metrics_on_a_non_loopback_address_need_a_token_or_insecure_metrics() {
     let tmp = tempfile::tempdir().unwrap();
     let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
     let args = ["--world-size", "1", "--micro-batch", "1", "--metrics"];
-    let open = Daemon::start_with(
+    let refused = Daemon::start_with(
         &quickstart(),
         &endpoint,
         &[&args[..], &["0.0.0.0:0"]].concat(),
     )
+    .err()
+    .unwrap();
+    assert!(
+        refused.contains("error: --metrics 0.0.0.0:0 is not a loopback address"),
+        "{refused}"
+    );
+    let open = Daemon::start_with(
+        &quickstart(),
+        &endpoint,
+        &[&args[..], &["0.0.0.0:0", "--insecure-metrics"]].concat(),
+    )
     .unwrap();
     assert!(
         open.log_text().contains(
-            "METRICS ON A NON-LOOPBACK ADDRESS (0.0.0.0:0): any host that can reach it reads the \
-             daemon's counters"
+            "METRICS ON A NON-LOOPBACK ADDRESS (0.0.0.0:0) WITHOUT A TOKEN: any host that can \
+             reach it reads the daemon's counters"
         ),
         "{}",
         open.log_text()
@@ -592,10 +606,11 @@ fn metrics_on_a_non_loopback_address_are_warned_about_as_the_endpoint_is() {
     );
 }
 
-/// A non-loopback TCP endpoint is unauthenticated: refused unless `--insecure-tcp` is given, and
-/// then logged loudly. Loopback TCP needs no flag.
+/// A non-loopback TCP endpoint needs CURVE: without keys it is refused unless `--insecure-tcp`
+/// is given, and then logged loudly; with CURVE keys it needs neither. Loopback TCP needs no
+/// flag.
 #[test]
-fn a_non_loopback_tcp_endpoint_needs_insecure_tcp() {
+fn a_non_loopback_tcp_endpoint_needs_curve_or_insecure_tcp() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -615,10 +630,12 @@ fn a_non_loopback_tcp_endpoint_needs_insecure_tcp() {
         .unwrap();
     assert!(
         err.contains(&format!(
-            "error: endpoint {open} is not a loopback address: anyone who can reach 0.0.0.0 \
-             could read the token stream and ask for any rank's steps, moving what the daemon \
-             holds, and nothing authenticates them. Bind 127.0.0.1 or an ipc:// path, or pass \
-             --insecure-tcp to accept that (on a network only trusted hosts reach)"
+            "error: endpoint {open} is not a loopback address and the daemon has no CURVE keys: \
+             anyone who can reach 0.0.0.0 could read the token stream and ask for any rank's \
+             steps, moving what the daemon holds. Serve with --curve-secret-key FILE and \
+             --curve-allow DIR (`dsprep keygen`; README \"Serving over TCP\"), bind 127.0.0.1 or \
+             an ipc:// path, or pass --insecure-tcp to accept that (on a network only trusted \
+             hosts reach)"
         )),
         "{err}"
     );
@@ -631,11 +648,34 @@ fn a_non_loopback_tcp_endpoint_needs_insecure_tcp() {
     assert!(
         insecure
             .log_text()
-            .contains("BINDING A NON-LOOPBACK ADDRESS"),
+            .contains("BINDING A NON-LOOPBACK ADDRESS WITHOUT CURVE"),
         "{}",
         insecure.log_text()
     );
     drop(insecure);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, client) = (tmp.path().join("server"), tmp.path().join("client"));
+    let allow = tmp.path().join("allow");
+    std::fs::create_dir(&allow).unwrap();
+    for base in [&server, &client] {
+        dsprep_ok(&["keygen", "--out", base.to_str().unwrap()]);
+    }
+    std::fs::copy(tmp.path().join("client.key"), allow.join("client.key")).unwrap();
+    let secret = tmp.path().join("server.key_secret");
+    let curve = [
+        "--curve-secret-key",
+        secret.to_str().unwrap(),
+        "--curve-allow",
+        allow.to_str().unwrap(),
+    ];
+    let authenticated =
+        Daemon::start_with(&quickstart(), &open, &[&args[..], &curve[..]].concat()).unwrap();
+    let log = authenticated.log_text();
+    assert!(log.contains("CURVE on: server public key"), "{log}");
+    assert!(!log.contains("NON-LOOPBACK"), "{log}");
+    drop(authenticated);
+
     let local = format!("tcp://127.0.0.1:{port}");
     let daemon = Daemon::start_with(&quickstart(), &local, &args).unwrap();
     assert!(

@@ -4,7 +4,10 @@
 //! its prefetch window (see tests/bench/serve_bench.sh).
 //!
 //!   cargo run --release -p dsprep-client --example fetch_bench -- ENDPOINT WORLD_SIZE RANKS HELD_STEPS REQUESTS_PER_RANK
+//!
+//! Against a daemon serving with CURVE, set DSPREP_CURVE_SERVER_KEY and DSPREP_CURVE_CLIENT_KEY.
 
+use dsprep_client::curve::ClientKeys;
 use dsprep_client::{Client, ClientConfig};
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,9 @@ fn main() {
         number(held),
         number(requests),
     );
+    // A daemon serving with CURVE: the keys come from DSPREP_CURVE_SERVER_KEY/_CLIENT_KEY.
+    let curve = ClientKeys::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let curve = &curve;
     let started = Instant::now();
     let results: Vec<(Vec<Duration>, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..ranks)
@@ -40,6 +46,7 @@ fn main() {
                         attempts: 1,
                         parallel: Default::default(),
                         session: None,
+                        curve: curve.clone(),
                     };
                     let mut client = Client::with_config(config).expect("connect");
                     let mut latencies = Vec::with_capacity(requests as usize);

@@ -1,10 +1,12 @@
 //! The trainer side of dsprep: the packed-shard format (v3; v1 and v2 are still read) written by `dsprep
 //! pack` and a memory-mapped reader that hands out windows and per-rank batches without copying.
 //! The wire protocol (v3, answering v1 and v2) and the per-rank client of the daemon, which checks the
-//! stream chain (`chain`) of every step it receives.
+//! stream chain (`chain`) of every step it receives, over CURVE when given keys (`curve`).
 
 pub mod batch;
 pub mod chain;
+mod connection;
+pub mod curve;
 pub mod format;
 pub mod packed;
 pub mod parallel;

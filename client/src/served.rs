@@ -1,10 +1,14 @@
 //! The trainer-side client of the daemon: one rank's connection, `next_batch()` / `batch_at(step)`,
 //! timeouts with reconnect, batches whose tokens are a view of the received frame (no copy), and
 //! the stream chain checked on every step (its rows hash to the chain the daemon states, and each
-//! step continues the one before, or the value a resumed trainer saved).
+//! step continues the one before, or the value a resumed trainer saved). With CURVE keys the
+//! connection is authenticated and encrypted; a refused handshake is a typed error
+//! (`Unauthorized`), not a hang (`connection.rs`).
 
 use crate::batch::{source_token_counts, token_sources};
 use crate::chain::{self, Hash};
+use crate::connection::Connection;
+use crate::curve::{CLIENT_KEY_ENV, ClientKeys, SERVER_KEY_ENV};
 use crate::packed::TokenSlice;
 use crate::parallel::{Parallelism, RankOrder};
 use crate::protocol::{
@@ -52,6 +56,10 @@ pub enum ClientError {
     /// consumed, or the bytes changed on the way.
     #[error("stream chain: {0}")]
     ChainMismatch(String),
+    /// The daemon refused this client's handshake (CURVE keys missing, not allowed, or for
+    /// another daemon), or never completed one.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
 }
 
 #[derive(Clone, Debug)]
@@ -71,6 +79,9 @@ pub struct ClientConfig {
     /// The session that owns `rank` at the daemon (PROTOCOL.md "One owner per rank"); `None`:
     /// this process's own ([`process_session`]), shared by every client it makes.
     pub session: Option<u64>,
+    /// CURVE keys, for a daemon that serves with CURVE (`--curve-secret-key`): the daemon's
+    /// public key and this client's key pair. `None`: a plain connection.
+    pub curve: Option<ClientKeys>,
 }
 
 /// This process's session id: random per process start, the same for every client it makes.
@@ -93,7 +104,9 @@ pub fn process_session() -> u64 {
 impl ClientConfig {
     /// Rank and world size from `RANK` and `WORLD_SIZE` (as torchrun sets them); a single process
     /// (neither set) is rank 0 of 1. Model parallelism from `DSPREP_TP`, `DSPREP_CP`, `DSPREP_PP`
-    /// (default 1) and `DSPREP_RANK_ORDER` (default `tp-cp-dp-pp`).
+    /// (default 1) and `DSPREP_RANK_ORDER` (default `tp-cp-dp-pp`). CURVE keys from
+    /// `DSPREP_CURVE_SERVER_KEY` (the daemon's `NAME.key`) and `DSPREP_CURVE_CLIENT_KEY` (this
+    /// client's `NAME.key_secret`), when set.
     pub fn from_env(endpoint: &str) -> Result<ClientConfig, ClientError> {
         let read = |name: &str| -> Result<Option<u32>, ClientError> {
             match std::env::var(name) {
@@ -132,6 +145,7 @@ impl ClientConfig {
             attempts: 4,
             parallel,
             session: None,
+            curve: ClientKeys::from_env().map_err(ClientError::Config)?,
         })
     }
 }
@@ -283,7 +297,7 @@ pub const OWNED_PATIENCE: Duration = Duration::from_secs(15);
 
 pub struct Client {
     context: zmq::Context,
-    socket: zmq::Socket,
+    connection: Connection,
     config: ClientConfig,
     /// This rank's data-parallel rank and the data-parallel world: what it asks the daemon for.
     data_parallel: (u32, u32),
@@ -321,10 +335,10 @@ impl Client {
             }
         };
         let context = zmq::Context::new();
-        let socket = open_socket(&context, &config.endpoint)?;
+        let connection = Connection::open(&context, &config.endpoint, config.curve.as_ref())?;
         Ok(Client {
             context,
-            socket,
+            connection,
             config,
             data_parallel,
             recipe_hash,
@@ -437,6 +451,7 @@ impl Client {
 
     fn request(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
         let started = Instant::now();
+        let mut handshake_seen = false;
         for attempt in 1..=self.config.attempts.max(1) {
             let request_id = self.next_request_id;
             self.next_request_id += 1;
@@ -450,8 +465,10 @@ impl Client {
                 recipe_hash: self.recipe_hash,
                 owner: Some(self.owner()),
             };
-            self.socket.send(&request.encode()[..], 0)?;
-            if let Some(reply) = self.wait_reply(request_id)? {
+            self.connection.socket.send(&request.encode()[..], 0)?;
+            let reply = self.wait_reply(request_id)?;
+            handshake_seen |= self.connection.handshake_succeeded();
+            if let Some(reply) = reply {
                 let batch = reply?;
                 if let Some(batch) = &batch {
                     self.check_chain(batch)?;
@@ -461,8 +478,22 @@ impl Client {
             }
             // No reply in time: the daemon may have restarted; a new socket drops stale replies.
             if attempt < self.config.attempts {
-                self.socket = open_socket(&self.context, &self.config.endpoint)?;
+                self.connection = Connection::open(
+                    &self.context,
+                    &self.config.endpoint,
+                    self.config.curve.as_ref(),
+                )?;
             }
+        }
+        if self.config.curve.is_some() && !handshake_seen {
+            return Err(ClientError::Unauthorized(format!(
+                "no reply from the daemon at {} after {:?} ({} attempts) and no CURVE handshake \
+                 completed: the daemon may have refused this client's CURVE key, or is not \
+                 running; check {SERVER_KEY_ENV} / {CLIENT_KEY_ENV}",
+                self.config.endpoint,
+                started.elapsed(),
+                self.config.attempts.max(1)
+            )));
         }
         Err(ClientError::DaemonGone {
             endpoint: self.config.endpoint.clone(),
@@ -480,18 +511,17 @@ impl Client {
         let deadline = Instant::now() + self.config.timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero()
-                || self
-                    .socket
-                    .poll(zmq::POLLIN, left.as_millis().max(1) as i64)?
-                    == 0
-            {
+            if left.is_zero() {
                 return Ok(None);
             }
+            if !self.connection.wait_readable(left)? {
+                continue; // a handshake event, or the deadline: looked at again above
+            }
+            let socket = &self.connection.socket;
             let mut frames = Vec::with_capacity(3);
             loop {
-                frames.push(self.socket.recv_msg(0)?);
-                if !self.socket.get_rcvmore()? {
+                frames.push(socket.recv_msg(0)?);
+                if !socket.get_rcvmore()? {
                     break;
                 }
             }
@@ -600,16 +630,8 @@ impl Drop for Client {
             recipe_hash: None,
             owner: Some(self.owner()),
         };
-        let _ = self.socket.set_linger(100);
-        let _ = self.socket.send(&release.encode()[..], zmq::DONTWAIT);
+        let socket = &self.connection.socket;
+        let _ = socket.set_linger(100);
+        let _ = socket.send(&release.encode()[..], zmq::DONTWAIT);
     }
-}
-
-fn open_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, ClientError> {
-    let socket = context.socket(zmq::DEALER)?;
-    socket.set_linger(0)?;
-    socket
-        .connect(endpoint)
-        .map_err(|e| ClientError::Config(format!("cannot connect to {endpoint}: {e}")))?;
-    Ok(socket)
 }

@@ -80,13 +80,22 @@ enum Command {
         /// Windows per rank per step; a global step is world size × micro batch windows.
         #[arg(long)]
         micro_batch: u32,
-        /// ipc://PATH (default) or tcp://HOST:PORT; a non-loopback host needs --insecure-tcp.
+        /// ipc://PATH (default) or tcp://HOST:PORT; a non-loopback host needs CURVE
+        /// (--curve-secret-key and --curve-allow) or --insecure-tcp.
         #[arg(long, default_value = "ipc://dsprep.sock")]
         endpoint: String,
-        /// Allow a non-loopback tcp:// endpoint: it is not authenticated, so any host that can
-        /// reach it reads the token stream and can move what the daemon holds.
+        /// Allow a non-loopback tcp:// endpoint without CURVE: it is not authenticated, so any
+        /// host that can reach it reads the token stream and can move what the daemon holds.
         #[arg(long)]
         insecure_tcp: bool,
+        /// Serve with CURVE: the daemon's secret key file (NAME.key_secret from `dsprep keygen`);
+        /// its clients are given NAME.key.
+        #[arg(long, requires = "curve_allow")]
+        curve_secret_key: Option<PathBuf>,
+        /// With CURVE: a directory of the public key files (NAME.key) of the clients let in; any
+        /// other client is refused.
+        #[arg(long, requires = "curve_secret_key")]
+        curve_allow: Option<PathBuf>,
         /// A trainer rank belongs to the process that first asks for it; another process asking
         /// for it is refused until the owner has been silent this many seconds.
         #[arg(long, default_value_t = 10)]
@@ -97,9 +106,18 @@ enum Command {
         /// Tokenizer threads (default: every core).
         #[arg(long)]
         threads: Option<usize>,
-        /// Prometheus endpoint, loopback (port 0 picks one); "off" disables it.
+        /// Prometheus endpoint, loopback (port 0 picks one); "off" disables it. Beyond loopback
+        /// it needs --metrics-token-file or --insecure-metrics.
         #[arg(long, default_value = "127.0.0.1:9187")]
         metrics: String,
+        /// A file holding a bearer token /metrics requires (Prometheus' `authorization:
+        /// credentials_file`); without it a request gets 401.
+        #[arg(long)]
+        metrics_token_file: Option<PathBuf>,
+        /// Allow --metrics beyond loopback without a token: any host that reaches it reads the
+        /// daemon's counters.
+        #[arg(long)]
+        insecure_metrics: bool,
         /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
         /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
         #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
@@ -168,6 +186,24 @@ enum Command {
         /// daemon's stream must continue it, as a resumed trainer checks.
         #[arg(long)]
         expect_chain: Option<String>,
+        /// A CURVE daemon's public key file (its NAME.key). Default: DSPREP_CURVE_SERVER_KEY.
+        #[arg(long, requires = "curve_client_key")]
+        curve_server_key: Option<PathBuf>,
+        /// This client's secret key file (NAME.key_secret; NAME.key is in the daemon's
+        /// --curve-allow directory). Default: DSPREP_CURVE_CLIENT_KEY.
+        #[arg(long, requires = "curve_server_key")]
+        curve_client_key: Option<PathBuf>,
+    },
+    /// Write a CURVE key pair for authenticated serving: PATH.key (the public key, to share) and
+    /// PATH.key_secret (public and secret, to keep), both mode 0600, in the certificate format
+    /// of pyzmq's zmq.auth.
+    Keygen {
+        /// The files' path without suffix: writes PATH.key and PATH.key_secret.
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace existing key files (every side holding the old public key needs the new one).
+        #[arg(long)]
+        force: bool,
     },
     /// Show what a recipe would read: Hub revisions resolved, shards and sizes listed, nothing
     /// downloaded.
@@ -312,10 +348,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             micro_batch,
             endpoint,
             insecure_tcp,
+            curve_secret_key,
+            curve_allow,
             owner_timeout,
             prefetch,
             threads,
             metrics,
+            metrics_token_file,
+            insecure_metrics,
             tokenizer_engine,
             state_dir,
             checkpoint_every,
@@ -348,10 +388,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 micro_batch,
                 endpoint,
                 insecure_tcp,
+                curve: match (curve_secret_key, curve_allow) {
+                    (Some(secret_key), Some(allow_dir)) => Some(dsprep::serve::CurveFiles {
+                        secret_key,
+                        allow_dir,
+                    }),
+                    _ => None,
+                },
                 owner_timeout: std::time::Duration::from_secs(owner_timeout),
                 prefetch,
                 threads,
                 metrics,
+                metrics_token: metrics_token_file,
+                insecure_metrics,
                 engine,
                 state_dir,
                 checkpoint_every,
@@ -376,6 +425,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline_parallel,
             rank_order,
             expect_chain,
+            curve_server_key,
+            curve_client_key,
         } => {
             let parallel = dsprep_client::Parallelism {
                 tensor: tensor_parallel,
@@ -395,11 +446,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 timeout: Duration::from_secs(timeout_s),
                 parallel,
                 expect_chain,
+                curve: match (curve_server_key, curve_client_key) {
+                    (Some(server), Some(client)) => Some(
+                        dsprep_client::curve::ClientKeys::from_files(&server, &client)
+                            .context("--curve-server-key/--curve-client-key")?,
+                    ),
+                    _ => {
+                        dsprep_client::curve::ClientKeys::from_env().map_err(anyhow::Error::msg)?
+                    }
+                },
             };
             let written = dsprep::tap::tap(&options)?;
             println!(
                 "rank {rank}: wrote {written} steps to {}",
                 options.out.display()
+            );
+        }
+        Command::Keygen { out, force } => {
+            use dsprep_client::curve;
+            let pair = curve::KeyPair::generate()?;
+            let (public, secret) = curve::write_key_files(&out, &pair, force)?;
+            println!(
+                "wrote {} (public key {}: share it) and {} (keep it: mode 0600)",
+                public.display(),
+                pair.public,
+                secret.display()
             );
         }
         Command::Plan { recipe, out } => {

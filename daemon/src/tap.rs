@@ -24,6 +24,8 @@ pub struct TapOptions {
     pub parallel: Parallelism,
     /// The stream chain before `start_step` (hex), as a resumed trainer saved it.
     pub expect_chain: Option<String>,
+    /// CURVE keys for a daemon that serves with CURVE.
+    pub curve: Option<dsprep_client::curve::ClientKeys>,
 }
 
 /// Returns the number of steps written (fewer than asked when the data ends).
@@ -37,6 +39,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         attempts: 3,
         parallel: options.parallel,
         session: None,
+        curve: options.curve.clone(),
     };
     let mut client = Client::with_config(config)?;
     if let Some(text) = &options.expect_chain {

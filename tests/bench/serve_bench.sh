@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmark `dsprep serve` (release build): fetch latency from a warm daemon over ipc and tcp,
-# GB/s to 8 concurrent ranks, and end-to-end tokens/s served to 8 `dsprep tap` processes versus
-# `dsprep pack` on the same recipe. One JSON line per measurement goes to RESULTS.
+# Benchmark `dsprep serve` (release build): fetch latency from a warm daemon over ipc, tcp and
+# tcp with CURVE (keys from `dsprep keygen`), GB/s to 8 concurrent ranks, and end-to-end tokens/s
+# served to 8 `dsprep tap` processes versus `dsprep pack` on the same recipe. One JSON line per
+# measurement goes to RESULTS. FETCH_ONLY=1 stops after the fetch runs.
 #
 #   bash tests/bench/serve_bench.sh CORPUS TOKENIZER RESULTS
 #
@@ -12,7 +13,7 @@ CORPUS="$(cd "$1" && pwd)"; TOK="$(realpath "$2")"; RESULTS="$(realpath -m "$3")
 WORK="$(mktemp -d)"
 cleanup() { kill "${DAEMON:-0}" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-(cd "$ROOT" && cargo build --release -p dsprep -p dsprep-client --example fetch_bench --quiet)
+(cd "$ROOT" && cargo build --release -p dsprep -p dsprep-client --bins --example fetch_bench --quiet)
 T="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
 # shellcheck source=tests/bench/peer_recipe.sh
@@ -23,9 +24,10 @@ metric() {  # port series
   curl -s "http://127.0.0.1:$1/metrics" | awk -v s="$2" 'index($0, s" ") == 1 { print $2 }'
 }
 
-start_daemon() {  # recipe endpoint world mb prefetch
-  "$T/dsprep" serve --recipe "$1" --endpoint "$2" --world-size "$3" --micro-batch "$4" --prefetch "$5" \
-    --metrics 127.0.0.1:0 2> "$WORK/daemon.log" &
+start_daemon() {  # recipe endpoint world mb prefetch [serve flags…]
+  local recipe=$1 endpoint=$2 world=$3 mb=$4 prefetch=$5; shift 5
+  "$T/dsprep" serve --recipe "$recipe" --endpoint "$endpoint" --world-size "$world" --micro-batch "$mb" \
+    --prefetch "$prefetch" --metrics 127.0.0.1:0 "$@" 2> "$WORK/daemon.log" &
   DAEMON=$!
   for _ in $(seq 600); do grep -q "serving recipe" "$WORK/daemon.log" 2>/dev/null && break; sleep 0.1; done
   PORT=$(grep -o 'metrics on http://127.0.0.1:[0-9]*' "$WORK/daemon.log" | grep -o '[0-9]*$')
@@ -33,22 +35,37 @@ start_daemon() {  # recipe endpoint world mb prefetch
 
 stop_daemon() { kill -TERM "$DAEMON"; wait "$DAEMON" || true; DAEMON=; }
 
-# 1. Latency and GB/s from a warm daemon: world 8 × micro batch 8, prefetch 8 steps held.
+# CURVE keys: the daemon's pair, and one client pair in the allow directory.
+"$T/dsprep" keygen --out "$WORK/server" > /dev/null
+"$T/dsprep" keygen --out "$WORK/client" > /dev/null
+mkdir -p "$WORK/allow" && cp "$WORK/client.key" "$WORK/allow/"
+
+# 1. Latency and GB/s from a warm daemon: world 8 × micro batch 8, prefetch 8 steps held; over ipc,
+# tcp, and tcp with CURVE ("curve+" below is this script's marker, not an endpoint scheme).
 for seq in 2048 8192; do
   recipe "$seq" 1000 > "$WORK/r$seq.toml"
-  for ep in "ipc://$WORK/d.sock" "tcp://127.0.0.1:$((20000 + RANDOM % 20000))"; do
-    start_daemon "$WORK/r$seq.toml" "$ep" 8 8 8
+  for ep in "ipc://$WORK/d.sock" "tcp://127.0.0.1:$((20000 + RANDOM % 20000))" \
+            "curve+tcp://127.0.0.1:$((20000 + RANDOM % 20000))"; do
+    endpoint=${ep#curve+}
+    flags=() keys=() curve=false
+    if [ "$ep" != "$endpoint" ]; then
+      curve=true
+      flags=(--curve-secret-key "$WORK/server.key_secret" --curve-allow "$WORK/allow")
+      keys=(DSPREP_CURVE_SERVER_KEY="$WORK/server.key" DSPREP_CURVE_CLIENT_KEY="$WORK/client.key_secret")
+    fi
+    start_daemon "$WORK/r$seq.toml" "$endpoint" 8 8 8 "${flags[@]}"
     while [ "$(metric "$PORT" 'dsprep_steps{kind="produced"}')" != 8 ]; do sleep 0.2; done
     # One rank cycles over the 8 held steps. With 8 ranks cycling, the slowest position would pass
     # 2 and the daemon would drop step 0 (one step of history is kept): they share steps 0 and 1.
     for spec in "1 8" "8 2"; do
       read -r ranks held <<<"$spec"
-      line=$("$T/examples/fetch_bench" "$ep" 8 "$ranks" "$held" 2000)
-      echo "{\"bench\": \"fetch\", \"seq_len\": $seq, \"micro_batch\": 8, ${line#\{}" | tee -a "$RESULTS"
+      line=$(env "${keys[@]}" "$T/examples/fetch_bench" "$endpoint" 8 "$ranks" "$held" 2000)
+      echo "{\"bench\": \"fetch\", \"curve\": $curve, \"seq_len\": $seq, \"micro_batch\": 8, ${line#\{}" | tee -a "$RESULTS"
     done
     stop_daemon
   done
 done
+[ "${FETCH_ONLY:-0}" = 1 ] && exit 0
 
 # 2. End to end: 8 tap processes pull every step (world 8 × micro batch 4, seq_len 2048) vs pack.
 recipe 2048 10000 > "$WORK/e2e.toml"

@@ -104,11 +104,10 @@ impl Daemon {
             }
             assert!(Instant::now() < deadline, "the daemon did not get ready");
         }
-        let metrics = log
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|l| l.split("metrics on ").nth(1).map(|u| u.trim().to_string()));
+        let metrics = log.lock().unwrap().iter().find_map(|l| {
+            let rest = l.split("metrics on ").nth(1)?;
+            rest.split_whitespace().next().map(str::to_string)
+        });
         Ok(Daemon {
             child,
             endpoint: endpoint.to_string(),
@@ -171,6 +170,27 @@ pub fn http_get(url: &str) -> String {
         .split_once("\r\n\r\n")
         .map(|(_, body)| body.to_string())
         .unwrap_or_default()
+}
+
+/// A GET with extra header lines (`"Authorization: Bearer …"`): the status line and the body.
+pub fn http_request(url: &str, headers: &[&str]) -> (String, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
+    let mut stream = std::net::TcpStream::connect(host).expect("connect to metrics");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n").unwrap();
+    for header in headers {
+        write!(stream, "{header}\r\n").unwrap();
+    }
+    write!(stream, "\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, body.to_string())
 }
 
 /// `dsprep tap` as a child process.

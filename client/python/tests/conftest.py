@@ -1,6 +1,7 @@
 """Fixtures for the Python client's tests: the real `dsprep` binary (`DSPREP_BIN`, default
-`<repo>/target/debug/dsprep`), a `dsprep serve` process on an ipc socket in a temp dir, and the
-quickstart packed once per session by `dsprep pack`. No mocks: real processes, real sockets.
+`<repo>/target/debug/dsprep`), a `dsprep serve` process on an ipc socket in a temp dir (or the
+endpoint given), and the quickstart packed once per session by `dsprep pack`. No mocks: real
+processes, real sockets.
 """
 
 from __future__ import annotations
@@ -36,9 +37,17 @@ class Daemon:
     """`dsprep serve` on `ipc://<dir>/d.sock`, ready once it logs that it serves; stopped by `stop()`."""
 
     def __init__(
-        self, tmp: Path, recipe: Path, world_size: int, micro_batch: int, prefetch: int = 4, metrics: bool = False, extra: Sequence[str] = ()
+        self,
+        tmp: Path,
+        recipe: Path,
+        world_size: int,
+        micro_batch: int,
+        prefetch: int = 4,
+        metrics: bool = False,
+        extra: Sequence[str] = (),
+        endpoint: Optional[str] = None,
     ):
-        self.endpoint = f"ipc://{tmp / 'd.sock'}"
+        self.endpoint = endpoint or f"ipc://{tmp / 'd.sock'}"
         args = [str(dsprep_bin()), "serve", "--recipe", str(recipe), "--endpoint", self.endpoint]
         args += ["--world-size", str(world_size), "--micro-batch", str(micro_batch), "--prefetch", str(prefetch)]
         args += ["--metrics", "127.0.0.1:0" if metrics else "off", *extra]
@@ -103,10 +112,11 @@ def daemon_factory(tmp_path):
         metrics: bool = False,
         in_dir: Optional[Path] = None,
         extra: Sequence[str] = (),
+        endpoint: Optional[str] = None,
     ) -> Daemon:
         where = in_dir or tmp_path / f"daemon{len(started)}"
         where.mkdir(exist_ok=True)
-        d = Daemon(where, recipe, world_size, micro_batch, prefetch, metrics, extra)
+        d = Daemon(where, recipe, world_size, micro_batch, prefetch, metrics, extra, endpoint)
         started.append(d)
         return d
 

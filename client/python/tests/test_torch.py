@@ -136,3 +136,20 @@ def test_torchrun_style_ranks_killed_with_the_daemon_resume_from_their_checkpoin
         for s in resumed:
             window = (s["step"] * world + rank) * 1
             assert s["input_ids"][0] == raw.tokens[window][:-1].astype(np.int64).tolist(), f"rank {rank} step {s['step']}"
+
+
+def test_the_dataset_passes_curve_keys_to_its_client(daemon_factory, tmp_path, raw):
+    from dsprep_client import Unauthorized
+    from test_curve import free_tcp_endpoint, keygen
+
+    server, trainer = keygen(tmp_path / "server"), keygen(tmp_path / "trainer")
+    allow = tmp_path / "allow"
+    allow.mkdir()
+    (allow / "trainer.key").write_bytes(Path(trainer[0]).read_bytes())
+    extra = ["--curve-secret-key", server[1], "--curve-allow", str(allow)]
+    daemon = daemon_factory(world_size=1, micro_batch=1, extra=extra, endpoint=free_tcp_endpoint())
+    ds = DsprepIterableDataset(daemon.endpoint, rank=0, world_size=1, timeout=10, curve_server_key=server[0], curve_client_key=trainer[1])
+    item = next(iter(ds))
+    assert np.array_equal(item["input_ids"].numpy(), raw.tokens[0:1, :-1].astype(np.int64))
+    with pytest.raises(Unauthorized, match="serves with CURVE and this client has no keys"):
+        next(iter(DsprepIterableDataset(daemon.endpoint, rank=0, world_size=1, timeout=5)))

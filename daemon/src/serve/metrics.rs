@@ -1,12 +1,16 @@
-//! What the daemon is doing, as Prometheus text on a loopback HTTP endpoint (`/metrics`):
-//! documents and tokens per source, realized vs target mix, shuffle-buffer fill, steps produced
-//! and held, per-rank step and lag, requests by outcome.
+//! What the daemon is doing, as Prometheus text on an HTTP endpoint (`/metrics`): documents and
+//! tokens per source, realized vs target mix, shuffle-buffer fill, steps produced and held,
+//! per-rank step and lag, requests by outcome, CURVE clients admitted and refused. Loopback
+//! unless asked; beyond loopback it needs a bearer token (`--metrics-token-file`, compared in
+//! constant time; 401 without) or an explicit `--insecure-metrics`.
 
 use super::store::StepStore;
 use dsprep_mixers::mixer::share;
 use dsprep_mixers::recipe::MixUnit;
+use sha2::{Digest, Sha256};
 use std::fmt::Write;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -29,6 +33,34 @@ pub struct Metrics {
     /// With `[lanes]`: the lanes this node runs and the bytes of their input units.
     pub lanes: Vec<u32>,
     pub input_bytes_assigned: u64,
+    /// CURVE handshakes admitted and refused (`serve/auth.rs`).
+    pub auth: AuthCounters,
+}
+
+/// What the CURVE authenticator decided.
+#[derive(Default)]
+pub struct AuthCounters {
+    /// Whether the daemon serves with CURVE (the counters stay 0 without).
+    pub curve: bool,
+    accepted: AtomicU64,
+    /// ZAP refusals: a key not in the allow list (or a request that is not CURVE).
+    refused_key: AtomicU64,
+    /// Handshakes that failed before ZAP: no CURVE, or another server public key.
+    refused_handshake: AtomicU64,
+}
+
+impl AuthCounters {
+    pub fn count_accepted(&self) {
+        self.accepted.fetch_add(1, Relaxed);
+    }
+
+    pub fn count_refused_key(&self) {
+        self.refused_key.fetch_add(1, Relaxed);
+    }
+
+    pub fn count_refused_handshake(&self) {
+        self.refused_handshake.fetch_add(1, Relaxed);
+    }
 }
 
 impl Metrics {
@@ -51,6 +83,7 @@ impl Metrics {
             first_rank: 0,
             lanes: Vec::new(),
             input_bytes_assigned: 0,
+            auth: AuthCounters::default(),
         }
     }
 
@@ -230,22 +263,113 @@ impl Metrics {
         {
             let _ = writeln!(out, "dsprep_replies_total{{status=\"{status}\"}} {n}");
         }
+        let auth = &self.auth;
+        gauge(
+            &mut out,
+            "dsprep_auth_curve",
+            "1 when the daemon serves with CURVE (--curve-secret-key), else 0.",
+            "gauge",
+        );
+        let _ = writeln!(out, "dsprep_auth_curve {}", u8::from(auth.curve));
+        gauge(
+            &mut out,
+            "dsprep_auth_accepted_total",
+            "CURVE handshakes the ZAP handler let in (an allowed client public key).",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_auth_accepted_total {}",
+            auth.accepted.load(Relaxed)
+        );
+        gauge(
+            &mut out,
+            "dsprep_auth_refused_total",
+            "Clients refused: key_not_allowed (a CURVE public key not in --curve-allow), \
+             handshake_failed (no CURVE, or another server public key).",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_auth_refused_total{{reason=\"key_not_allowed\"}} {}",
+            auth.refused_key.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "dsprep_auth_refused_total{{reason=\"handshake_failed\"}} {}",
+            auth.refused_handshake.load(Relaxed)
+        );
         out
     }
 }
 
+/// A bearer token `/metrics` requires (`--metrics-token-file`): kept as its sha256, so the
+/// comparison takes the same time whatever the bytes sent.
+pub struct MetricsToken {
+    digest: [u8; 32],
+}
+
+impl MetricsToken {
+    /// The file's text, blanks around it trimmed (as Prometheus reads `credentials_file`).
+    pub fn read(path: &Path) -> anyhow::Result<MetricsToken> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("--metrics-token-file {}: cannot read: {e}", path.display())
+        })?;
+        let token = text.trim();
+        anyhow::ensure!(
+            !token.is_empty(),
+            "--metrics-token-file {} is empty: put a long random token in it (e.g. `openssl rand \
+             -hex 32`), the same file the scraper sends as its bearer token",
+            path.display()
+        );
+        Ok(MetricsToken {
+            digest: Sha256::digest(token.as_bytes()).into(),
+        })
+    }
+
+    /// Whether an `Authorization` header value carries the token (`Bearer TOKEN`).
+    fn admits(&self, authorization: Option<&str>) -> bool {
+        let Some((scheme, credentials)) = authorization.and_then(|v| v.trim().split_once(' '))
+        else {
+            return false;
+        };
+        let digest: [u8; 32] = Sha256::digest(credentials.trim().as_bytes()).into();
+        let differing = digest
+            .iter()
+            .zip(&self.digest)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        scheme.eq_ignore_ascii_case("bearer") & (differing == 0)
+    }
+}
+
+/// A metrics address beyond loopback must be protected by a token, or its exposure accepted
+/// with `--insecure-metrics`: checked before anything is bound.
+pub fn check_address(addr: SocketAddr, token: bool, insecure: bool) -> anyhow::Result<()> {
+    if addr.ip().is_loopback() || token || insecure {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "--metrics {addr} is not a loopback address: anyone who can reach it would read the \
+         daemon's counters (recipe hash, rank positions, sources). Give --metrics-token-file FILE \
+         (scrapers then send `Authorization: Bearer <token>`, as Prometheus' `authorization: \
+         credentials_file` does), bind 127.0.0.1, or pass --insecure-metrics to accept that"
+    )
+}
+
 /// Serve `/metrics` on `addr` from a thread; returns the bound address (port 0 picks one).
+/// With a token, a request without it gets 401 and nothing else.
 pub fn spawn_http(
     addr: SocketAddr,
+    token: Option<MetricsToken>,
     metrics: Arc<Metrics>,
     store: Arc<StepStore>,
     shuffle_fill: Arc<AtomicU64>,
 ) -> anyhow::Result<SocketAddr> {
-    if !addr.ip().is_loopback() {
+    if !addr.ip().is_loopback() && token.is_none() {
         tracing::warn!(
-            "METRICS ON A NON-LOOPBACK ADDRESS ({addr}): any host that can reach it reads the \
-             daemon's counters (recipe hash, rank positions, sources); bind 127.0.0.1 unless a \
-             scraper on another host needs it"
+            "METRICS ON A NON-LOOPBACK ADDRESS ({addr}) WITHOUT A TOKEN: any host that can reach \
+             it reads the daemon's counters (recipe hash, rank positions, sources); bind \
+             127.0.0.1 or give --metrics-token-file unless a scraper on a trusted network needs it"
         );
     }
     let server = tiny_http::Server::http(addr)
@@ -258,6 +382,28 @@ pub fn spawn_http(
         .name("dsprep-metrics".into())
         .spawn(move || {
             for request in server.incoming_requests() {
+                if let Some(token) = &token {
+                    let authorization = request
+                        .headers()
+                        .iter()
+                        .find(|h| h.field.equiv("Authorization"))
+                        .map(|h| h.value.as_str());
+                    if !token.admits(authorization) {
+                        let challenge = tiny_http::Header::from_bytes(
+                            "WWW-Authenticate",
+                            "Bearer realm=\"dsprep metrics\"",
+                        )
+                        .expect("a valid static header");
+                        let body = "401 unauthorized: send `Authorization: Bearer <token>` with \
+                                    the token of the daemon's --metrics-token-file\n";
+                        let _ = request.respond(
+                            tiny_http::Response::from_string(body)
+                                .with_status_code(401)
+                                .with_header(challenge),
+                        );
+                        continue;
+                    }
+                }
                 let body = metrics.render(&store, shuffle_fill.load(Relaxed));
                 let header =
                     tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
@@ -266,4 +412,49 @@ pub fn spawn_http(
             }
         })?;
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_a_bearer_token_compared_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cret-token\n").expect("write");
+        let token = MetricsToken::read(&path).expect("token");
+        assert!(token.admits(Some("Bearer s3cret-token")));
+        assert!(token.admits(Some("bearer s3cret-token")));
+        for refused in [
+            None,
+            Some(""),
+            Some("Bearer"),
+            Some("Bearer s3cret"),
+            Some("Bearer s3cret-token2"),
+            Some("Basic s3cret-token"),
+        ] {
+            assert!(!token.admits(refused), "{refused:?}");
+        }
+        std::fs::write(&path, " \n").expect("write");
+        let err = MetricsToken::read(&path).err().expect("empty");
+        assert!(err.to_string().contains("is empty"), "{err}");
+    }
+
+    #[test]
+    fn beyond_loopback_metrics_need_a_token_or_insecure_metrics() {
+        let open: SocketAddr = "0.0.0.0:9187".parse().expect("addr");
+        let local: SocketAddr = "127.0.0.1:9187".parse().expect("addr");
+        assert!(check_address(local, false, false).is_ok());
+        assert!(check_address(open, true, false).is_ok());
+        assert!(check_address(open, false, true).is_ok());
+        let err = check_address(open, false, false).expect_err("refused");
+        assert!(
+            err.to_string().starts_with(
+                "--metrics 0.0.0.0:9187 is not a loopback address: anyone who can reach it would \
+                 read the daemon's counters"
+            ),
+            "{err}"
+        );
+    }
 }

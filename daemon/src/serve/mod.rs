@@ -4,8 +4,10 @@
 //!
 //! Threads: the pipeline (reader, tokenizers, and a producer that packs windows into global
 //! steps) fills the [`store::StepStore`]; one server thread owns the ROUTER socket; a metrics
-//! thread answers `/metrics`. Graceful shutdown on SIGINT/SIGTERM.
+//! thread answers `/metrics`; with CURVE, a ZAP handler thread admits the allowed clients
+//! (`auth.rs`). Graceful shutdown on SIGINT/SIGTERM.
 
+pub mod auth;
 pub mod endpoint;
 mod lane_chain;
 mod lane_checkpoints;
@@ -43,14 +45,20 @@ pub struct ServeOptions {
     pub world_size: u32,
     pub micro_batch: u32,
     pub endpoint: String,
-    /// Allow a non-loopback `tcp://` endpoint (unauthenticated).
+    /// Allow a non-loopback `tcp://` endpoint without CURVE (unauthenticated).
     pub insecure_tcp: bool,
+    /// Serve with CURVE: the daemon's key pair and the clients it admits.
+    pub curve: Option<CurveFiles>,
     /// How long a rank's owner may be silent before another trainer process takes it over.
     pub owner_timeout: std::time::Duration,
     /// Steps the pipeline may run ahead of the slowest rank.
     pub prefetch: u64,
     pub threads: usize,
     pub metrics: Option<SocketAddr>,
+    /// A bearer token `/metrics` requires (`--metrics-token-file`).
+    pub metrics_token: Option<PathBuf>,
+    /// Allow `--metrics` beyond loopback without a token.
+    pub insecure_metrics: bool,
     pub engine: EngineChoice,
     /// Where checkpoints go (none: no checkpoints).
     pub state_dir: Option<PathBuf>,
@@ -66,6 +74,14 @@ pub struct ServeOptions {
     pub plan: Option<PathBuf>,
 }
 
+/// `--curve-secret-key FILE` (the daemon's `NAME.key_secret`) and `--curve-allow DIR` (the
+/// allowed clients' `NAME.key` files).
+#[derive(Clone, Debug)]
+pub struct CurveFiles {
+    pub secret_key: PathBuf,
+    pub allow_dir: PathBuf,
+}
+
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
     anyhow::ensure!(
         options.world_size >= 1 && options.micro_batch >= 1,
@@ -75,6 +91,22 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         options.checkpoint_every >= 1,
         "--checkpoint-every must be at least 1"
     );
+    // Who may connect, checked before the recipe is loaded: a refused setting fails fast.
+    let curve = match &options.curve {
+        Some(files) => Some(auth::CurveServer::load(
+            &files.secret_key,
+            &files.allow_dir,
+        )?),
+        None => None,
+    };
+    endpoint::check(&options.endpoint, options.insecure_tcp, curve.is_some())?;
+    let metrics_token = match &options.metrics_token {
+        Some(path) => Some(metrics::MetricsToken::read(path)?),
+        None => None,
+    };
+    if let Some(addr) = options.metrics {
+        metrics::check_address(addr, metrics_token.is_some(), options.insecure_metrics)?;
+    }
     let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
     tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
     let recipe = &loaded.recipe;
@@ -120,16 +152,6 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         }
     };
 
-    endpoint::prepare(&options.endpoint, options.insecure_tcp)?;
-    let context = zmq::Context::new();
-    let router = context.socket(zmq::ROUTER)?;
-    router.set_linger(0)?;
-    router
-        .bind(&options.endpoint)
-        .map_err(|e| endpoint::bind_error(&options.endpoint, e))?;
-    let wake = context.socket(zmq::PULL)?;
-    wake.bind(WAKE_ENDPOINT)?;
-
     let store = Arc::new(if options.resume {
         StepStore::unplaced(node.local_ranks, options.prefetch)
     } else {
@@ -148,24 +170,70 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     metrics.unit = recipe.mix.unit;
     metrics.node = (options.node.rank, options.node.count);
     metrics.first_rank = node.first_rank;
+    metrics.auth.curve = curve.is_some();
     if let Work::Lanes(lanes) = &work {
         metrics.lanes = lanes.slice.lanes();
         metrics.input_bytes_assigned = lanes.input_bytes();
     }
     let metrics = Arc::new(metrics);
+
+    endpoint::prepare(&options.endpoint)?;
+    let context = zmq::Context::new();
+    let mut router = context.socket(zmq::ROUTER)?;
+    router.set_linger(0)?;
+    // The handler is bound before the ROUTER, so no handshake comes before it.
+    let authenticator = match &curve {
+        None => None,
+        Some(curve) => {
+            curve.secure(&mut router)?;
+            let authenticator = auth::Authenticator::start(
+                &context,
+                &router,
+                &options.endpoint,
+                curve.allowed.clone(),
+                Arc::clone(&metrics),
+            )?;
+            tracing::info!(
+                "CURVE on: server public key {} (give the clients its NAME.key); {} client keys \
+                 allowed from {}",
+                curve.public_key(),
+                curve.allowed.len(),
+                options
+                    .curve
+                    .as_ref()
+                    .map(|f| f.allow_dir.display().to_string())
+                    .unwrap_or_default()
+            );
+            Some(authenticator)
+        }
+    };
+    router
+        .bind(&options.endpoint)
+        .map_err(|e| endpoint::bind_error(&options.endpoint, e))?;
+    let wake = context.socket(zmq::PULL)?;
+    wake.bind(WAKE_ENDPOINT)?;
     let gate = match &work {
         Work::Lanes(lanes) => lanes.progress.clone().map(|p| (p, global_batch)),
         Work::Single { .. } => None,
     };
     let shuffle_fill = Arc::new(AtomicU64::new(0));
     if let Some(addr) = options.metrics {
+        let protected = metrics_token.is_some();
         let bound = metrics::spawn_http(
             addr,
+            metrics_token,
             Arc::clone(&metrics),
             Arc::clone(&store),
             Arc::clone(&shuffle_fill),
         )?;
-        tracing::info!("metrics on http://{bound}/metrics");
+        tracing::info!(
+            "metrics on http://{bound}/metrics{}",
+            if protected {
+                " (bearer token required)"
+            } else {
+                ""
+            }
+        );
     }
 
     let resume = options.resume;
@@ -282,6 +350,9 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
         owners: owners::Owners::new(options.owner_timeout),
     }
     .run();
+    if let Some(authenticator) = authenticator {
+        authenticator.stop();
+    }
     store.shutdown();
     producer
         .join()

@@ -23,6 +23,7 @@ from .errors import (
     StatusError,
     StepAhead,
     StepGone,
+    Unauthorized,
     UnsupportedVersion,
 )
 from .packed import PackedDataset, PackedFormatError
@@ -38,6 +39,7 @@ __all__ = [
     "DsprepIterableDataset",
     "LayoutMismatch",
     "Malformed",
+    "Unauthorized",
     "PackedDataset",
     "PackedFormatError",
     "ProtocolError",

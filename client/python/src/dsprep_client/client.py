@@ -1,6 +1,8 @@
 """One trainer rank's connection to `dsprep serve`: `next_batch()` / `batch_at(step)` over a
 ZeroMQ DEALER socket, with a timeout per attempt, reconnect, and the 20 ms step-ahead retry of
-the Rust client (client/src/served.rs). Batches are numpy views of the received frames.
+the Rust client (client/src/served.rs). Batches are numpy views of the received frames. With
+CURVE keys the connection is authenticated and encrypted, and a refused handshake raises
+`Unauthorized` (curve.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import zmq
 
 from .batch import Batch
 from . import chain
-from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, RankOwned, StepAhead
+from .curve import CLIENT_KEY_ENV, SERVER_KEY_ENV, HandshakeWatch, load_keys
+from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, RankOwned, StepAhead, Unauthorized
 from .parallel import data_parallel, parallel_from_env
 from .protocol import KIND_RELEASE, UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
 
@@ -83,6 +86,9 @@ class Client:
     With model parallelism (`tensor_parallel`, `context_parallel`, `pipeline_parallel`,
     `rank_order`; else DSPREP_TP/CP/PP/RANK_ORDER) the client asks for its data-parallel rank's
     batches: `self.dp_rank` of `self.dp_size` (see parallel.py).
+    A daemon serving with CURVE needs `curve_server_key` (path to its `NAME.key`) and
+    `curve_client_key` (this client's `NAME.key_secret`), else DSPREP_CURVE_SERVER_KEY and
+    DSPREP_CURVE_CLIENT_KEY; a refused handshake raises `Unauthorized`.
     """
 
     def __init__(
@@ -98,8 +104,11 @@ class Client:
         pipeline_parallel: Optional[int] = None,
         rank_order: Optional[str] = None,
         session: Optional[int] = None,
+        curve_server_key: Optional[str] = None,
+        curve_client_key: Optional[str] = None,
     ):
         self.endpoint = endpoint
+        self._keys = load_keys(curve_server_key, curve_client_key)
         #: Owns `rank` at the daemon (PROTOCOL.md "One owner per rank"): this process's by default.
         self.session = int(session) if session else process_session()
         self.rank, self.world_size = layout_from_env(rank, world_size)
@@ -122,6 +131,7 @@ class Client:
         # The process-wide context: it outlives every client, so garbage collection never has to
         # terminate a context whose sockets are still open (that blocks forever).
         self._context = zmq.Context.instance()
+        self._watch: Optional[HandshakeWatch] = None
         self._socket = self._open()
 
     # -- the batch API (shared with PackedDataset) --------------------------------------------
@@ -220,7 +230,7 @@ class Client:
             self._socket.send(release, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # best effort: the daemon frees the rank after its owner timeout anyway
-        self._socket.close(linger=100)
+        self._close_socket(linger=100)
 
     def __enter__(self) -> "Client":
         return self
@@ -233,21 +243,33 @@ class Client:
     def _open(self) -> zmq.Socket:
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
+        if self._keys is not None:
+            self._keys.apply(socket)
+        self._watch = HandshakeWatch(socket, self.endpoint, curve=self._keys is not None)
         try:
             socket.connect(self.endpoint)
         except zmq.ZMQError as e:
+            self._watch.close()
             socket.close(linger=0)
             raise ConfigError(f"cannot connect to {self.endpoint}: {e}") from e
         return socket
 
+    def _close_socket(self, linger: int) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        self._socket.close(linger=linger)
+
     def _request(self, step: int) -> Optional[Batch]:
         started = time.monotonic()
+        handshake_seen = False
         for attempt in range(1, self.attempts + 1):
             request_id = self._next_request_id
             self._next_request_id += 1
             frame = encode_request(request_id, self.dp_rank, self.dp_size, step, self._expected_hash, owner=(self.rank, self.session))
             self._socket.send(frame)
             reply = self._wait_reply(request_id)
+            handshake_seen = handshake_seen or (self._watch is not None and self._watch.succeeded)
             if reply is not None:
                 header, frames = reply
                 if header.num_steps != UNKNOWN_STEPS:
@@ -255,17 +277,33 @@ class Client:
                 return decode_reply(frames, header)
             # No reply in time: the daemon may have restarted; a new socket drops stale replies.
             if attempt < self.attempts:
-                self._socket.close(linger=0)
+                self._close_socket(linger=0)
                 self._socket = self._open()
-        raise DaemonGone(self.endpoint, time.monotonic() - started, self.attempts)
+        waited = time.monotonic() - started
+        if self._keys is not None and not handshake_seen:
+            raise Unauthorized(
+                f"no reply from the daemon at {self.endpoint} after {waited:.2f} s ({self.attempts} attempts) and no "
+                "CURVE handshake completed: the daemon may have refused this client's CURVE key, or is not running; "
+                f"check {SERVER_KEY_ENV} / {CLIENT_KEY_ENV}"
+            )
+        raise DaemonGone(self.endpoint, waited, self.attempts)
 
     def _wait_reply(self, request_id: int) -> Optional[Tuple[ReplyHeader, List[zmq.Frame]]]:
         """The reply to `request_id` (header and frames), or None when none came within the timeout."""
         deadline = time.monotonic() + self.timeout
+        assert self._watch is not None
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._watch.socket, zmq.POLLIN)
         while True:
             left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0 or not self._socket.poll(max(left_ms, 1), zmq.POLLIN):
+            if left_ms <= 0:
                 return None
+            ready = dict(poller.poll(max(left_ms, 1)))
+            if self._watch.socket in ready:
+                self._watch.read_events()
+            if self._socket not in ready:
+                continue
             frames = self._socket.recv_multipart(copy=False)
             header = decode_header(frames[0])
             if header.request_id == request_id:

@@ -1,6 +1,6 @@
 """Exceptions of the dsprep client: one class per reply status of the wire protocol (PROTOCOL.md),
-plus the client-side failures (nothing answers, a reply that breaks the protocol, a stream chain
-that does not continue, bad settings).
+plus the client-side failures (nothing answers, a refused CURVE handshake, a reply that breaks the
+protocol, a stream chain that does not continue, bad settings).
 
 Every exception raised by this package derives from ``DsprepError``. A status error carries the
 daemon's message (``.message``), the status code (``.status``) and the reply header (``.header``).
@@ -32,6 +32,11 @@ class DaemonGone(DsprepError):
         super().__init__(
             f"no reply from the daemon at {endpoint} after {waited_s:.2f} s ({attempts} attempts): is it running?"
         )
+
+
+class Unauthorized(DsprepError):
+    """The daemon refused this client's handshake: CURVE keys missing, not in the daemon's
+    allow list, or for another daemon (DSPREP_CURVE_SERVER_KEY / DSPREP_CURVE_CLIENT_KEY)."""
 
 
 class ChainMismatch(DsprepError):

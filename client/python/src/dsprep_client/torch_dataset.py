@@ -47,7 +47,9 @@ def to_tensors(batch: Batch) -> Dict[str, Any]:
 class DsprepIterableDataset(IterableDataset):
     """This rank's batches from `source`: an endpoint string (then `Client(source, **kwargs)`
     connects lazily, in the process that iterates), a packed directory path
-    (`PackedDataset(source, **kwargs)`), or a ready `Client`/`PackedDataset`."""
+    (`PackedDataset(source, **kwargs)`), or a ready `Client`/`PackedDataset`. A daemon serving
+    with CURVE: pass `curve_server_key=` and `curve_client_key=` (paths) in `kwargs`, or set
+    DSPREP_CURVE_SERVER_KEY / DSPREP_CURVE_CLIENT_KEY, which DataLoader workers inherit."""
 
     def __init__(self, source: Union[str, Source], **kwargs: Any):
         super().__init__()
