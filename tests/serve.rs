@@ -359,6 +359,34 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     );
 }
 
+/// A request for a step far past any stream (wrong recipe, rank or world size) is answered with
+/// its error, `first_window` saturated: computing it overflowed and killed the daemon (a debug
+/// build panicked on `attempt to add with overflow`; a release build wrapped).
+#[test]
+fn a_huge_step_is_refused_without_an_overflow_and_the_daemon_keeps_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(tmp.path(), &quickstart(), 2, 3, 2);
+    let mut raw = RawRank::connect(&daemon.endpoint);
+    for (rank, world, hash) in [(1, 2, Some([1; 32])), (7, 2, None), (0, 9, None)] {
+        for step in [u64::MAX, u64::MAX / 2, 1 << 62] {
+            let huge = Request {
+                recipe_hash: hash,
+                ..request(rank, world, step)
+            };
+            let (h, _) = raw.ask(&huge);
+            assert!(
+                matches!(h.status, Status::RecipeMismatch | Status::LayoutMismatch),
+                "{h:?}"
+            );
+            assert_eq!((h.step, h.first_window), (step, u64::MAX));
+        }
+    }
+    let (h, _) = raw.ask(&request(1, 2, 0));
+    assert_eq!((h.status, h.first_window), (Status::Ok, 3));
+    assert!(daemon.child.try_wait().unwrap().is_none(), "still up");
+    daemon.terminate();
+}
+
 #[test]
 fn served_batches_expose_inputs_labels_and_document_boundaries() {
     let tmp = tempfile::tempdir().unwrap();
