@@ -387,6 +387,38 @@ fn a_huge_step_is_refused_without_an_overflow_and_the_daemon_keeps_serving() {
     daemon.terminate();
 }
 
+/// A frame larger than any request (64 MiB here) drops its peer's connection before the daemon
+/// allocates it: it used to be received whole and answered as malformed, so a peer could make
+/// the daemon hold frames of any size. The peer reconnects and is served as before.
+#[test]
+fn an_oversized_frame_drops_its_peer_and_is_never_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(tmp.path(), &quickstart(), 1, 1, 2);
+    let mut raw = RawRank::connect(&daemon.endpoint);
+    raw.socket.set_rcvtimeo(2_000).unwrap();
+    let mut huge = request(0, 1, 0).encode();
+    huge.resize(dsprep::serve::MAX_REQUEST_FRAME_BYTES + 1, 0);
+    let (h, m) = raw.ask_frames(&[&huge[..dsprep::serve::MAX_REQUEST_FRAME_BYTES]]);
+    assert_eq!(h.status, Status::Malformed, "{m}");
+    for len in [huge.len(), 64 << 20] {
+        huge.resize(len, 0);
+        raw.socket.send(&huge[..], 0).unwrap();
+        assert!(
+            matches!(raw.socket.recv_multipart(0), Err(zmq::Error::EAGAIN)),
+            "a frame of {len} bytes gets no reply: its connection is dropped"
+        );
+    }
+    assert_eq!(
+        daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
+        1.0,
+        "only the frame within the limit was read"
+    );
+    raw.socket.set_rcvtimeo(10_000).unwrap();
+    let (h, _) = raw.ask(&request(0, 1, 0));
+    assert_eq!(h.status, Status::Ok, "the peer reconnected and is served");
+    daemon.terminate();
+}
+
 #[test]
 fn served_batches_expose_inputs_labels_and_document_boundaries() {
     let tmp = tempfile::tempdir().unwrap();
