@@ -168,6 +168,10 @@ enum Command {
         /// daemon's stream must continue it, as a resumed trainer checks.
         #[arg(long)]
         expect_chain: Option<String>,
+        /// Milliseconds to wait after each step, as a trainer computes between batches (0: pull
+        /// as fast as the daemon serves).
+        #[arg(long, default_value_t = 0)]
+        step_ms: u64,
     },
     /// Show what a recipe would read: Hub revisions resolved, shards and sizes listed, nothing
     /// downloaded.
@@ -376,6 +380,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline_parallel,
             rank_order,
             expect_chain,
+            step_ms,
         } => {
             let parallel = dsprep_client::Parallelism {
                 tensor: tensor_parallel,
@@ -395,6 +400,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 timeout: Duration::from_secs(timeout_s),
                 parallel,
                 expect_chain,
+                step_time: Duration::from_millis(step_ms),
             };
             let written = dsprep::tap::tap(&options)?;
             println!(
