@@ -266,6 +266,88 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_previous_one() {
     assert!(got == global_batches(&dataset, 2, 0..340));
 }
 
+/// A full disk fails checkpoint writes, not the daemon: it logs each failure, keeps serving the
+/// ranks their exact bytes, writes checkpoints again once there is room, and resumes from them.
+/// It used to stop its pipeline on the first failed write, and every rank then got "the daemon's
+/// pipeline failed". The disk is "full" for the checkpoint files only: their temporary names are
+/// links to /dev/full, whose writes fail with ENOSPC (the fault soak, tests/soak.rs, fills a real
+/// tmpfs).
+#[test]
+fn a_full_disk_fails_checkpoints_not_the_daemon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &quickstart(),
+        state: tmp.path().join("state"),
+        every: 2,
+    };
+    std::fs::create_dir_all(&run.state).unwrap();
+    let full: Vec<PathBuf> = (0..=400)
+        .map(|step| run.state.join(format!(".step-{step:012}.ckpt.tmp")))
+        .collect();
+    for link in &full {
+        std::os::unix::fs::symlink("/dev/full", link).unwrap();
+    }
+    let daemon = run.start(2, 2, false).unwrap();
+    let num_steps = dataset.num_windows() / 4;
+    // Snapshots come when the reader closes a chunk after a step was stored: how many steps in
+    // depends on the documents' sizes. The ranks pull until one write has failed …
+    let (mut got, mut at) = (Vec::new(), 0);
+    while !daemon
+        .log_text()
+        .contains("CHECKPOINT NOT WRITTEN, serving goes on")
+    {
+        assert!(
+            at < num_steps / 2,
+            "no checkpoint was tried:\n{}",
+            daemon.log_text()
+        );
+        got.extend(run.pull(&daemon, 2, at, 20));
+        at += 20;
+    }
+    assert!(
+        daemon.log_text().contains("No space left on device"),
+        "{}",
+        daemon.log_text()
+    );
+    let dir = CheckpointDir::open(&run.state, 3).unwrap();
+    assert!(dir.list().unwrap().is_empty(), "no checkpoint was written");
+
+    // … then there is room again: checkpoints are written, and a killed daemon resumes from them.
+    for link in &full {
+        let _ = std::fs::remove_file(link);
+    }
+    while !daemon.log_text().contains("written: step") {
+        assert!(
+            at < num_steps - 20,
+            "no checkpoint was written:\n{}",
+            daemon.log_text()
+        );
+        got.extend(run.pull(&daemon, 2, at, 20));
+        at += 20;
+    }
+    let written = dir.list().unwrap();
+    assert!(!written.is_empty());
+    for (_, path) in &written {
+        CheckpointDir::read(path).unwrap();
+    }
+    drop(daemon); // SIGKILL
+    let resumed = run.start(2, 2, true).unwrap();
+    got.extend(run.pull(&resumed, 2, at, 20));
+    assert!(resumed.log_text().contains("resuming from checkpoint"));
+    assert!(
+        got == global_batches(&dataset, 4, 0..at + 20),
+        "the ranks got the uninterrupted stream"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&run.state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
 #[test]
 fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     let tmp = tempfile::tempdir().unwrap();

@@ -236,7 +236,7 @@ impl Producer<'_> {
             {
                 kept.add(c, *state, &packer, chain);
             }
-            kept.checkpoint(c, self.store.slowest(), stopped)?;
+            kept.checkpoint(c, self.store.slowest(), stopped);
             if stopped {
                 return Err(anyhow!("stopped"));
             }
@@ -294,21 +294,28 @@ impl Snapshots {
     }
 
     /// Drop what the slowest rank has passed, and write the newest snapshot it has reached if
-    /// `every` steps have passed since the last checkpoint (or `now`, on shutdown).
-    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, now: bool) -> anyhow::Result<()> {
+    /// `every` steps have passed since the last checkpoint (or `now`, on shutdown). A write that
+    /// fails (a full disk, say) is logged and serving goes on: the next is tried `every` steps
+    /// later, and the checkpoints already written stay usable (a failed write leaves no file).
+    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, now: bool) {
         let reached = self.held.iter().rposition(|(m, _)| m.step <= slowest);
         let Some(reached) = reached else {
-            return Ok(());
+            return;
         };
         self.held.drain(..reached);
         let step = self.held[0].0.step;
         let due = step > self.written && (now || step >= self.written + c.every);
         if due {
             let (meta, state) = &self.held[0];
-            write_checkpoint(c, meta, state)?;
+            if let Err(e) = write_checkpoint(c, meta, state) {
+                tracing::warn!(
+                    "CHECKPOINT NOT WRITTEN, serving goes on (the next is tried {} steps later; the \
+                     newest written stays the one to resume from): {e:#}",
+                    c.every
+                );
+            }
             self.written = step;
         }
-        Ok(())
     }
 }
 
