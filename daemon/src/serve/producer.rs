@@ -4,7 +4,7 @@
 //! step it stores is exactly what an uninterrupted daemon would have served.
 
 use super::metrics::Metrics;
-use super::store::{StepChain, StepData, StepStore};
+use super::store::{HISTORY_STEPS, StepChain, StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
 use crate::driver::pipeline::{self, PipelineConfig};
 use crate::driver::pretokenize::Pretokenized;
@@ -157,30 +157,36 @@ impl Producer<'_> {
                     resume.path.display()
                 )
             })?;
+            let first = first_kept_step(start.step, packer.windows_emitted(), self.global_batch);
             tracing::info!(
                 "resuming from checkpoint {} (step {}, {} documents in, {} buffered) in {:.2} s; \
-                 fast-forwarding {} windows to step {}",
+                 fast-forwarding {} windows to step {first} (serving from step {}, and the steps \
+                 below it from {first} to ranks that ask late)",
                 resume.path.display(),
                 resume.meta.step,
                 resume.state.stream.emitted,
                 resume.state.stream.buffered.len(),
                 began.elapsed().as_secs_f64(),
-                (start.step * self.global_batch).saturating_sub(resume.meta.windows),
+                (first * self.global_batch).saturating_sub(resume.meta.windows),
                 start.step
             );
         } else if start.step > 0 {
+            let first = first_kept_step(start.step, 0, self.global_batch);
             tracing::warn!(
-                "no checkpoint at or below step {}: recomputing the stream from its start",
-                start.step
+                "no checkpoint at or below step {}: recomputing the stream from its start \
+                 (fast-forwarding {} windows to step {first})",
+                start.step,
+                first * self.global_batch
             );
         }
-        self.store.place(start.step);
+        let first = first_kept_step(start.step, packer.windows_emitted(), self.global_batch);
+        self.store.place(first, start.step);
         let mut steps = StepAssembler {
             global_batch: self.global_batch,
             dtype: self.dtype,
             next_window: packer.windows_emitted(),
-            keep_from: start.step * self.global_batch,
-            current: StepData::new(start.step, self.global_batch as usize),
+            keep_from: first * self.global_batch,
+            current: StepData::new(first, self.global_batch as usize),
             chain: Some(chain_at),
         };
         let from_window = steps.next_window;
@@ -260,6 +266,18 @@ impl Producer<'_> {
     }
 }
 
+/// The first step a daemon starting at `start` (the lowest step asked for) holds, with the
+/// pipeline at `windows` (restored from a checkpoint, or 0): up to [`HISTORY_STEPS`] below
+/// `start`, as an uninterrupted daemon holds them, as far as the checkpoint reaches. A rank whose
+/// request was lost with a killed daemon asks again only after its timeout, when the others may
+/// have placed the new daemon above its step: it still finds its step.
+fn first_kept_step(start: u64, windows: u64, global_batch: u64) -> u64 {
+    start
+        .saturating_sub(HISTORY_STEPS)
+        .max(windows.div_ceil(global_batch))
+        .min(start)
+}
+
 /// Snapshots taken since the slowest rank's position, in memory, newest last. A checkpoint is
 /// useful only at or below the step a trainer will resume from, and trainers are behind the
 /// pipeline (by up to `prefetch` steps, and the chunks in flight): so checkpoints are written from
@@ -335,4 +353,30 @@ fn write_checkpoint(
         began.elapsed().as_secs_f64() * 1e3
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_daemon_keeps_the_history_its_checkpoint_reaches() {
+        assert_eq!(
+            first_kept_step(123, 0, 4),
+            123 - HISTORY_STEPS,
+            "no checkpoint"
+        );
+        assert_eq!(
+            first_kept_step(123, 470, 4),
+            118,
+            "a checkpoint at window 470"
+        );
+        assert_eq!(
+            first_kept_step(123, 492, 4),
+            123,
+            "a checkpoint at the step asked for"
+        );
+        assert_eq!(first_kept_step(3, 0, 4), 0);
+        assert_eq!(first_kept_step(0, 0, 4), 0);
+    }
 }
