@@ -360,6 +360,66 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     );
 }
 
+/// A request for a step far past any stream (wrong recipe, rank or world size) is answered with
+/// its error, `first_window` saturated: computing it overflowed and killed the daemon (a debug
+/// build panicked on `attempt to add with overflow`; a release build wrapped).
+#[test]
+fn a_huge_step_is_refused_without_an_overflow_and_the_daemon_keeps_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(tmp.path(), &quickstart(), 2, 3, 2);
+    let mut raw = RawRank::connect(&daemon.endpoint);
+    for (rank, world, hash) in [(1, 2, Some([1; 32])), (7, 2, None), (0, 9, None)] {
+        for step in [u64::MAX, u64::MAX / 2, 1 << 62] {
+            let huge = Request {
+                recipe_hash: hash,
+                ..request(rank, world, step)
+            };
+            let (h, _) = raw.ask(&huge);
+            assert!(
+                matches!(h.status, Status::RecipeMismatch | Status::LayoutMismatch),
+                "{h:?}"
+            );
+            assert_eq!((h.step, h.first_window), (step, u64::MAX));
+        }
+    }
+    let (h, _) = raw.ask(&request(1, 2, 0));
+    assert_eq!((h.status, h.first_window), (Status::Ok, 3));
+    assert!(daemon.child.try_wait().unwrap().is_none(), "still up");
+    daemon.terminate();
+}
+
+/// A frame larger than any request (64 MiB here) drops its peer's connection before the daemon
+/// allocates it: it used to be received whole and answered as malformed, so a peer could make
+/// the daemon hold frames of any size. The peer reconnects and is served as before.
+#[test]
+fn an_oversized_frame_drops_its_peer_and_is_never_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(tmp.path(), &quickstart(), 1, 1, 2);
+    let mut raw = RawRank::connect(&daemon.endpoint);
+    raw.socket.set_rcvtimeo(2_000).unwrap();
+    let mut huge = request(0, 1, 0).encode();
+    huge.resize(dsprep::serve::MAX_REQUEST_FRAME_BYTES + 1, 0);
+    let (h, m) = raw.ask_frames(&[&huge[..dsprep::serve::MAX_REQUEST_FRAME_BYTES]]);
+    assert_eq!(h.status, Status::Malformed, "{m}");
+    for len in [huge.len(), 64 << 20] {
+        huge.resize(len, 0);
+        raw.socket.send(&huge[..], 0).unwrap();
+        assert!(
+            matches!(raw.socket.recv_multipart(0), Err(zmq::Error::EAGAIN)),
+            "a frame of {len} bytes gets no reply: its connection is dropped"
+        );
+    }
+    assert_eq!(
+        daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
+        1.0,
+        "only the frame within the limit was read"
+    );
+    raw.socket.set_rcvtimeo(10_000).unwrap();
+    let (h, _) = raw.ask(&request(0, 1, 0));
+    assert_eq!(h.status, Status::Ok, "the peer reconnected and is served");
+    daemon.terminate();
+}
+
 #[test]
 fn served_batches_expose_inputs_labels_and_document_boundaries() {
     let tmp = tempfile::tempdir().unwrap();

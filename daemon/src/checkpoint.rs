@@ -166,6 +166,15 @@ impl CheckpointDir {
         let bytes = checkpoint::encode(meta, state);
         write_atomic(&path, &bytes)
             .with_context(|| format!("cannot write checkpoint {}", path.display()))?;
+        // The checkpoint is in place: failing to drop an old one only costs disk space.
+        if let Err(e) = self.prune() {
+            tracing::warn!("old checkpoints in {} stay: {e:#}", self.dir.display());
+        }
+        Ok(path)
+    }
+
+    /// Remove all but the last `keep` checkpoints.
+    fn prune(&self) -> anyhow::Result<()> {
         let all = self.list()?;
         if all.len() > self.keep {
             for (_, old) in &all[..all.len() - self.keep] {
@@ -174,7 +183,7 @@ impl CheckpointDir {
             }
             sync_dir(&self.dir);
         }
-        Ok(path)
+        Ok(())
     }
 
     /// Read and check one checkpoint file.

@@ -193,6 +193,10 @@ enum Command {
         /// --curve-allow directory). Default: DSPREP_CURVE_CLIENT_KEY.
         #[arg(long, requires = "curve_server_key")]
         curve_client_key: Option<PathBuf>,
+        /// Milliseconds to wait after each step, as a trainer computes between batches (0: pull
+        /// as fast as the daemon serves).
+        #[arg(long, default_value_t = 0)]
+        step_ms: u64,
     },
     /// Write a CURVE key pair for authenticated serving: PATH.key (the public key, to share) and
     /// PATH.key_secret (public and secret, to keep), both mode 0600, in the certificate format
@@ -427,6 +431,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             expect_chain,
             curve_server_key,
             curve_client_key,
+            step_ms,
         } => {
             let parallel = dsprep_client::Parallelism {
                 tensor: tensor_parallel,
@@ -455,6 +460,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         dsprep_client::curve::ClientKeys::from_env().map_err(anyhow::Error::msg)?
                     }
                 },
+                step_time: Duration::from_millis(step_ms),
             };
             let written = dsprep::tap::tap(&options)?;
             println!(

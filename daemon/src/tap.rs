@@ -1,8 +1,8 @@
 //! `dsprep tap`: a command-line trainer stand-in. Connects as one rank, pulls steps in order and
 //! writes each step's raw token bytes to `--out` (nothing else) and one JSON line per step with
 //! its header and stream chain to `<out>.jsonl`. Like a resumed trainer, it can be given the
-//! chain before its first step (`--expect-chain`), which the daemon's stream must continue.
-//! For debugging and tests.
+//! chain before its first step (`--expect-chain`), which the daemon's stream must continue, and
+//! a time per step (`--step-ms`) stands in for a trainer's compute. For debugging and tests.
 
 use anyhow::Context;
 use dsprep_client::chain;
@@ -26,6 +26,8 @@ pub struct TapOptions {
     pub expect_chain: Option<String>,
     /// CURVE keys for a daemon that serves with CURVE.
     pub curve: Option<dsprep_client::curve::ClientKeys>,
+    /// How long to wait after each step (a training step's compute).
+    pub step_time: Duration,
 }
 
 /// Returns the number of steps written (fewer than asked when the data ends).
@@ -87,6 +89,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
         tokens.flush()?;
         headers.flush()?;
         written += 1;
+        std::thread::sleep(options.step_time);
     }
     tokens.flush()?;
     headers.flush()?;

@@ -152,7 +152,7 @@ impl LaneProducer<'_> {
             self.stream_dir.clone(),
             self.progress.clone(),
         );
-        self.store.place(first);
+        self.store.place(first, first);
         let per_step = self.slice.windows_per_step();
         let from = self.slice.first_block_of_step(first);
         let mut steps = StepAssembler {

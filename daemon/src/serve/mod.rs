@@ -39,6 +39,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use store::StepStore;
 
 const WAKE_ENDPOINT: &str = "inproc://dsprep-step-ready";
+/// The largest frame the daemon reads from a rank (a request is 64 or 80 bytes; the rest is room
+/// for later versions). ZeroMQ disconnects a peer that sends a larger one.
+pub const MAX_REQUEST_FRAME_BYTES: usize = 4096;
 
 pub struct ServeOptions {
     pub recipe: PathBuf,
@@ -181,6 +184,9 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     let context = zmq::Context::new();
     let mut router = context.socket(zmq::ROUTER)?;
     router.set_linger(0)?;
+    // A frame larger than any request drops its peer's connection before it is allocated: a
+    // hostile or broken peer cannot make the daemon hold a frame of its choosing.
+    router.set_maxmsgsize(MAX_REQUEST_FRAME_BYTES as i64)?;
     // The handler is bound before the ROUTER, so no handshake comes before it.
     let authenticator = match &curve {
         None => None,

@@ -4,7 +4,7 @@
 //! step it stores is exactly what an uninterrupted daemon would have served.
 
 use super::metrics::Metrics;
-use super::store::{StepChain, StepData, StepStore};
+use super::store::{HISTORY_STEPS, StepChain, StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
 use crate::driver::pipeline::{self, PipelineConfig};
 use crate::driver::pretokenize::Pretokenized;
@@ -157,30 +157,36 @@ impl Producer<'_> {
                     resume.path.display()
                 )
             })?;
+            let first = first_kept_step(start.step, packer.windows_emitted(), self.global_batch);
             tracing::info!(
                 "resuming from checkpoint {} (step {}, {} documents in, {} buffered) in {:.2} s; \
-                 fast-forwarding {} windows to step {}",
+                 fast-forwarding {} windows to step {first} (serving from step {}, and the steps \
+                 below it from {first} to ranks that ask late)",
                 resume.path.display(),
                 resume.meta.step,
                 resume.state.stream.emitted,
                 resume.state.stream.buffered.len(),
                 began.elapsed().as_secs_f64(),
-                (start.step * self.global_batch).saturating_sub(resume.meta.windows),
+                (first * self.global_batch).saturating_sub(resume.meta.windows),
                 start.step
             );
         } else if start.step > 0 {
+            let first = first_kept_step(start.step, 0, self.global_batch);
             tracing::warn!(
-                "no checkpoint at or below step {}: recomputing the stream from its start",
-                start.step
+                "no checkpoint at or below step {}: recomputing the stream from its start \
+                 (fast-forwarding {} windows to step {first})",
+                start.step,
+                first * self.global_batch
             );
         }
-        self.store.place(start.step);
+        let first = first_kept_step(start.step, packer.windows_emitted(), self.global_batch);
+        self.store.place(first, start.step);
         let mut steps = StepAssembler {
             global_batch: self.global_batch,
             dtype: self.dtype,
             next_window: packer.windows_emitted(),
-            keep_from: start.step * self.global_batch,
-            current: StepData::new(start.step, self.global_batch as usize),
+            keep_from: first * self.global_batch,
+            current: StepData::new(first, self.global_batch as usize),
             chain: Some(chain_at),
         };
         let from_window = steps.next_window;
@@ -236,7 +242,7 @@ impl Producer<'_> {
             {
                 kept.add(c, *state, &packer, chain);
             }
-            kept.checkpoint(c, self.store.slowest(), stopped)?;
+            kept.checkpoint(c, self.store.slowest(), stopped);
             if stopped {
                 return Err(anyhow!("stopped"));
             }
@@ -258,6 +264,18 @@ impl Producer<'_> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The first step a daemon starting at `start` (the lowest step asked for) holds, with the
+/// pipeline at `windows` (restored from a checkpoint, or 0): up to [`HISTORY_STEPS`] below
+/// `start`, as an uninterrupted daemon holds them, as far as the checkpoint reaches. A rank whose
+/// request was lost with a killed daemon asks again only after its timeout, when the others may
+/// have placed the new daemon above its step: it still finds its step.
+fn first_kept_step(start: u64, windows: u64, global_batch: u64) -> u64 {
+    start
+        .saturating_sub(HISTORY_STEPS)
+        .max(windows.div_ceil(global_batch))
+        .min(start)
 }
 
 /// Snapshots taken since the slowest rank's position, in memory, newest last. A checkpoint is
@@ -294,21 +312,28 @@ impl Snapshots {
     }
 
     /// Drop what the slowest rank has passed, and write the newest snapshot it has reached if
-    /// `every` steps have passed since the last checkpoint (or `now`, on shutdown).
-    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, now: bool) -> anyhow::Result<()> {
+    /// `every` steps have passed since the last checkpoint (or `now`, on shutdown). A write that
+    /// fails (a full disk, say) is logged and serving goes on: the next is tried `every` steps
+    /// later, and the checkpoints already written stay usable (a failed write leaves no file).
+    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, now: bool) {
         let reached = self.held.iter().rposition(|(m, _)| m.step <= slowest);
         let Some(reached) = reached else {
-            return Ok(());
+            return;
         };
         self.held.drain(..reached);
         let step = self.held[0].0.step;
         let due = step > self.written && (now || step >= self.written + c.every);
         if due {
             let (meta, state) = &self.held[0];
-            write_checkpoint(c, meta, state)?;
+            if let Err(e) = write_checkpoint(c, meta, state) {
+                tracing::warn!(
+                    "CHECKPOINT NOT WRITTEN, serving goes on (the next is tried {} steps later; the \
+                     newest written stays the one to resume from): {e:#}",
+                    c.every
+                );
+            }
             self.written = step;
         }
-        Ok(())
     }
 }
 
@@ -328,4 +353,30 @@ fn write_checkpoint(
         began.elapsed().as_secs_f64() * 1e3
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_daemon_keeps_the_history_its_checkpoint_reaches() {
+        assert_eq!(
+            first_kept_step(123, 0, 4),
+            123 - HISTORY_STEPS,
+            "no checkpoint"
+        );
+        assert_eq!(
+            first_kept_step(123, 470, 4),
+            118,
+            "a checkpoint at window 470"
+        );
+        assert_eq!(
+            first_kept_step(123, 492, 4),
+            123,
+            "a checkpoint at the step asked for"
+        );
+        assert_eq!(first_kept_step(3, 0, 4), 0);
+        assert_eq!(first_kept_step(0, 0, 4), 0);
+    }
 }

@@ -304,8 +304,7 @@ impl Server {
             dtype_bytes: l.dtype_bytes,
             recipe_hash: l.recipe_hash,
             num_steps,
-            first_window: (request.step * u64::from(l.world_size) + u64::from(request.rank))
-                * u64::from(l.micro_batch),
+            first_window: first_window(request.step, request.rank, l),
             chain: None,
         }
     }
@@ -395,6 +394,16 @@ impl Server {
         self.malformed_log.note(status, message);
         self.reply_error(identity, &request, status, message);
     }
+}
+
+/// `(step × world_size + rank) × micro_batch`: the stream index of a rank's first row. A request
+/// for a step far past any stream (a hostile or corrupt one, answered with an error) saturates
+/// at `u64::MAX` instead of overflowing.
+fn first_window(step: u64, rank: u32, layout: Layout) -> u64 {
+    step.checked_mul(u64::from(layout.world_size))
+        .and_then(|w| w.checked_add(u64::from(rank)))
+        .and_then(|w| w.checked_mul(u64::from(layout.micro_batch)))
+        .unwrap_or(u64::MAX)
 }
 
 fn status_name(status: Status) -> &'static str {

@@ -161,7 +161,7 @@ impl StepStore {
     /// A store whose first step is 0.
     pub fn new(world_size: u32, prefetch: u64) -> Self {
         let store = Self::unplaced(world_size, prefetch);
-        store.place(0);
+        store.place(0, 0);
         store
     }
 
@@ -234,13 +234,15 @@ impl StepStore {
         }
     }
 
-    /// Start the store at `step`: the producer's first push is `step`, every rank is taken to be
-    /// there, and earlier steps are gone.
-    pub fn place(&self, step: u64) {
+    /// Start the store at `first`, with every rank taken to be at `at` (≥ `first`): the
+    /// producer's first push is `first`, and earlier steps are gone. A resuming daemon holds the
+    /// steps below the one asked for (`at`) from `first` on, for ranks that ask late.
+    pub fn place(&self, first: u64, at: u64) {
         let mut state = self.lock();
-        state.first = step;
-        state.produced = step;
-        state.positions.iter_mut().for_each(|p| *p = step);
+        debug_assert!(first <= at);
+        state.first = first;
+        state.produced = first;
+        state.positions.iter_mut().for_each(|p| *p = at);
         state.placed = true;
         self.room.notify_all();
     }
@@ -427,7 +429,7 @@ mod tests {
             5,
             "the lowest step asked for"
         );
-        store.place(5);
+        store.place(5, 5);
         store.push(step(5)).unwrap();
         assert_eq!(ready(store.lookup(0, 5)), 5);
         assert!(matches!(store.lookup(1, 4), Lookup::Gone { oldest: 5 }));
@@ -437,6 +439,19 @@ mod tests {
             waiting.wait_first_request().is_err(),
             "shutdown ends the wait"
         );
+    }
+
+    #[test]
+    fn a_store_placed_below_the_ranks_serves_a_rank_that_asks_late() {
+        let store = StepStore::unplaced(2, 2);
+        store.place(3, 5);
+        for s in 3..7 {
+            store.push(step(s)).unwrap(); // up to 2 (prefetch) past where the ranks are
+        }
+        assert_eq!(store.snapshot().produced, 7);
+        assert_eq!(ready(store.lookup(0, 5)), 5);
+        assert_eq!(ready(store.lookup(1, 4)), 4, "a rank that asks late");
+        assert!(matches!(store.lookup(1, 2), Lookup::Gone { oldest: 3 }));
     }
 
     #[test]
