@@ -216,7 +216,7 @@ fn pack_lane(
         stream,
         &config,
         None,
-        |source, len| {
+        |source, len, _| {
             docs[source as usize] += 1;
             tokens[source as usize] += len;
         },
@@ -379,6 +379,8 @@ fn lane_totals(lanes: &[PackedDataset]) -> (Vec<u64>, Vec<u64>, Vec<SourceCounte
             counters[i].rows_filtered += s.rows_filtered;
             counters[i].rows_empty += s.rows_empty;
             counters[i].rows_oversize += s.rows_oversize;
+            counters[i].rows_split += s.rows_split;
+            counters[i].split_pieces += s.split_pieces;
             counters[i].documents += s.documents;
             counters[i].passes_completed += s.passes_completed;
         }

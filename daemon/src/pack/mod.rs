@@ -291,6 +291,8 @@ fn source_stats(
             rows_filtered: counters[i].rows_filtered,
             rows_empty: counters[i].rows_empty,
             rows_oversize: counters[i].rows_oversize,
+            rows_split: counters[i].rows_split,
+            split_pieces: counters[i].split_pieces,
             passes_completed: counters[i].passes_completed,
         })
         .collect()

@@ -1,6 +1,6 @@
 //! What the daemon is doing, as Prometheus text on a loopback HTTP endpoint (`/metrics`):
-//! documents and tokens per source, realized vs target mix, shuffle-buffer fill, steps produced
-//! and held, per-rank step and lag, requests by outcome.
+//! documents and tokens per source (and split rows' pieces), realized vs target mix,
+//! shuffle-buffer fill, steps produced and held, per-rank step and lag, requests by outcome.
 
 use super::store::StepStore;
 use dsprep_mixers::mixer::share;
@@ -18,6 +18,9 @@ pub struct Metrics {
     pub unit: MixUnit,
     pub documents: Vec<AtomicU64>,
     pub tokens: Vec<AtomicU64>,
+    /// Per source: rows cut into pieces (`oversize = "split"`) and the pieces, as produced.
+    pub rows_split: Vec<AtomicU64>,
+    pub split_pieces: Vec<AtomicU64>,
     pub shuffle_capacity: u64,
     /// Requests answered, by reply status name.
     pub replies: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -44,6 +47,8 @@ impl Metrics {
             unit: MixUnit::Documents,
             documents: (0..n).map(|_| AtomicU64::new(0)).collect(),
             tokens: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            rows_split: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            split_pieces: (0..n).map(|_| AtomicU64::new(0)).collect(),
             shuffle_capacity,
             replies: Default::default(),
             started: Instant::now(),
@@ -51,6 +56,16 @@ impl Metrics {
             first_rank: 0,
             lanes: Vec::new(),
             input_bytes_assigned: 0,
+        }
+    }
+
+    /// Count one produced document of `source`: its piece number, 0 when it is a whole row.
+    pub fn count_piece(&self, source: usize, piece: u32) {
+        if piece == 1 {
+            self.rows_split[source].fetch_add(1, Relaxed);
+        }
+        if piece >= 1 {
+            self.split_pieces[source].fetch_add(1, Relaxed);
         }
     }
 
@@ -116,6 +131,24 @@ impl Metrics {
                 "dsprep_tokens_total{{source=\"{name}\"}} {}",
                 t.load(Relaxed)
             );
+        }
+        for (metric, help, counts) in [
+            (
+                "dsprep_rows_split_total",
+                "Rows over max_document_bytes cut into pieces (oversize = \"split\"), per source.",
+                &self.rows_split,
+            ),
+            (
+                "dsprep_split_pieces_total",
+                "Pieces of split rows produced, per source (each also one of \
+                 dsprep_documents_total).",
+                &self.split_pieces,
+            ),
+        ] {
+            gauge(&mut out, metric, help, "counter");
+            for (name, n) in self.source_names.iter().zip(counts) {
+                let _ = writeln!(out, "{metric}{{source=\"{name}\"}} {}", n.load(Relaxed));
+            }
         }
         let tokens: Vec<u64> = self.tokens.iter().map(|t| t.load(Relaxed)).collect();
         for (metric, help, counts, unit) in [

@@ -368,6 +368,9 @@ pub(crate) struct ParquetShard<B> {
     batch_row: usize,
     /// Index in the file of the next row.
     row: u64,
+    /// The longest text copied out of a batch ([`SourceSpec::read_limit`]); a longer one is an
+    /// oversize row, measured but never copied.
+    read_limit: u64,
 }
 
 impl<B: BatchSource> ParquetShard<B> {
@@ -379,6 +382,7 @@ impl<B: BatchSource> ParquetShard<B> {
             batch: None,
             batch_row: 0,
             row: 0,
+            read_limit: spec.read_limit(),
         }
     }
 
@@ -393,9 +397,13 @@ impl<B: BatchSource> ParquetShard<B> {
             return RowText::Filtered;
         }
         let text = match &self.text {
-            TextField::Column(name) => string_at(column(batch, name).as_ref(), i)
-                .unwrap_or_default()
-                .to_string(),
+            TextField::Column(name) => {
+                let text = string_at(column(batch, name).as_ref(), i).unwrap_or_default();
+                if text.len() as u64 > self.read_limit {
+                    return RowText::Oversize(text.len() as u64);
+                }
+                text.to_string()
+            }
             TextField::Join(join) => {
                 let Some(items) = list_items(batch, &join.list, i) else {
                     return RowText::Empty;
@@ -408,6 +416,10 @@ impl<B: BatchSource> ParquetShard<B> {
                     .filter_map(|k| string_at(members.as_ref(), k))
                     .filter(|s| !s.is_empty())
                     .collect();
+                let bytes = joined_bytes(&parts, &join.separator);
+                if bytes > self.read_limit {
+                    return RowText::Oversize(bytes);
+                }
                 parts.join(&join.separator)
             }
         };
@@ -417,6 +429,12 @@ impl<B: BatchSource> ParquetShard<B> {
             RowText::Text(text)
         }
     }
+}
+
+/// The length of `parts` joined with `separator`, measured before anything is copied.
+pub(crate) fn joined_bytes(parts: &[&str], separator: &str) -> u64 {
+    let text: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    text + (separator.len() as u64) * (parts.len().saturating_sub(1) as u64)
 }
 
 impl<B: BatchSource> ShardReader for ParquetShard<B> {
