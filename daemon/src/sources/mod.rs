@@ -12,6 +12,7 @@ mod hub_parquet;
 mod hub_stream;
 mod jsonl;
 mod listing;
+mod page_check;
 mod parquet;
 
 pub use content::FILE_BITS;
