@@ -126,6 +126,34 @@ pub fn pack_part(
     pack_dealt_part(options, loaded, &inputs, parts, started)
 }
 
+/// A part's failure, with what `OUT.lanes` holds said last: kept with the lanes complete there
+/// (a rerun keeps them), or removed when it holds nothing at all.
+fn lanes_left(
+    dir: &Path,
+    loaded: &LoadedRecipe,
+    inputs: &LaneInputs,
+    cause: anyhow::Error,
+) -> anyhow::Error {
+    let complete: Vec<u32> = (0..inputs.spec.count)
+        .filter(|&l| complete_lane(&lane_dir(dir, l), &LaneInfo::new(loaded, inputs, l)).is_some())
+        .collect();
+    let shown = dir.display();
+    let outcome = match complete.len() {
+        0 => match std::fs::remove_dir(dir) {
+            Ok(()) => format!("removed {shown}: no lane was complete"),
+            Err(_) => format!(
+                "kept {shown}: no lane is complete, but it is not empty (other parts write there)"
+            ),
+        },
+        n => format!(
+            "kept {shown}: {n} of {} lanes are complete there ({complete:?}); the same command \
+             keeps them and packs the rest",
+            inputs.spec.count
+        ),
+    };
+    failure::with_outcome(cause, outcome)
+}
+
 /// `--part` and `--parts` against the recipe's lanes.
 fn check_parts(spec: LanesSpec, parts: Parts) -> anyhow::Result<()> {
     if parts.parts == 0 || parts.part >= parts.parts {
@@ -179,8 +207,10 @@ fn pack_dealt_part(
             report.kept.push(lane);
             continue;
         }
-        pack_lane(options, loaded, inputs, &info, &out)
-            .with_context(|| format!("lane {lane} of {}", spec.count))?;
+        if let Err(e) = pack_lane(options, loaded, inputs, &info, &out) {
+            let e = e.context(format!("lane {lane} of {}", spec.count));
+            return Err(lanes_left(&dir, loaded, inputs, e));
+        }
         report.packed.push(lane);
     }
     report.wall = started.elapsed();
