@@ -4,9 +4,9 @@
 //!
 //! The decoding is parquet's async reader over [`HubReader`] (an `AsyncFileReader`), polled with
 //! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. Each
-//! prefetched row group's page headers are checked there too, before the decoder sees them. A prefetch
-//! task fetches the next `readahead` row groups into a bounded channel, whole or not at all
-//! (each range is re-fetched until complete), so the tokenizer does not wait on the network.
+//! prefetched row group's page headers are checked there too, before the decoder sees them. A
+//! prefetch task fetches the next `readahead` row groups into a bounded channel, whole or not at
+//! all (each range is re-fetched until complete), so the tokenizer does not wait on the network.
 
 use super::page_check::ReadAt;
 use super::parquet::{BatchSource, check_pages, projection, with_string_views};

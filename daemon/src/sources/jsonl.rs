@@ -1,9 +1,10 @@
 //! JSON-lines shards (plain or gzip, e.g. C4's `.json.gz`), streamed line by line: a gzip shard is
 //! never decompressed whole, and a line is held only while its document is taken out. A line
-//! longer than a document within the source's `max_document_bytes` (or, splitting, within what
-//! `split` reads) can need is read to its end without being kept (a gzip bomb of one line costs
-//! no memory), and a long line's buffer is given back once its document is out. The line reader works over any
-//! `BufRead`: a local file, or a Hub download streamed through gzip.
+//! longer than a document within what the source reads can need ([`max_line_bytes`] of its
+//! `max_document_bytes`, or of 1 GiB under `split`) is read to its end without being kept, so a
+//! gzip bomb of one line costs at most that allowance; a long line's buffer is given back once
+//! its document is out. The line reader works over any `BufRead`: a local file, or a Hub
+//! download streamed through gzip.
 
 use super::{RowText, ShardError, ShardReader};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};

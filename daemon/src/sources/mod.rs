@@ -646,9 +646,9 @@ impl DocSource for LocalSource {
                 let text = last.as_ref().map(|(_, t)| t.as_str()).unwrap_or_default();
                 texts[order[k]] = match piece {
                     0 => text.to_string(),
-                    k => self
-                        .piece_of(text, k)
-                        .ok_or_else(|| self.not_there(shard, row, k, "no such piece"))?
+                    n => self
+                        .piece_of(text, n)
+                        .ok_or_else(|| self.not_there(shard, row, n, "no such piece"))?
                         .to_string(),
                 };
                 k += 1;

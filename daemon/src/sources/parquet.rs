@@ -3,8 +3,9 @@
 //! rows is held at a time. Before anything is decoded, the footer's column chunks are checked
 //! against the file's size and every page header of the chunks to be read against its chunk and
 //! for decompression bombs (`page_check.rs`); strings are read as views, and a row's text is
-//! copied out only when it is within what the source reads. Where the batches come from — a local file, or range reads from the
-//! Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into documents is shared.
+//! copied out only when it is within what the source reads. Where the batches come from — a local
+//! file, or range reads from the Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into
+//! documents is shared.
 
 use super::page_check::{ReadAt, check_chunk};
 use super::{RowText, ShardError, ShardReader};
