@@ -448,3 +448,59 @@ fn streamed_body_and_blob_faults_lose_and_duplicate_nothing() {
         "{stderr}"
     );
 }
+
+/// A parquet file on the Hub whose page claims 2 GiB: its page headers are checked in the
+/// prefetched row group, before the decoder sees it, as a local file's are (tests/hostile.rs),
+/// and the pack stops naming the Hub file, the row group, the column and the sizes.
+#[test]
+fn a_hub_parquet_page_claiming_2_gib_is_refused_before_it_is_decoded() {
+    let hub = FakeHub::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("000_00000.parquet");
+    support::parquet_pages::write_text_parquet(
+        &file,
+        Arc::new(arrow_array::StringArray::from(vec![
+            "a document",
+            "another",
+        ])),
+        support::parquet_pages::one_page(parquet::basic::Compression::SNAPPY, false),
+    );
+    support::parquet_pages::claim_uncompressed(&file, i32::MAX);
+    let repo = Repo {
+        sha: sha_of("hostile/pages"),
+        files: [(
+            "data/000_00000.parquet".to_string(),
+            Arc::new(std::fs::read(&file).unwrap()),
+        )]
+        .into(),
+        ..Repo::default()
+    };
+    hub.add_repo("hostile/pages", repo);
+    let recipe = tmp.path().join("hostile.toml");
+    let source = "[[source]]\nname = \"fw\"\nfiles = [\"hf://datasets/hostile/pages/data/*.parquet\"]\n\
+                  format = \"parquet\"\n";
+    std::fs::write(&recipe, support::recipe(16, 0, "first_exhausted", source)).unwrap();
+    let out = tmp.path().join("out");
+    let output = dsprep_env(
+        &[
+            "pack",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        &[endpoint(&hub)],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "shard hf://datasets/hostile/pages@{}/data/000_00000.parquet row 0: row group 0 \
+             column \"text\": page 0 at byte 4 claims 2147483647 bytes uncompressed from ",
+            sha_of("hostile/pages")
+        )) && stderr.contains("a decompression bomb or a corrupt file"),
+        "{stderr}"
+    );
+    assert!(!out.exists() && !tmp.path().join("out.partial").exists());
+}

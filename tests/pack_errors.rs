@@ -549,8 +549,9 @@ fn a_document_over_max_document_bytes_stops_the_pack_naming_the_line_and_size() 
     assert!(
         err.contains(&format!(
             "shard {} line 2: a document of 2000 bytes is over source \"d\"'s \
-             max_document_bytes = 1000: raise max_document_bytes (at most 1 GiB) or set oversize \
-             = \"skip\" to leave such documents out, counted",
+             max_document_bytes = 1000: raise max_document_bytes (at most 1 GiB), set oversize \
+             = \"skip\" to leave such documents out, counted, or oversize = \"split\" to cut \
+             them into pieces",
             c.path("d.jsonl").display()
         )),
         "{err}"

@@ -180,6 +180,12 @@ pub struct SourceStats {
     /// Rows larger than the source's `max_document_bytes`, skipped (absent when none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rows_oversize: u64,
+    /// Rows over the source's `max_document_bytes` cut into pieces (`oversize = "split"`),
+    /// and the pieces they became, each one of `documents` (both absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rows_split: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub split_pieces: u64,
     /// Times the source reached its end (more than 1 only under `all_exhausted`).
     pub passes_completed: u32,
 }

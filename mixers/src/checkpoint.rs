@@ -2,7 +2,7 @@
 //! driver's metadata, in one self-checking blob. Encoding only; writing files is the drivers'.
 //!
 //! ```text
-//! b"DSPCKPT1"                      magic and format version
+//! b"DSPCKPT2"                      magic and format version
 //! u32 LE  n, then n bytes          JSON: the driver's metadata and every small state field
 //! u64 LE  n, then n × 18 bytes     buffered documents: source u16, pass u32, shard u32, row u64
 //! u64 LE  n, then n × u32 LE       the packer's pending tokens
@@ -10,6 +10,13 @@
 //! 32 bytes                         sha256 of everything above
 //! ```
 //! Buffered documents are references, never text: a 100k buffer costs 1.8 MB.
+//!
+//! Version 2 (`DSPCKPT2`) can name the pieces of split rows (`oversize = "split"`): a source's
+//! cursor and the mixer's look-ahead positions carry `piece` in the JSON part when it is not 0.
+//! The buffered positions need no piece: pieces never enter a shuffle buffer (`crate::mixer`),
+//! so they stay 18 bytes. Version 1 (`DSPCKPT1`, the same layout, no piece anywhere) is still
+//! read. The magic changed so that a dsprep that knows no pieces refuses a version 2 file
+//! instead of dropping the piece it cannot read and resuming at the wrong document.
 
 use crate::doc::{DocPos, SourceCursor};
 use crate::mixer::MixerState;
@@ -18,7 +25,9 @@ use crate::stream::StreamState;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-const MAGIC: &[u8; 8] = b"DSPCKPT1";
+const MAGIC: &[u8; 8] = b"DSPCKPT2";
+/// Version 1: the same layout, written before split rows had pieces.
+const MAGIC_V1: &[u8; 8] = b"DSPCKPT1";
 const POS_BYTES: usize = 18;
 
 /// The pipeline's state at a document boundary: what comes next, and the packer's leftover.
@@ -81,6 +90,7 @@ pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
     out.extend_from_slice(&json);
     out.extend_from_slice(&(stream.buffered.len() as u64).to_le_bytes());
     for p in &stream.buffered {
+        debug_assert!(!p.is_piece(), "a piece in a shuffle buffer: {p:?}");
         out.extend_from_slice(&p.source.to_le_bytes());
         out.extend_from_slice(&p.pass.to_le_bytes());
         out.extend_from_slice(&p.shard.to_le_bytes());
@@ -101,7 +111,8 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
     if bytes.len() < MAGIC.len() + 32 {
         return Err(CheckpointError::Truncated(bytes.len()));
     }
-    if &bytes[..MAGIC.len()] != MAGIC {
+    let magic = &bytes[..MAGIC.len()];
+    if magic != MAGIC && magic != MAGIC_V1 {
         return Err(CheckpointError::Magic);
     }
     let (body, digest) = bytes.split_at(bytes.len() - 32);
@@ -122,6 +133,7 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
             pass: u32::from_le_bytes(r.take_array()?),
             shard: u32::from_le_bytes(r.take_array()?),
             row: u64::from_le_bytes(r.take_array()?),
+            piece: 0,
         });
     }
     let pending = r.u32s()?;
@@ -213,9 +225,12 @@ mod tests {
                 sources: vec![SourceCursor {
                     pass: 1,
                     shard: 3,
-                    row: 70_000,
+                    row: 69_999,
+                    piece: 4,
                     counters: SourceCounters {
                         rows_read: 9,
+                        rows_split: 1,
+                        split_pieces: 3,
                         ..Default::default()
                     },
                 }],
@@ -226,6 +241,7 @@ mod tests {
                         pass: 1,
                         shard: 3,
                         row: 69_999,
+                        piece: 3,
                     })],
                     exhausted: vec![true],
                     emitted: vec![5],
@@ -247,6 +263,7 @@ mod tests {
                         pass: 1,
                         shard: i % 7,
                         row: u64::from(i) * 3,
+                        piece: 0,
                     })
                     .collect(),
                 draining: false,
@@ -294,5 +311,43 @@ mod tests {
             decode::<String>(&other).unwrap_err(),
             CheckpointError::Magic
         );
+    }
+
+    /// A real version 1 checkpoint: `dsprep pack` of the quickstart mixed in tokens (`unit =
+    /// "tokens"`, five sources, each with its own shuffle buffer), by dsprep at ba5d15f, killed
+    /// after its first checkpoints. Version 2 reads it, and writes the same state back.
+    #[test]
+    fn a_version_1_checkpoint_is_still_read() {
+        let v1 = include_bytes!("../tests/data/checkpoint-v1.ckpt");
+        assert_eq!(&v1[..8], MAGIC_V1);
+        let (meta, state): (serde_json::Value, PipelineState) = decode(v1).unwrap();
+        assert_eq!(
+            meta["recipe_hash"],
+            "a11e16366bce8b0bea325f96fa77098ed417e06145ac7fbf02f100cd0c25f694"
+        );
+        let s = &state.stream;
+        assert_eq!(s.sources.len(), 5);
+        assert_eq!(s.mixer.shuffles.len(), 5, "a mix in tokens");
+        let held: u64 = s.mixer.shuffles.iter().map(|b| b.held).sum();
+        assert_eq!((s.buffered.len(), held, s.emitted), (210, 210, 935));
+        assert_eq!(
+            s.mixer.emitted_tokens,
+            [263_094, 97_907, 196_481, 80_343, 32_740]
+        );
+        assert_eq!(
+            (state.packer.windows_emitted, state.packer.pending.len()),
+            (1307, 74)
+        );
+        assert!(s.sources.iter().all(|c| c.piece == 0));
+        assert!(
+            s.buffered
+                .iter()
+                .chain(s.mixer.peeked.iter().flatten())
+                .all(|p| p.piece == 0)
+        );
+        let v2 = encode(&meta, &state);
+        assert_eq!(&v2[..8], MAGIC);
+        let (_, back): (serde_json::Value, PipelineState) = decode(&v2).unwrap();
+        assert_eq!(back, state);
     }
 }

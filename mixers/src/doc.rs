@@ -1,5 +1,7 @@
 //! Documents and the interface every source implements (local files now, the Hub later).
 
+use crate::split::SplitDoc;
+
 /// Where a document came from: enough to read it again (resume re-reads shuffle-buffer members
 /// by position instead of storing their text).
 #[derive(
@@ -14,6 +16,23 @@ pub struct DocPos {
     pub shard: u32,
     /// Row in the shard (parquet row, or 0-based line of a JSON-lines file).
     pub row: u64,
+    /// 0: the row's text, whole. `k ≥ 1`: the row's `k`-th piece, its text being over the
+    /// source's `max_document_bytes` under `oversize = "split"` ([`crate::split`]). Absent from
+    /// the JSON form when 0, so positions of whole rows read and write as before pieces existed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub piece: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl DocPos {
+    /// Whether this is a piece of a split row: pieces never enter a shuffle buffer, so a row's
+    /// pieces leave their source in order.
+    pub fn is_piece(&self) -> bool {
+        self.piece > 0
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +70,13 @@ pub struct SourceCounters {
     /// (`oversize = "skip"`).
     #[serde(default)]
     pub rows_oversize: u64,
-    /// Documents handed to the mixer.
+    /// Rows over `max_document_bytes` cut into pieces (`oversize = "split"`).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub rows_split: u64,
+    /// The pieces of those rows handed to the mixer (each one is also a document).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub split_pieces: u64,
+    /// Documents handed to the mixer (a split row's pieces count one each).
     pub documents: u64,
     /// Times the source reached its end (`all_exhausted` restarts it).
     pub passes_completed: u32,
@@ -60,7 +85,13 @@ pub struct SourceCounters {
 /// The boxed error sources return; the mixer wraps it with the source's name.
 pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Where a source stands: the next row it will read is `row` of shard `shard` in pass `pass`.
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Where a source stands: the next row it will read is `row` of shard `shard` in pass `pass`;
+/// or, in the middle of a split row (`piece ≥ 1`), the next document is piece `piece` of row
+/// `row`.
 /// With the source's counters this is its whole state, so a freshly opened source that
 /// [`DocSource::seek`]s to it continues exactly where the original was. A `shard` at or past the
 /// shard count means the pass has been read to its end.
@@ -69,6 +100,9 @@ pub struct SourceCursor {
     pub pass: u32,
     pub shard: u64,
     pub row: u64,
+    /// 0, or the next piece of row `row` (see above). Absent from the JSON form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub piece: u32,
     pub counters: SourceCounters,
 }
 
@@ -102,6 +136,8 @@ pub trait DocSource: Send {
 }
 
 /// A source over documents held in memory: for tests and for callers that already have text.
+/// With [`VecSource::splitting`], texts over a limit are cut into pieces as a file source cuts
+/// them under `oversize = "split"`.
 #[derive(Clone, Debug)]
 pub struct VecSource {
     source: u16,
@@ -109,6 +145,10 @@ pub struct VecSource {
     next: usize,
     pass: u32,
     counters: SourceCounters,
+    /// The piece size of `oversize = "split"`, if texts over it are split.
+    split_limit: Option<usize>,
+    /// The row being cut, and its pieces still to hand out.
+    splitting: Option<(u64, SplitDoc)>,
 }
 
 impl VecSource {
@@ -119,12 +159,46 @@ impl VecSource {
             next: 0,
             pass: 0,
             counters: SourceCounters::default(),
+            split_limit: None,
+            splitting: None,
         }
+    }
+
+    /// Texts over `limit_bytes` are cut into pieces of at most that ([`crate::split`]).
+    pub fn splitting(mut self, limit_bytes: usize) -> Self {
+        self.split_limit = Some(limit_bytes);
+        self
+    }
+
+    fn pos(&self, row: u64, piece: u32) -> DocPos {
+        DocPos {
+            source: self.source,
+            pass: self.pass,
+            shard: 0,
+            row,
+            piece,
+        }
+    }
+
+    /// The next piece of the row being cut, if any.
+    fn next_piece(&mut self) -> Option<Doc> {
+        let (row, split) = self.splitting.as_mut()?;
+        let row = *row;
+        let (k, text) = split.take()?;
+        if split.is_done() {
+            self.splitting = None;
+        }
+        self.counters.documents += 1;
+        self.counters.split_pieces += 1;
+        Some(Doc::new(self.pos(row, k), text))
     }
 }
 
 impl DocSource for VecSource {
     fn next_doc(&mut self) -> Result<Option<Doc>, SourceError> {
+        if let Some(doc) = self.next_piece() {
+            return Ok(Some(doc));
+        }
         while let Some(text) = self.texts.get(self.next) {
             let row = self.next as u64;
             self.next += 1;
@@ -133,14 +207,13 @@ impl DocSource for VecSource {
                 self.counters.rows_empty += 1;
                 continue;
             }
+            if let Some(limit) = self.split_limit.filter(|&l| text.len() > l) {
+                self.counters.rows_split += 1;
+                self.splitting = Some((row, SplitDoc::new(text.clone(), limit)));
+                return Ok(self.next_piece());
+            }
             self.counters.documents += 1;
-            let pos = DocPos {
-                source: self.source,
-                pass: self.pass,
-                shard: 0,
-                row,
-            };
-            return Ok(Some(Doc::new(pos, text.clone())));
+            return Ok(Some(Doc::new(self.pos(row, 0), text.clone())));
         }
         if self.next == self.texts.len() {
             self.next += 1; // count the end of a pass once
@@ -151,6 +224,7 @@ impl DocSource for VecSource {
 
     fn restart(&mut self) -> Result<(), SourceError> {
         self.next = 0;
+        self.splitting = None;
         self.pass += 1;
         Ok(())
     }
@@ -160,10 +234,15 @@ impl DocSource for VecSource {
     }
 
     fn cursor(&self) -> SourceCursor {
+        let (row, piece) = match &self.splitting {
+            Some((row, split)) => (*row, split.next_piece()),
+            None => (self.next as u64, 0),
+        };
         SourceCursor {
             pass: self.pass,
             shard: 0,
-            row: self.next as u64,
+            row,
+            piece,
             counters: self.counters,
         }
     }
@@ -175,17 +254,41 @@ impl DocSource for VecSource {
         self.pass = cursor.pass;
         self.next = cursor.row as usize;
         self.counters = cursor.counters;
+        self.splitting = None;
+        if cursor.piece > 0 {
+            let at = |text: &String, limit| SplitDoc::at_piece(text.clone(), limit, cursor.piece);
+            let split = match (self.texts.get(self.next), self.split_limit) {
+                (Some(text), Some(limit)) if text.len() > limit => at(text, limit),
+                _ => None,
+            };
+            let Some(split) = split else {
+                return Err(
+                    format!("cursor {cursor:?} names a piece the row does not have").into(),
+                );
+            };
+            self.splitting = Some((cursor.row, split));
+            self.next += 1;
+        }
         Ok(())
     }
 
     fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError> {
         positions
             .iter()
-            .map(|pos| match self.texts.get(pos.row as usize) {
-                Some(text) if pos.source == self.source && pos.shard == 0 && !text.is_empty() => {
-                    Ok(text.clone())
-                }
-                _ => Err(format!("{pos:?} is not a document of this source").into()),
+            .map(|pos| {
+                let text = self
+                    .texts
+                    .get(pos.row as usize)
+                    .filter(|t| pos.source == self.source && pos.shard == 0 && !t.is_empty());
+                let doc = match (text, pos.piece, self.split_limit) {
+                    (Some(text), 0, _) => Some(text.as_str()),
+                    (Some(text), k, Some(limit)) if text.len() > limit => {
+                        crate::split::piece(text, limit, k)
+                    }
+                    _ => None,
+                };
+                doc.map(str::to_string)
+                    .ok_or_else(|| format!("{pos:?} is not a document of this source").into())
             })
             .collect()
     }

@@ -16,6 +16,7 @@ pub mod packer;
 pub mod recipe;
 pub mod rng;
 pub mod shuffle;
+pub mod split;
 pub mod stream;
 pub mod tokenize;
 

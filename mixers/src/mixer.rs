@@ -15,6 +15,12 @@
 //! about one of its documents of `p_i·T`. A global buffer after this mixer would undo that
 //! (it samples documents, not tokens), so there is none.
 //!
+//! The pieces of a row cut by `oversize = "split"` (`crate::split`) never enter a shuffle buffer:
+//! each is the source's next document the moment its source hands it over, so a row's pieces
+//! leave their source in order, one after the other, and the mix puts other sources' documents
+//! between them as between any documents (in tokens, that is what keeps a long document from
+//! taking a span of the stream to itself).
+//!
 //! Both units hold one document of look-ahead per source, so the mixer knows a source is
 //! exhausted as soon as its last document has been emitted:
 //! - `first_exhausted`: the stream ends right after the last document of the first source to
@@ -282,6 +288,8 @@ impl<S: DocSource> Mixer<S> {
                         name: input.name.clone(),
                     });
                 }
+                // A split row's pieces pass the buffer by, so they leave in order.
+                Some(doc) if doc.pos.is_piece() => return Ok(Some(doc)),
                 Some(doc) => {
                     if let Some(out) = shuffle.buffer.push(doc) {
                         return Ok(Some(out));

@@ -1,7 +1,8 @@
 //! The document stream: the mixer feeding the shuffle buffer, then the buffer's drain once the
 //! mixer has ended. This is what the reader thread runs, and its [`StreamState`] is the part of a
 //! checkpoint that says which documents come next: source cursors, the mixer's and the shuffler's
-//! RNG positions, and every buffered document as a reference ([`DocPos`]), never as text.
+//! RNG positions, and every buffered document as a reference ([`DocPos`]), never as text. The
+//! pieces of split rows pass the buffer by, so a buffered position is never a piece.
 
 use crate::doc::{Doc, DocPos, DocSource, SourceCursor};
 use crate::mixer::{MixError, Mixer, MixerState};
@@ -50,6 +51,11 @@ impl<S: DocSource> DocStream<S> {
                 return Ok(doc);
             }
             match self.mixer.next_doc()? {
+                // A split row's pieces pass the buffer by (see `crate::mixer`).
+                Some(doc) if doc.pos.is_piece() => {
+                    self.emitted += 1;
+                    return Ok(Some(doc));
+                }
                 Some(doc) => {
                     if let Some(out) = self.shuffler.push(doc) {
                         self.emitted += 1;
@@ -194,5 +200,7 @@ impl<S: DocSource> DocStream<S> {
     }
 }
 
+#[cfg(test)]
+mod split_tests;
 #[cfg(test)]
 mod tests;

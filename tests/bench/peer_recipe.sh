@@ -5,6 +5,8 @@
 #
 #   peer_recipe SEQ_LEN BUFFER [LANES]    # LANES > 0 adds [lanes] count = LANES, block_windows = 4
 #   MIX_UNIT=tokens peer_recipe …         # weights as shares of tokens ([mix] unit)
+#   SPLIT_BYTES=16384 peer_recipe …       # oversize = "split" at that max_document_bytes for the
+#                                         # sources in SPLIT_SOURCES (default: the-stack-v2)
 peer_recipe() {
   printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "%s"\n[packing]\nseq_len = %s\n' "$TOK" "${EOS:-<|endoftext|>}" "$1"
   printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\nunit = "%s"\n' "$2" "${MIX_UNIT:-documents}"
@@ -14,5 +16,8 @@ peer_recipe() {
     IFS=: read -r name weight col <<<"$s"
     printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \
       "$name" "$weight" "$CORPUS" "$name" "$col"
+    if [ -n "${SPLIT_BYTES:-}" ] && [[ " ${SPLIT_SOURCES:-the-stack-v2} " == *" $name "* ]]; then
+      printf 'max_document_bytes = %s\noversize = "split"\n' "$SPLIT_BYTES"
+    fi
   done
 }

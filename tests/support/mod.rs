@@ -4,6 +4,7 @@
 
 pub mod daemon;
 mod fetched_tokenizer;
+pub mod parquet_pages;
 pub mod watch;
 
 #[allow(unused_imports)] // each test binary includes this module; not all of them fetch

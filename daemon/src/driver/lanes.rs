@@ -146,7 +146,7 @@ pub fn run_packed(
     stream: DocStream<Pretokenized>,
     config: &PipelineConfig,
     packer: Option<PackerState>,
-    mut on_doc: impl FnMut(u16, u64),
+    mut on_doc: impl FnMut(u16, u64, u32),
     mut on_window: impl FnMut(PackedWindow) -> anyhow::Result<()>,
     mut on_state: impl FnMut(PipelineState),
 ) -> anyhow::Result<LaneRun> {
@@ -161,11 +161,12 @@ pub fn run_packed(
     let mut windows = Vec::new();
     let run = pipeline::run(stream, &loaded.stage, config, &locate, |chunk| {
         let mut at = 0usize;
-        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
+        let docs = chunk.doc_sources.iter().zip(&chunk.doc_lens);
+        for ((&source, &len), &piece) in docs.zip(&chunk.doc_pieces) {
             let len = len as usize;
             packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
             at += len;
-            on_doc(source, len as u64);
+            on_doc(source, len as u64, piece);
         }
         for window in windows.drain(..) {
             on_window(window)?;

@@ -58,6 +58,8 @@ pub struct TokenizedChunk {
     /// Per document: its source index and its number of tokens (BOS/EOS included).
     pub doc_sources: Vec<u16>,
     pub doc_lens: Vec<u32>,
+    /// Per document: 0, or its piece number when it is a piece of a split row.
+    pub doc_pieces: Vec<u32>,
     /// All documents' tokens, concatenated.
     pub tokens: Vec<u32>,
     /// When a snapshot was asked for: the stream's state right after this chunk's last document.
@@ -213,6 +215,7 @@ fn tokenize_chunks(
             seq,
             doc_sources: Vec::with_capacity(docs.len()),
             doc_lens: Vec::with_capacity(docs.len()),
+            doc_pieces: Vec::with_capacity(docs.len()),
             tokens: Vec::new(),
             state,
         };
@@ -227,6 +230,7 @@ fn tokenize_chunks(
             }
             out.doc_sources.push(doc.pos.source);
             out.doc_lens.push((out.tokens.len() - before) as u32);
+            out.doc_pieces.push(doc.pos.piece);
         }
         let failed = result.is_err();
         if tok_tx.send(result.map(|()| out)).is_err() || failed {

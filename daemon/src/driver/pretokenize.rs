@@ -152,7 +152,11 @@ impl Pretokenized {
     fn locate(&self, pos: &DocPos) -> String {
         let shard = self.inner.shards().get(pos.shard as usize);
         let shard = shard.map(|p| p.display().to_string()).unwrap_or_default();
-        format!("shard {shard} row {}", pos.row)
+        format!(
+            "shard {shard} row {}{}",
+            pos.row,
+            super::stream::piece_label(pos)
+        )
     }
 
     /// Put the front batch's tokens into its documents, waiting for them if need be.

@@ -169,6 +169,15 @@ pub fn mix_stream(
 }
 
 /// Names a document's origin in messages: `source "c4" shard PATH row N`.
+/// ` piece K` for a piece of a split row, else nothing: how messages name a document.
+pub fn piece_label(pos: &DocPos) -> String {
+    if pos.is_piece() {
+        format!(" piece {}", pos.piece)
+    } else {
+        String::new()
+    }
+}
+
 pub struct Locator {
     shards: Vec<(String, Vec<PathBuf>)>,
 }
@@ -192,7 +201,11 @@ impl Locator {
             .get(pos.shard as usize)
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        format!("source {name:?} shard {shard} row {}", pos.row)
+        format!(
+            "source {name:?} shard {shard} row {}{}",
+            pos.row,
+            piece_label(pos)
+        )
     }
 
     /// Per source, its shards' display paths in reading order (what a checkpoint must match).

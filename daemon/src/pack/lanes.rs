@@ -126,6 +126,34 @@ pub fn pack_part(
     pack_dealt_part(options, loaded, &inputs, parts, started)
 }
 
+/// A part's failure, with what `OUT.lanes` holds said last: kept with the lanes complete there
+/// (a rerun keeps them), or removed when it holds nothing at all.
+fn lanes_left(
+    dir: &Path,
+    loaded: &LoadedRecipe,
+    inputs: &LaneInputs,
+    cause: anyhow::Error,
+) -> anyhow::Error {
+    let complete: Vec<u32> = (0..inputs.spec.count)
+        .filter(|&l| complete_lane(&lane_dir(dir, l), &LaneInfo::new(loaded, inputs, l)).is_some())
+        .collect();
+    let shown = dir.display();
+    let outcome = match complete.len() {
+        0 => match std::fs::remove_dir(dir) {
+            Ok(()) => format!("removed {shown}: no lane was complete"),
+            Err(_) => format!(
+                "kept {shown}: no lane is complete, but it is not empty (other parts write there)"
+            ),
+        },
+        n => format!(
+            "kept {shown}: {n} of {} lanes are complete there ({complete:?}); the same command \
+             keeps them and packs the rest",
+            inputs.spec.count
+        ),
+    };
+    failure::with_outcome(cause, outcome)
+}
+
 /// `--part` and `--parts` against the recipe's lanes.
 fn check_parts(spec: LanesSpec, parts: Parts) -> anyhow::Result<()> {
     if parts.parts == 0 || parts.part >= parts.parts {
@@ -179,8 +207,10 @@ fn pack_dealt_part(
             report.kept.push(lane);
             continue;
         }
-        pack_lane(options, loaded, inputs, &info, &out)
-            .with_context(|| format!("lane {lane} of {}", spec.count))?;
+        if let Err(e) = pack_lane(options, loaded, inputs, &info, &out) {
+            let e = e.context(format!("lane {lane} of {}", spec.count));
+            return Err(lanes_left(&dir, loaded, inputs, e));
+        }
         report.packed.push(lane);
     }
     report.wall = started.elapsed();
@@ -216,7 +246,7 @@ fn pack_lane(
         stream,
         &config,
         None,
-        |source, len| {
+        |source, len, _| {
             docs[source as usize] += 1;
             tokens[source as usize] += len;
         },
@@ -379,6 +409,8 @@ fn lane_totals(lanes: &[PackedDataset]) -> (Vec<u64>, Vec<u64>, Vec<SourceCounte
             counters[i].rows_filtered += s.rows_filtered;
             counters[i].rows_empty += s.rows_empty;
             counters[i].rows_oversize += s.rows_oversize;
+            counters[i].rows_split += s.rows_split;
+            counters[i].split_pieces += s.split_pieces;
             counters[i].documents += s.documents;
             counters[i].passes_completed += s.passes_completed;
         }

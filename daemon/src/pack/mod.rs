@@ -124,11 +124,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let mut packer = Packer::new(window_tokens);
     let (mut writer, continued_from) = match interrupted {
         Some((saved, state)) => {
-            stream.restore(&state.stream).with_context(|| {
-                format!("continue the interrupted pack in {}", partial.display())
-            })?;
-            packer = Packer::from_state(window_tokens, state.packer)
-                .context("the checkpoint's packer state does not fit this recipe")?;
+            // The directory's lock first: what a failure to continue leaves is then this pack's
+            // to say (kept: it holds the checkpoint).
             let writer = PackWriter::resume(
                 &options.out,
                 dtype,
@@ -136,6 +133,17 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
                 windows_per_shard,
                 &saved.writer,
             )?;
+            let restored = stream
+                .restore(&state.stream)
+                .with_context(|| format!("continue the interrupted pack in {}", partial.display()))
+                .and_then(|()| {
+                    Packer::from_state(window_tokens, state.packer)
+                        .context("the checkpoint's packer state does not fit this recipe")
+                });
+            packer = match restored {
+                Ok(packer) => packer,
+                Err(e) => return Err(failed(writer, &partial, Some(saved.writer.num_windows), e)),
+            };
             tracing::info!(
                 "continuing the interrupted pack in {} at window {}",
                 partial.display(),
@@ -291,6 +299,8 @@ fn source_stats(
             rows_filtered: counters[i].rows_filtered,
             rows_empty: counters[i].rows_empty,
             rows_oversize: counters[i].rows_oversize,
+            rows_split: counters[i].rows_split,
+            split_pieces: counters[i].split_pieces,
             passes_completed: counters[i].passes_completed,
         })
         .collect()

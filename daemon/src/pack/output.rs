@@ -7,6 +7,7 @@
 //! `<out>.partial/.lock` keeps two packs from writing it at once. An interrupted pack leaves
 //! its checkpoint there, and the next pack to `<out>` continues from it ([`PackWriter::resume`]).
 
+use super::failure::leave_partial;
 use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
 use dsprep_client::chain::{self, Hash};
@@ -50,6 +51,14 @@ pub fn refuse_existing(out: &Path, force: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the partial directory `tmp` holds a whole output: its manifest written and synced,
+/// and its checkpoint and lock removed (what [`PackWriter::finish`] does last before the rename).
+pub fn is_whole(tmp: &Path) -> bool {
+    tmp.join(format::MANIFEST_FILE).is_file()
+        && !tmp.join(CHECKPOINT_FILE).exists()
+        && !tmp.join(LOCK_FILE).exists()
+}
+
 /// `<out>.partial`, beside `out`.
 pub fn partial_dir(out: &Path) -> anyhow::Result<PathBuf> {
     sibling_dir(out, "partial")
@@ -88,9 +97,23 @@ pub struct PackWriter {
 impl PackWriter {
     /// Start a packed directory for `out` (check [`refuse_existing`] first: an existing `out` is
     /// replaced only once the new one is complete).
+    ///
+    /// A failure once the partial directory is this pack's (its lock taken) removes it, and the
+    /// error's last line says so ([`super::failure`]).
     pub fn create(out: &Path, dtype: Dtype, windows_per_shard: u64) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
+        Self::create_locked(out, tmp.clone(), lock, dtype, windows_per_shard)
+            .map_err(|e| leave_partial(&tmp, None, e))
+    }
+
+    fn create_locked(
+        out: &Path,
+        tmp: PathBuf,
+        lock: std::fs::File,
+        dtype: Dtype,
+        windows_per_shard: u64,
+    ) -> anyhow::Result<Self> {
         for entry in
             std::fs::read_dir(&tmp).with_context(|| format!("cannot list {}", tmp.display()))?
         {
@@ -197,6 +220,11 @@ impl PackWriter {
         self.num_windows
     }
 
+    /// The output directory this writer finishes into.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
     pub fn partial_dir(&self) -> &Path {
         &self.tmp
     }
@@ -224,6 +252,8 @@ impl PackWriter {
 
     /// Continue the partial directory of `out` from a checkpoint's `progress`: files are cut
     /// back to it (an interrupted pack may have written past its checkpoint) and hashed again.
+    /// A failure once the lock is taken keeps the directory (it holds the checkpoint) and says
+    /// so last.
     pub fn resume(
         out: &Path,
         dtype: Dtype,
@@ -233,6 +263,28 @@ impl PackWriter {
     ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
+        let windows = progress.num_windows;
+        Self::resume_locked(
+            out,
+            tmp.clone(),
+            lock,
+            dtype,
+            window_tokens,
+            windows_per_shard,
+            progress,
+        )
+        .map_err(|e| leave_partial(&tmp, Some(windows), e))
+    }
+
+    fn resume_locked(
+        out: &Path,
+        tmp: PathBuf,
+        lock: std::fs::File,
+        dtype: Dtype,
+        window_tokens: u64,
+        windows_per_shard: u64,
+        progress: &WriterProgress,
+    ) -> anyhow::Result<Self> {
         let wps = windows_per_shard.max(1);
         let closed = progress.closed_shards.len() as u64;
         let full = closed * wps;

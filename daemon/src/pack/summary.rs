@@ -96,6 +96,13 @@ pub fn print_summary(report: &PackReport) {
             s.name, s.rows_oversize
         );
     }
+    for s in m.sources.iter().filter(|s| s.rows_split > 0) {
+        println!(
+            "source {:?}: {} rows over max_document_bytes split into {} pieces (oversize = \
+             \"split\"; each piece one document)",
+            s.name, s.rows_split, s.split_pieces
+        );
+    }
     if m.recipe.get("lanes").is_some() {
         println!(
             "dropped tail: {} tokens (each lane's last partial window, and what the longer lanes \

@@ -270,9 +270,10 @@ impl LaneRun<'_> {
             stream,
             config,
             packer,
-            |source, len| {
+            |source, len, piece| {
                 self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
                 self.metrics.tokens[source as usize].fetch_add(len, Ordering::Relaxed);
+                self.metrics.count_piece(source as usize, piece);
             },
             |window| {
                 if skip > 0 {

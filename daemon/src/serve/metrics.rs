@@ -1,8 +1,8 @@
 //! What the daemon is doing, as Prometheus text on an HTTP endpoint (`/metrics`): documents and
-//! tokens per source, realized vs target mix, shuffle-buffer fill, steps produced and held,
-//! per-rank step and lag, requests by outcome, CURVE clients admitted and refused. Loopback
-//! unless asked; beyond loopback it needs a bearer token (`--metrics-token-file`, compared in
-//! constant time; 401 without) or an explicit `--insecure-metrics`.
+//! tokens per source (and split rows' pieces), realized vs target mix, shuffle-buffer fill,
+//! steps produced and held, per-rank step and lag, requests by outcome, CURVE clients admitted
+//! and refused. Loopback unless asked; beyond loopback it needs a bearer token
+//! (`--metrics-token-file`, compared in constant time; 401 without) or `--insecure-metrics`.
 
 use super::store::StepStore;
 use dsprep_mixers::mixer::share;
@@ -22,6 +22,9 @@ pub struct Metrics {
     pub unit: MixUnit,
     pub documents: Vec<AtomicU64>,
     pub tokens: Vec<AtomicU64>,
+    /// Per source: rows cut into pieces (`oversize = "split"`) and the pieces, as produced.
+    pub rows_split: Vec<AtomicU64>,
+    pub split_pieces: Vec<AtomicU64>,
     pub shuffle_capacity: u64,
     /// Requests answered, by reply status name.
     pub replies: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -76,6 +79,8 @@ impl Metrics {
             unit: MixUnit::Documents,
             documents: (0..n).map(|_| AtomicU64::new(0)).collect(),
             tokens: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            rows_split: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            split_pieces: (0..n).map(|_| AtomicU64::new(0)).collect(),
             shuffle_capacity,
             replies: Default::default(),
             started: Instant::now(),
@@ -84,6 +89,16 @@ impl Metrics {
             lanes: Vec::new(),
             input_bytes_assigned: 0,
             auth: AuthCounters::default(),
+        }
+    }
+
+    /// Count one produced document of `source`: its piece number, 0 when it is a whole row.
+    pub fn count_piece(&self, source: usize, piece: u32) {
+        if piece == 1 {
+            self.rows_split[source].fetch_add(1, Relaxed);
+        }
+        if piece >= 1 {
+            self.split_pieces[source].fetch_add(1, Relaxed);
         }
     }
 
@@ -149,6 +164,24 @@ impl Metrics {
                 "dsprep_tokens_total{{source=\"{name}\"}} {}",
                 t.load(Relaxed)
             );
+        }
+        for (metric, help, counts) in [
+            (
+                "dsprep_rows_split_total",
+                "Rows over max_document_bytes cut into pieces (oversize = \"split\"), per source.",
+                &self.rows_split,
+            ),
+            (
+                "dsprep_split_pieces_total",
+                "Pieces of split rows produced, per source (each also one of \
+                 dsprep_documents_total).",
+                &self.split_pieces,
+            ),
+        ] {
+            gauge(&mut out, metric, help, "counter");
+            for (name, n) in self.source_names.iter().zip(counts) {
+                let _ = writeln!(out, "{metric}{{source=\"{name}\"}} {}", n.load(Relaxed));
+            }
         }
         let tokens: Vec<u64> = self.tokens.iter().map(|t| t.load(Relaxed)).collect();
         for (metric, help, counts, unit) in [

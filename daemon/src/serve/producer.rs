@@ -206,12 +206,14 @@ impl Producer<'_> {
         let mut windows = Vec::new();
         let result = pipeline::run(stream, &self.loaded.stage, &self.config, &locate, |chunk| {
             let mut at = 0usize;
-            for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
+            let docs = chunk.doc_sources.iter().zip(&chunk.doc_lens);
+            for ((&source, &len), &piece) in docs.zip(&chunk.doc_pieces) {
                 let len = len as usize;
                 packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
                 at += len;
                 self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
                 self.metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);
+                self.metrics.count_piece(source as usize, piece);
             }
             for window in windows.drain(..) {
                 let added = steps.add(window);

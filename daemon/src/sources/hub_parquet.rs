@@ -3,11 +3,13 @@
 //! column chunks of the projected leaves (coalesced into one request per row group when close).
 //!
 //! The decoding is parquet's async reader over [`HubReader`] (an `AsyncFileReader`), polled with
-//! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. A prefetch
-//! task fetches the next `readahead` row groups into a bounded channel, whole or not at all
-//! (each range is re-fetched until complete), so the tokenizer does not wait on the network.
+//! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. Each
+//! prefetched row group's page headers are checked there too, before the decoder sees them. A
+//! prefetch task fetches the next `readahead` row groups into a bounded channel, whole or not at
+//! all (each range is re-fetched until complete), so the tokenizer does not wait on the network.
 
-use super::parquet::{BatchSource, projection};
+use super::page_check::ReadAt;
+use super::parquet::{BatchSource, check_pages, projection, with_string_views};
 use super::{ShardError, hub_error};
 use crate::hub::{Download, HubClient, HubError, RangeBytes};
 use arrow_array::RecordBatch;
@@ -44,6 +46,38 @@ pub(crate) struct HubReader {
     prefetched: Option<mpsc::Receiver<Prefetched>>,
     /// The prefetched buffers of the row group being decoded.
     current: Vec<RangeBytes>,
+    /// The projection, and the row group the next prefetched buffers hold: their page headers
+    /// are checked ([`check_pages`]) before the decoder sees them.
+    mask: Option<ProjectionMask>,
+    next_group: usize,
+}
+
+/// A row group refused by [`check_pages`], as the decoder's error.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The prefetched buffers, read at file offsets (a range not fetched reads as nothing).
+struct Buffers<'a>(&'a [RangeBytes]);
+
+impl ReadAt for Buffers<'_> {
+    fn read_at(&mut self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let found = self.0.iter().find(|b| {
+            let end = b.start + b.bytes.len() as u64;
+            b.start <= offset && offset < end
+        });
+        Ok(found.map_or_else(Vec::new, |b| {
+            let from = (offset - b.start) as usize;
+            b.bytes[from..(from + len).min(b.bytes.len())].to_vec()
+        }))
+    }
 }
 
 impl HubReader {
@@ -87,7 +121,15 @@ impl AsyncFileReader for HubReader {
                     break;
                 };
                 match prefetched.recv().await {
-                    Some(Ok(buffers)) => self.current = buffers,
+                    Some(Ok(buffers)) => {
+                        let group = self.next_group;
+                        self.next_group += 1;
+                        if let (Some(metadata), Some(mask)) = (&self.metadata, &self.mask) {
+                            check_pages(metadata, group, mask, &mut Buffers(&buffers))
+                                .map_err(|why| ParquetError::External(Box::new(Refused(why))))?;
+                        }
+                        self.current = buffers;
+                    }
                     Some(Err(error)) => return Err(external(error)),
                     None => self.prefetched = None,
                 }
@@ -201,6 +243,7 @@ async fn load_metadata(download: &Download) -> Result<(ArrowReaderMetadata, Rang
             .map_err(|e| format!("not a readable parquet file: {e}"))?;
         super::parquet::check_column_chunks(&metadata, size)?;
         ArrowReaderMetadata::try_new(Arc::new(metadata), ArrowReaderOptions::new())
+            .and_then(with_string_views)
             .map_err(|e| format!("not a readable parquet file: {e}"))
     })
     .await
@@ -265,6 +308,8 @@ async fn open(
         metadata: Some(metadata.metadata().clone()),
         prefetched: Some(rx),
         current: Vec::new(),
+        mask: Some(mask.clone()),
+        next_group: 0,
     };
     ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
         .with_projection(mask)
@@ -325,7 +370,10 @@ impl BatchSource for HubBatches {
             let message = match e {
                 ParquetError::External(inner) => match inner.downcast::<HubError>() {
                     Ok(hub) => hub_error(*hub),
-                    Err(other) => format!("cannot decode: {other}"),
+                    Err(other) => match other.downcast::<Refused>() {
+                        Ok(refused) => refused.0,
+                        Err(other) => format!("cannot decode: {other}"),
+                    },
                 },
                 other => format!("cannot decode: {other}"),
             };

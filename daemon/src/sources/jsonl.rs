@@ -1,8 +1,10 @@
 //! JSON-lines shards (plain or gzip, e.g. C4's `.json.gz`), streamed line by line: a gzip shard is
 //! never decompressed whole, and a line is held only while its document is taken out. A line
-//! longer than a document within the source's `max_document_bytes` can need is read to its end
-//! without being kept (a gzip bomb of one line costs no memory). The line reader works over any
-//! `BufRead`: a local file, or a Hub download streamed through gzip.
+//! longer than a document within what the source reads can need ([`max_line_bytes`] of its
+//! `max_document_bytes`, or of 1 GiB under `split`) is read to its end without being kept, so a
+//! gzip bomb of one line costs at most that allowance; a long line's buffer is given back once
+//! its document is out. The line reader works over any `BufRead`: a local file, or a Hub
+//! download streamed through gzip.
 
 use super::{RowText, ShardError, ShardReader};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
@@ -22,7 +24,14 @@ pub(crate) struct JsonlShard {
     row: u64,
     /// The longest line kept ([`max_line_bytes`]); a longer one is an oversize row.
     max_line: usize,
+    /// The longest text taken out of a line ([`SourceSpec::read_limit`]); a longer one is an
+    /// oversize row.
+    read_limit: u64,
 }
+
+/// The line buffer's capacity kept from one line to the next: a longer line's buffer is given
+/// back once its document is out, so one huge line does not keep its memory for the whole shard.
+const KEPT_LINE_CAPACITY: usize = 4 << 20;
 
 /// The longest JSON line a document of `limit` text bytes needs, with room for escapes and the
 /// row's other fields: a longer line is not kept.
@@ -65,7 +74,8 @@ impl JsonlShard {
             filter: spec.filter.clone(),
             buf: Vec::new(),
             row: 0,
-            max_line: max_line_bytes(spec.document_limit()),
+            max_line: max_line_bytes(spec.read_limit()),
+            read_limit: spec.read_limit(),
         }
     }
 
@@ -82,7 +92,7 @@ impl JsonlShard {
         ShardError::new(&self.path, Some(format!("line {}", self.row + 1)), message)
     }
 
-    fn row_text(&self, object: &Map<String, Value>) -> Result<RowText, ShardError> {
+    fn row_text(&self, object: &mut Map<String, Value>) -> Result<RowText, ShardError> {
         if let Some(filter) = &self.filter {
             let value = match object.get(&filter.column) {
                 None => {
@@ -106,14 +116,17 @@ impl JsonlShard {
             }
         }
         let text = match &self.text {
-            TextField::Column(name) => match object.get(name) {
+            TextField::Column(name) => match object.remove(name) {
                 None => return Err(self.at_line(format!("has no field `{name}`"))),
                 Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
+                Some(Value::String(s)) if s.len() as u64 > self.read_limit => {
+                    return Ok(RowText::Oversize(s.len() as u64));
+                }
+                Some(Value::String(s)) => s,
                 Some(other) => {
                     return Err(self.at_line(format!(
                         "field `{name}` is {}, expected a string",
-                        kind(other)
+                        kind(&other)
                     )));
                 }
             },
@@ -143,6 +156,10 @@ impl JsonlShard {
                             )));
                         }
                     }
+                }
+                let bytes = super::parquet::joined_bytes(&parts, &join.separator);
+                if bytes > self.read_limit {
+                    return Ok(RowText::Oversize(bytes));
                 }
                 parts.join(&join.separator)
             }
@@ -229,10 +246,13 @@ impl ShardReader for JsonlShard {
         }
         let value: Value = serde_json::from_str(line)
             .map_err(|e| self.at_line(format!("is not valid JSON: {e}")))?;
-        let Value::Object(object) = value else {
+        if self.buf.capacity() > KEPT_LINE_CAPACITY {
+            self.buf = Vec::new();
+        }
+        let Value::Object(mut object) = value else {
             return Err(self.at_line(format!("is {}, expected a JSON object", kind(&value))));
         };
-        let outcome = self.row_text(&object)?;
+        let outcome = self.row_text(&mut object)?;
         let row = self.row;
         self.row += 1;
         Ok(Some((row, outcome)))

@@ -12,6 +12,7 @@ mod hub_parquet;
 mod hub_stream;
 mod jsonl;
 mod listing;
+mod page_check;
 mod parquet;
 
 pub use content::FILE_BITS;
@@ -21,7 +22,8 @@ pub use parquet::local_row_groups;
 use crate::hub::{Download, HubClient, HubError, HubFile};
 use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor, SourceError};
-use dsprep_mixers::recipe::{Format, Oversize, SourceSpec};
+use dsprep_mixers::recipe::{Format, MAX_SPLIT_READ_BYTES, Oversize, SourceSpec};
+use dsprep_mixers::split::{self, SplitDoc};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -227,8 +229,17 @@ pub struct LocalSource {
     held: Option<(u64, RowText)>,
     /// A Hub shard opened ahead of its turn: (index in `shards`, reader).
     ahead: Option<(usize, Box<dyn ShardReader>)>,
+    /// The row being cut into pieces (`oversize = "split"`), until its last piece is handed out.
+    splitting: Option<Splitting>,
     pass: u32,
     counters: SourceCounters,
+}
+
+/// A row over `max_document_bytes` being handed out piece by piece.
+struct Splitting {
+    shard: u32,
+    row: u64,
+    doc: SplitDoc,
 }
 
 impl LocalSource {
@@ -270,6 +281,7 @@ impl LocalSource {
             current_row: 0,
             held: None,
             ahead: None,
+            splitting: None,
             pass: 0,
             counters: SourceCounters::default(),
         })
@@ -336,11 +348,141 @@ impl LocalSource {
             self.ahead = Some((at, reader));
         }
     }
+
+    /// The next piece of the row being split, if one is being split.
+    fn next_piece(&mut self) -> Option<Doc> {
+        let splitting = self.splitting.as_mut()?;
+        let (shard, row) = (splitting.shard, splitting.row);
+        let taken = splitting.doc.take();
+        if splitting.doc.is_done() {
+            self.splitting = None; // lets go of the row's text
+        }
+        let (piece, text) = taken?;
+        self.counters.documents += 1;
+        self.counters.split_pieces += 1;
+        Some(Doc::new(self.pos(shard, row, piece), text))
+    }
+
+    fn pos(&self, shard: u32, row: u64, piece: u32) -> DocPos {
+        DocPos {
+            source: self.index,
+            pass: self.pass,
+            shard,
+            row,
+            piece,
+        }
+    }
+
+    /// Piece `k` of a row's text, if the source splits and the text was split.
+    fn piece_of<'t>(&self, text: &'t str, k: u32) -> Option<&'t str> {
+        let limit = self.spec.document_limit();
+        let splits = self.spec.oversize == Some(Oversize::Split);
+        (splits && text.len() as u64 > limit)
+            .then(|| split::piece(text, limit as usize, k))
+            .flatten()
+    }
+
+    /// The text of `row` as a resumed split needs it: a row this source splits.
+    fn split_row_text(
+        &self,
+        shard: usize,
+        row: u64,
+        read: Option<(u64, RowText)>,
+    ) -> Result<String, ShardError> {
+        let limit = self.spec.document_limit();
+        match read {
+            Some((at, RowText::Text(text)))
+                if at == row
+                    && text.len() as u64 > limit
+                    && self.spec.oversize == Some(Oversize::Split) =>
+            {
+                Ok(text)
+            }
+            _ => Err(self.not_there(shard, row, 1, "it is not a row this source splits")),
+        }
+    }
+
+    /// A checkpoint's piece of a split row that the file does not give.
+    fn not_there(&self, shard: usize, row: u64, piece: u32, why: &str) -> ShardError {
+        ShardError::new(
+            &self.paths[shard],
+            Some(format!("row {row} piece {piece}")),
+            format!(
+                "the checkpoint refers to a piece of a split row that is not there ({why}): has \
+                 the file or max_document_bytes changed since?"
+            ),
+        )
+    }
+
+    /// A row over what the source takes: skipped and counted, or the run's error.
+    fn oversize(&mut self, shard: u32, row: u64, outcome: RowText) -> Result<(), ShardError> {
+        let limit = self.spec.document_limit();
+        let policy = self.spec.oversize.unwrap_or_default();
+        if policy == Oversize::Skip {
+            self.counters.rows_oversize += 1;
+            return Ok(());
+        }
+        let name = &self.spec.name;
+        let (what, fix) = match (outcome, policy) {
+            (RowText::LongLine(bytes), Oversize::Split) => (
+                format!(
+                    "a line of {bytes} bytes is longer than any document oversize = \"split\" \
+                     reads can need (2 × {MAX_SPLIT_READ_BYTES} + 1 MiB)"
+                ),
+                "set oversize = \"skip\" to leave such documents out, counted",
+            ),
+            (RowText::LongLine(bytes), _) => (
+                format!(
+                    "a line of {bytes} bytes is longer than any document within source {name:?}'s \
+                     max_document_bytes = {limit} can need (2 × max_document_bytes + 1 MiB)"
+                ),
+                "raise max_document_bytes (at most 1 GiB), set oversize = \"skip\" to leave such \
+                 documents out, counted, or oversize = \"split\" to cut them into pieces",
+            ),
+            (outcome, Oversize::Split) => (
+                format!(
+                    "a document of {} bytes is over what oversize = \"split\" reads \
+                     ({MAX_SPLIT_READ_BYTES} bytes, 1 GiB)",
+                    outcome_bytes(&outcome)
+                ),
+                "set oversize = \"skip\" to leave such documents out, counted",
+            ),
+            (outcome, _) => (
+                format!(
+                    "a document of {} bytes is over source {name:?}'s max_document_bytes = {limit}",
+                    outcome_bytes(&outcome)
+                ),
+                "raise max_document_bytes (at most 1 GiB), set oversize = \"skip\" to leave such \
+                 documents out, counted, or oversize = \"split\" to cut them into pieces",
+            ),
+        };
+        let location = match self.spec.format {
+            Format::Jsonl | Format::JsonlGz => format!("line {}", row + 1),
+            Format::Parquet => format!("row {row}"),
+        };
+        Err(ShardError::new(
+            &self.paths[shard as usize],
+            Some(location),
+            format!("{what}: {fix}"),
+        ))
+    }
+}
+
+/// The size a row outcome over the limit reports.
+fn outcome_bytes(outcome: &RowText) -> u64 {
+    match outcome {
+        RowText::Oversize(bytes) | RowText::LongLine(bytes) => *bytes,
+        RowText::Text(text) => text.len() as u64,
+        RowText::Filtered | RowText::Empty => 0,
+    }
 }
 
 impl DocSource for LocalSource {
     fn next_doc(&mut self) -> Result<Option<Doc>, SourceError> {
         loop {
+            if let Some(doc) = self.next_piece() {
+                return Ok(Some(doc));
+            }
             if self.current.is_none() {
                 if self.next_shard >= self.shards.len() {
                     if self.next_shard == self.shards.len() {
@@ -357,6 +499,7 @@ impl DocSource for LocalSource {
                 self.open_ahead(at + 1);
             }
             let (shard, reader) = self.current.as_mut().expect("opened above");
+            let shard = *shard;
             let next = match self.held.take() {
                 Some(held) => Some(held),
                 None => reader.next_row()?,
@@ -368,56 +511,24 @@ impl DocSource for LocalSource {
             self.current_row = row + 1;
             self.counters.rows_read += 1;
             let limit = self.spec.document_limit();
-            let outcome = match outcome {
-                RowText::Text(text) if text.len() as u64 > limit => {
-                    RowText::Oversize(text.len() as u64)
-                }
-                other => other,
-            };
+            let policy = self.spec.oversize.unwrap_or_default();
             match outcome {
                 RowText::Filtered => self.counters.rows_filtered += 1,
                 RowText::Empty => self.counters.rows_empty += 1,
-                RowText::Oversize(bytes) | RowText::LongLine(bytes) => {
-                    match self.spec.oversize.unwrap_or_default() {
-                        Oversize::Skip => self.counters.rows_oversize += 1,
-                        Oversize::Error => {
-                            let what = match outcome {
-                                RowText::LongLine(_) => format!(
-                                    "a line of {bytes} bytes is longer than any document within \
-                                 source {:?}'s max_document_bytes = {limit} can need (2 × \
-                                 max_document_bytes + 1 MiB)",
-                                    self.spec.name
-                                ),
-                                _ => format!(
-                                    "a document of {bytes} bytes is over source {:?}'s \
-                                 max_document_bytes = {limit}",
-                                    self.spec.name
-                                ),
-                            };
-                            let location = match self.spec.format {
-                                Format::Jsonl | Format::JsonlGz => format!("line {}", row + 1),
-                                Format::Parquet => format!("row {row}"),
-                            };
-                            return Err(Box::new(ShardError::new(
-                                &self.paths[*shard as usize],
-                                Some(location),
-                                format!(
-                                    "{what}: raise max_document_bytes (at most 1 GiB) or set \
-                                 oversize = \"skip\" to leave such documents out, counted"
-                                ),
-                            )));
-                        }
-                    }
+                RowText::Text(text) if text.len() as u64 > limit && policy == Oversize::Split => {
+                    self.counters.rows_split += 1;
+                    let doc = SplitDoc::new(text, limit as usize);
+                    self.splitting = Some(Splitting { shard, row, doc });
+                }
+                RowText::Text(text) if text.len() as u64 > limit => {
+                    self.oversize(shard, row, RowText::Oversize(text.len() as u64))?;
+                }
+                RowText::Oversize(_) | RowText::LongLine(_) => {
+                    self.oversize(shard, row, outcome)?;
                 }
                 RowText::Text(text) => {
                     self.counters.documents += 1;
-                    let pos = DocPos {
-                        source: self.index,
-                        pass: self.pass,
-                        shard: *shard,
-                        row,
-                    };
-                    return Ok(Some(Doc::new(pos, text)));
+                    return Ok(Some(Doc::new(self.pos(shard, row, 0), text)));
                 }
             }
         }
@@ -428,6 +539,7 @@ impl DocSource for LocalSource {
         self.current = None;
         self.held = None;
         self.ahead = None;
+        self.splitting = None;
         self.pass += 1;
         Ok(())
     }
@@ -437,14 +549,16 @@ impl DocSource for LocalSource {
     }
 
     fn cursor(&self) -> SourceCursor {
-        let (shard, row) = match &self.current {
-            Some((shard, _)) => (u64::from(*shard), self.current_row),
-            None => (self.next_shard as u64, 0),
+        let (shard, row, piece) = match (&self.splitting, &self.current) {
+            (Some(s), _) => (u64::from(s.shard), s.row, s.doc.next_piece()),
+            (None, Some((shard, _))) => (u64::from(*shard), self.current_row, 0),
+            (None, None) => (self.next_shard as u64, 0, 0),
         };
         SourceCursor {
             pass: self.pass,
             shard,
             row,
+            piece,
             counters: self.counters,
         }
     }
@@ -463,15 +577,34 @@ impl DocSource for LocalSource {
         self.ahead = None;
         self.held = None;
         self.current = None;
+        self.splitting = None;
         self.next_shard = cursor.shard as usize;
         if cursor.shard < shards {
             let at = cursor.shard as usize;
             let mut reader = self.open_fresh(at, cursor.row)?;
             self.held = Self::skip_to(reader.as_mut(), cursor.row)?;
-            self.current = Some((at as u32, reader));
             self.current_row = cursor.row;
+            if cursor.piece > 0 {
+                // In the middle of a split row: cut it again, up to the piece that comes next.
+                let read = self.held.take();
+                let text = self.split_row_text(at, cursor.row, read)?;
+                let limit = self.spec.document_limit() as usize;
+                let doc = SplitDoc::at_piece(text, limit, cursor.piece).ok_or_else(|| {
+                    self.not_there(at, cursor.row, cursor.piece, "the row has fewer pieces")
+                })?;
+                let (shard, row) = (at as u32, cursor.row);
+                self.splitting = Some(Splitting { shard, row, doc });
+                self.current_row = cursor.row + 1;
+            }
+            self.current = Some((at as u32, reader));
             self.next_shard = at + 1;
             self.open_ahead(at + 1);
+        } else if cursor.piece > 0 {
+            return Err(format!(
+                "the checkpoint's cursor is at piece {} past the last shard",
+                cursor.piece
+            )
+            .into());
         }
         Ok(())
     }
@@ -495,7 +628,7 @@ impl DocSource for LocalSource {
             let mut reader = self.open_fresh(shard, positions[order[k]].row)?;
             let mut last: Option<(u64, String)> = None;
             while k < order.len() && positions[order[k]].shard as usize == shard {
-                let row = positions[order[k]].row;
+                let DocPos { row, piece, .. } = positions[order[k]];
                 if last.as_ref().is_none_or(|(at, _)| *at != row) {
                     last = match Self::skip_to(reader.as_mut(), row)? {
                         Some((at, RowText::Text(text))) if at == row => Some((at, text)),
@@ -510,10 +643,20 @@ impl DocSource for LocalSource {
                         }
                     };
                 }
-                texts[order[k]] = last.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
+                let text = last.as_ref().map(|(_, t)| t.as_str()).unwrap_or_default();
+                texts[order[k]] = match piece {
+                    0 => text.to_string(),
+                    n => self
+                        .piece_of(text, n)
+                        .ok_or_else(|| self.not_there(shard, row, n, "no such piece"))?
+                        .to_string(),
+                };
                 k += 1;
             }
         }
         Ok(texts)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,21 +1,31 @@
 //! Parquet shards, read row group by row group with column projection: only the leaves a source
 //! needs (its text column or list field, its filter column) are decoded, and at most one batch of
-//! rows is held at a time. Where the batches come from — a local file, or range reads from the
-//! Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into documents is shared.
+//! rows is held at a time. Before anything is decoded, the footer's column chunks are checked
+//! against the file's size and every page header of the chunks to be read against its chunk and
+//! for decompression bombs (`page_check.rs`); strings are read as views, and a row's text is
+//! copied out only when it is within what the source reads. Where the batches come from — a local
+//! file, or range reads from the Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into
+//! documents is shared.
 
+use super::page_check::{ReadAt, check_chunk};
 use super::{RowText, ShardError, ShardReader};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::Field;
 use arrow_schema::{DataType, Schema};
 use dsprep_mixers::recipe::{RowFilter, SourceSpec, TextField};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::schema::types::SchemaDescriptor;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Rows decoded per batch: small enough to keep memory flat with 100 KB documents.
 pub(crate) const BATCH_ROWS: usize = 256;
@@ -77,6 +87,10 @@ impl LocalBatches {
                 builder.metadata().file_metadata().num_rows()
             ))
         })?;
+        let mut pages = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        for &g in &groups {
+            check_pages(builder.metadata(), g, &mask, &mut pages).map_err(fail)?;
+        }
         let reader = builder
             .with_row_groups(groups)
             .with_projection(mask)
@@ -108,7 +122,8 @@ pub fn local_row_groups(path: &Path) -> Result<Vec<u64>, ShardError> {
 }
 
 /// The reader of the open parquet `file` at `path`, its footer read and checked
-/// ([`check_column_chunks`]) against the file's real size.
+/// ([`check_column_chunks`]) against the file's real size, strings read as views
+/// ([`string_views`]).
 fn checked_builder(
     path: &Path,
     file: File,
@@ -118,10 +133,75 @@ fn checked_builder(
         .metadata()
         .map_err(|e| fail(format!("cannot stat: {e}")))?
         .len();
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| fail(format!("not a readable parquet file: {e}")))?;
-    check_column_chunks(builder.metadata(), file_size).map_err(fail)?;
-    Ok(builder)
+    let unreadable =
+        |e: parquet::errors::ParquetError| fail(format!("not a readable parquet file: {e}"));
+    let metadata =
+        ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(unreadable)?;
+    check_column_chunks(metadata.metadata(), file_size).map_err(fail)?;
+    let metadata = with_string_views(metadata).map_err(unreadable)?;
+    Ok(ParquetRecordBatchReaderBuilder::new_with_metadata(
+        file, metadata,
+    ))
+}
+
+/// `metadata` with every string column (inside lists and structs too) read as a string view:
+/// a dictionary-encoded page then decodes to views into its dictionary, where plain strings
+/// would copy a dictionary value once per row (a 10 MB value on 256 rows is a 2.5 GB batch
+/// from a file of a few KB). Rows are copied out one at a time, and only when they fit.
+pub(crate) fn with_string_views(
+    metadata: ArrowReaderMetadata,
+) -> parquet::errors::Result<ArrowReaderMetadata> {
+    let fields: Vec<Field> = metadata
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| string_views(f))
+        .collect();
+    let schema = Arc::new(Schema::new_with_metadata(
+        fields,
+        metadata.schema().metadata().clone(),
+    ));
+    let options = ArrowReaderOptions::new().with_schema(schema);
+    ArrowReaderMetadata::try_new(metadata.metadata().clone(), options)
+}
+
+/// `field` with its strings as views, recursively.
+fn string_views(field: &Field) -> Field {
+    let data_type = match field.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+        DataType::List(item) => DataType::List(Arc::new(string_views(item))),
+        DataType::LargeList(item) => DataType::LargeList(Arc::new(string_views(item))),
+        DataType::Struct(members) => {
+            DataType::Struct(members.iter().map(|m| string_views(m)).collect())
+        }
+        other => other.clone(),
+    };
+    field.clone().with_data_type(data_type)
+}
+
+/// Check the page headers ([`page_check`]) of every projected column chunk of row group
+/// `group`, reading them from `file`.
+pub(crate) fn check_pages(
+    metadata: &ParquetMetaData,
+    group: usize,
+    mask: &ProjectionMask,
+    file: &mut dyn ReadAt,
+) -> Result<(), String> {
+    let Some(row_group) = metadata.row_groups().get(group) else {
+        return Ok(());
+    };
+    for (leaf, column) in row_group.columns().iter().enumerate() {
+        if mask.leaf_included(leaf) {
+            let (start, len) = column.byte_range();
+            check_chunk(file, start, len).map_err(|why| {
+                format!(
+                    "row group {group} column {:?}: {why}",
+                    column.column_path().string()
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuse a footer whose column chunks lie beyond the file: readers allocate what the footer
@@ -368,6 +448,9 @@ pub(crate) struct ParquetShard<B> {
     batch_row: usize,
     /// Index in the file of the next row.
     row: u64,
+    /// The longest text copied out of a batch ([`SourceSpec::read_limit`]); a longer one is an
+    /// oversize row, measured but never copied.
+    read_limit: u64,
 }
 
 impl<B: BatchSource> ParquetShard<B> {
@@ -379,6 +462,7 @@ impl<B: BatchSource> ParquetShard<B> {
             batch: None,
             batch_row: 0,
             row: 0,
+            read_limit: spec.read_limit(),
         }
     }
 
@@ -393,9 +477,13 @@ impl<B: BatchSource> ParquetShard<B> {
             return RowText::Filtered;
         }
         let text = match &self.text {
-            TextField::Column(name) => string_at(column(batch, name).as_ref(), i)
-                .unwrap_or_default()
-                .to_string(),
+            TextField::Column(name) => {
+                let text = string_at(column(batch, name).as_ref(), i).unwrap_or_default();
+                if text.len() as u64 > self.read_limit {
+                    return RowText::Oversize(text.len() as u64);
+                }
+                text.to_string()
+            }
             TextField::Join(join) => {
                 let Some(items) = list_items(batch, &join.list, i) else {
                     return RowText::Empty;
@@ -408,6 +496,10 @@ impl<B: BatchSource> ParquetShard<B> {
                     .filter_map(|k| string_at(members.as_ref(), k))
                     .filter(|s| !s.is_empty())
                     .collect();
+                let bytes = joined_bytes(&parts, &join.separator);
+                if bytes > self.read_limit {
+                    return RowText::Oversize(bytes);
+                }
                 parts.join(&join.separator)
             }
         };
@@ -417,6 +509,12 @@ impl<B: BatchSource> ParquetShard<B> {
             RowText::Text(text)
         }
     }
+}
+
+/// The length of `parts` joined with `separator`, measured before anything is copied.
+pub(crate) fn joined_bytes(parts: &[&str], separator: &str) -> u64 {
+    let text: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    text + (separator.len() as u64) * (parts.len().saturating_sub(1) as u64)
 }
 
 impl<B: BatchSource> ShardReader for ParquetShard<B> {

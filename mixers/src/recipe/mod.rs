@@ -225,13 +225,31 @@ pub enum Oversize {
     Error,
     /// Leave it out of the stream, counted (`rows_oversize` in the summary and the manifest).
     Skip,
+    /// Cut it into pieces of at most `max_document_bytes` ([`crate::split`] states where), each
+    /// a document of its own, in order (`rows_split` and `split_pieces` count them). A row over
+    /// [`MAX_SPLIT_READ_BYTES`] is still an error: that is what splitting reads at most.
+    Split,
 }
+
+/// The largest row text a source with `oversize = "split"` reads (and holds while it hands out
+/// its pieces): 1 GiB, the largest `max_document_bytes` allowed. A larger row stops the run.
+pub const MAX_SPLIT_READ_BYTES: u64 = MAX_DOCUMENT_BYTES_LIMIT;
 
 impl SourceSpec {
     /// The largest document text this source takes, in bytes.
     pub fn document_limit(&self) -> u64 {
         self.max_document_bytes
             .unwrap_or(DEFAULT_MAX_DOCUMENT_BYTES)
+    }
+
+    /// The largest row text this source reads, in bytes: its [`SourceSpec::document_limit`], or
+    /// [`MAX_SPLIT_READ_BYTES`] when it splits larger rows. Readers refuse a longer row before
+    /// copying it out.
+    pub fn read_limit(&self) -> u64 {
+        match self.oversize.unwrap_or_default() {
+            Oversize::Split => MAX_SPLIT_READ_BYTES.max(self.document_limit()),
+            Oversize::Error | Oversize::Skip => self.document_limit(),
+        }
     }
 }
 

@@ -333,3 +333,33 @@ fn every_phase_problem_is_reported_with_its_path() {
         messages(&unknown)
     );
 }
+
+#[test]
+fn oversize_split_is_hashed_reads_up_to_1_gib_and_needs_room_for_a_character() {
+    let source = "[[source]]\nname = \"code\"\nfiles = [\"c/*.parquet\"]\nformat = \"parquet\"\n";
+    let split = with_source(&format!(
+        "{source}max_document_bytes = 4096\noversize = \"split\"\n"
+    ));
+    let recipe = Recipe::parse(&split).unwrap();
+    let spec = &recipe.sources[0];
+    assert_eq!(spec.oversize, Some(Oversize::Split));
+    assert_eq!((spec.document_limit(), spec.read_limit()), (4096, 1 << 30));
+    let skip = Recipe::parse(&split.replace("\"split\"", "\"skip\"")).unwrap();
+    assert_eq!(skip.sources[0].read_limit(), 4096);
+    assert_ne!(recipe.hash(), skip.hash());
+    assert!(recipe.canonical_json().contains("\"oversize\":\"split\""));
+
+    assert_eq!(
+        messages(&split.replace("= 4096", "= 3")),
+        [
+            "source[0].max_document_bytes: must be at least 4 with oversize = \"split\" (a piece \
+          must hold any character), got 3"
+        ]
+    );
+    assert!(messages(&split.replace("= 4096", "= 4")).is_empty());
+    let misspelled = messages(&split.replace("\"split\"", "\"cut\""));
+    assert!(
+        misspelled[0].contains("unknown variant `cut`, expected one of `error`, `skip`, `split`"),
+        "{misspelled:?}"
+    );
+}

@@ -1,9 +1,10 @@
 //! Recipe validation without IO: every problem is collected, each with its field path.
 
 use super::{
-    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, MixUnit,
+    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, MixUnit, Oversize,
     RECIPE_VERSION, Recipe, TextField, TokenRef,
 };
+use crate::split::MIN_SPLIT_LIMIT_BYTES;
 use std::collections::HashSet;
 
 /// Largest `seq_len` accepted: windows are indexed with `u32` token offsets.
@@ -128,6 +129,18 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
             fail(
                 at("max_document_bytes"),
                 format!("must be 1 to {MAX_DOCUMENT_BYTES_LIMIT} (1 GiB), got {limit}"),
+            );
+        }
+        if source.oversize == Some(Oversize::Split)
+            && let Some(limit) = source.max_document_bytes
+            && limit < MIN_SPLIT_LIMIT_BYTES
+        {
+            fail(
+                at("max_document_bytes"),
+                format!(
+                    "must be at least {MIN_SPLIT_LIMIT_BYTES} with oversize = \"split\" (a piece \
+                     must hold any character), got {limit}"
+                ),
             );
         }
         if let Some(content) = &source.content {

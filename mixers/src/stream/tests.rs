@@ -115,7 +115,7 @@ fn a_reference_to_a_missing_row_names_the_source() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "source \"s0\": DocPos { source: 0, pass: 0, shard: 0, row: 2 } is not a document of this source"
+        "source \"s0\": DocPos { source: 0, pass: 0, shard: 0, row: 2, piece: 0 } is not a document of this source"
     );
 }
 
