@@ -634,7 +634,24 @@ fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count(
     daemons[0].terminate();
     drop(daemons);
     let one = start_node(tmp.path(), 0, 1, 4, 1, &resume).unwrap();
-    let third = tap_all_bytes(tmp.path(), &[&one], 100, 20, "c", &marks);
+    let mut third = tap_all_bytes(tmp.path(), &[&one], 100, 4, "c", &marks);
+    // A rank whose request was lost with the stopped job and asks late, below where the others
+    // placed the resumed daemon (step 100), still finds its steps: the 8 below the first step
+    // asked for are held, as an uninterrupted daemon holds them.
+    let late = tmp.path().join("late.bin");
+    let result = tap_with(&one.endpoint, 2, 4, 96, 3, &late, &[])
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(std::fs::read(&late).unwrap() == want[2][96 * row..99 * row]);
+    let rest = tap_all_bytes(tmp.path(), &[&one], 104, 16, "d", &marks);
+    for (rank, bytes) in rest.into_iter().enumerate() {
+        third[rank].extend(bytes);
+    }
     // A trainer whose stream stood elsewhere before step 119 is refused, loudly.
     let out = tmp.path().join("wrong.bin");
     let wrong = ["--expect-chain", &marks[118 * 4]];

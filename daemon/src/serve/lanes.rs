@@ -11,16 +11,17 @@
 //! store's prefetch plus two blocks per lane.
 //!
 //! With a state directory each lane checkpoints itself ([`LaneCheckpoints`]) at or below what the
-//! slowest rank has reached. Resuming (`--resume latest`) starts at the first step a rank asks
-//! for: each lane continues from its newest checkpoint at or below the windows it owes before
-//! that step (else from its start) and drops the windows in between.
+//! slowest rank has reached. Resuming (`--resume latest`) starts 8 steps (`HISTORY_STEPS`)
+//! below the first step a rank asks for, as an uninterrupted daemon holds them: each lane
+//! continues from its newest checkpoint at or below the windows it owes before that step (else
+//! from its start) and drops the windows in between.
 
 use super::lane_chain::{LaneChain, Linked};
 use super::lane_checkpoints::LaneCheckpoints;
 use super::metrics::Metrics;
 use super::producer::{Ended, StepAssembler};
 use super::progress::{LaneFact, LaneProgress};
-use super::store::{StepData, StepStore};
+use super::store::{HISTORY_STEPS, StepData, StepStore};
 use crate::driver::LoadedRecipe;
 use crate::driver::lanes::{LaneInputs, Stopped, run_packed};
 use crate::driver::pipeline::PipelineConfig;
@@ -64,15 +65,22 @@ pub struct LaneProducer<'a> {
 
 impl LaneProducer<'_> {
     pub fn run(self) -> anyhow::Result<Ended> {
-        let first = match self.resume {
+        let asked = match self.resume {
             false => 0,
             true => match self.store.wait_first_request() {
                 Ok(step) => step,
                 Err(_) => return Ok(Ended::Stopped),
             },
         };
-        if first > 0 {
-            tracing::info!("the first request is for step {first}");
+        // As a single daemon does (`producer.rs`): the steps below the one asked for are held
+        // too, for a rank whose request was lost with the killed daemon and asks again late.
+        let first = asked.saturating_sub(HISTORY_STEPS);
+        if asked > 0 {
+            tracing::info!(
+                "the first request is for step {asked}; the lanes resume at step {first}, so \
+                 the {} steps below it are held for ranks that ask late",
+                asked - first
+            );
         }
         let lanes = self.slice.lanes();
         // About half of one lane's share of a step per chunk (~4 bytes per token), so that
@@ -117,7 +125,7 @@ impl LaneProducer<'_> {
                     .map_err(|e| anyhow!("cannot start lane {lane}'s thread: {e}"))?;
                 handles.insert(lane, handle);
             }
-            let ended = self.assemble(first, &receivers);
+            let ended = self.assemble(first, asked, &receivers);
             drop(receivers); // a lane still running sees its channel close and stops
             let (ended, mut failure) = match ended {
                 Ok(ended) => (ended, None),
@@ -140,10 +148,11 @@ impl LaneProducer<'_> {
 
     /// Take the node's blocks in order from step `first` and cut them into its part of each
     /// global step, each linked into the stream chain, until a lane ends (or fails: its thread
-    /// says why) or the store stops.
+    /// says why) or the store stops. The ranks are taken to be at step `asked` (≥ `first`).
     fn assemble(
         &self,
         first: u64,
+        asked: u64,
         receivers: &BTreeMap<u32, Receiver<Vec<PackedWindow>>>,
     ) -> anyhow::Result<Ended> {
         let mut chain = LaneChain::new(
@@ -152,7 +161,7 @@ impl LaneProducer<'_> {
             self.stream_dir.clone(),
             self.progress.clone(),
         );
-        self.store.place(first, first);
+        self.store.place(first, asked);
         let per_step = self.slice.windows_per_step();
         let from = self.slice.first_block_of_step(first);
         let mut steps = StepAssembler {
