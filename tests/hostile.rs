@@ -80,16 +80,7 @@ fn run_measured(args: &[&str]) -> Run {
 fn pack(dir: &Path, recipe_text: &str) -> Run {
     let recipe = write_recipe(dir, recipe_text);
     let out = dir.join("out");
-    let run = run_measured(&[
-        "pack",
-        "--recipe",
-        recipe.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--threads",
-        "2",
-    ]);
+    let run = run_measured(&pack_args(&recipe, &out, &["--threads", "2"]));
     if run.code != 0 {
         assert!(!out.exists(), "a failed pack left {}", out.display());
         assert!(

@@ -30,19 +30,6 @@ fn block_the_writer(partial: &Path) {
     std::fs::create_dir_all(partial.join("doc_starts.u32/in-the-way")).unwrap();
 }
 
-fn pack_args<'a>(recipe: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "pack",
-        "--recipe",
-        recipe.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    args
-}
-
 #[test]
 fn a_pack_whose_writer_fails_to_start_removes_its_partial_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();

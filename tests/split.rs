@@ -254,14 +254,7 @@ fn a_pack_killed_in_the_middle_of_a_split_row_continues_with_the_same_bytes() {
         pack(&recipe, &whole, "2");
         let out = tmp.path().join("out");
         let mid_split = kill_pack_mid_split(&recipe, &out);
-        let stderr = dsprep_stderr_ok(&[
-            "pack",
-            "--recipe",
-            recipe.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ]);
+        let stderr = dsprep_stderr_ok(&pack_args(&recipe, &out, &[]));
         assert!(
             stderr.contains(&format!(
                 "continuing the interrupted pack in {}.partial at window {}",

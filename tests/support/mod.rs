@@ -99,6 +99,20 @@ pub fn dsprep(args: &[&str]) -> Output {
         .expect("the dsprep binary runs")
 }
 
+/// `dsprep pack --recipe RECIPE --out OUT --quiet EXTRA…`: the arguments most pack tests run.
+pub fn pack_args<'a>(recipe: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "pack",
+        "--recipe",
+        recipe.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// Run dsprep expecting failure; return its stderr.
 pub fn dsprep_fails(args: &[&str]) -> String {
     let out = dsprep(args);
