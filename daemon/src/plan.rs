@@ -134,6 +134,9 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
                 units.join(", ")
             );
         }
+        for warning in inputs.warnings(recipe) {
+            let _ = writeln!(out, "warning: {warning}");
+        }
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 
 pub mod daemon;
 mod fetched_tokenizer;
+pub mod nodes;
 
 #[allow(unused_imports)] // each test binary includes this module; not all of them fetch
 pub use fetched_tokenizer::fetched_tokenizer;

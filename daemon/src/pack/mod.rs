@@ -3,6 +3,7 @@
 
 mod failure;
 mod lanes;
+mod ledger;
 mod output;
 mod resume;
 mod summary;
@@ -25,6 +26,7 @@ use dsprep_mixers::mixer::share;
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, Packer};
 use failure::failed;
+use ledger::PackLedger;
 use output::PackWriter;
 use output::WriterProgress;
 use resume::PackCheckpoint;
@@ -109,6 +111,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             chain: None,
             chain_marks: Vec::new(),
             doc_sources: true,
+            ledger: None,
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
@@ -129,12 +132,21 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             })?;
             packer = Packer::from_state(window_tokens, state.packer)
                 .context("the checkpoint's packer state does not fit this recipe")?;
+            let ledger = (saved.writer.ledger.clone())
+                .and_then(|counts| PackLedger::resume(recipe, counts))
+                .with_context(|| {
+                    format!(
+                        "{}: the checkpoint's phase ledger is not this recipe's",
+                        partial.display()
+                    )
+                })?;
             let writer = PackWriter::resume(
                 &options.out,
                 dtype,
                 window_tokens as u64,
                 windows_per_shard,
                 &saved.writer,
+                Some(ledger),
             )?;
             tracing::info!(
                 "continuing the interrupted pack in {} at window {}",
@@ -146,7 +158,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             (writer, Some(from))
         }
         None => {
-            let writer = PackWriter::create(&options.out, dtype, windows_per_shard)?;
+            let ledger = PackLedger::new(recipe);
+            let writer = PackWriter::create(&options.out, dtype, windows_per_shard, Some(ledger))?;
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
                 return Err(failed(writer, &partial, None, e));
             }
@@ -339,6 +352,7 @@ fn new_manifest(
         inputs,
         sources,
         chain: Vec::new(),
+        phases: Vec::new(),
     })
 }
 

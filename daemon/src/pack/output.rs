@@ -7,11 +7,13 @@
 //! `<out>.partial/.lock` keeps two packs from writing it at once. An interrupted pack leaves
 //! its checkpoint there, and the next pack to `<out>` continues from it ([`PackWriter::resume`]).
 
+use super::ledger::PackLedger;
 use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::{self, ChainMark, Dtype, Manifest, OutputFile};
 use dsprep_mixers::PackedWindow;
+use dsprep_mixers::ledger::PhaseLedger;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -37,6 +39,10 @@ pub struct WriterProgress {
     /// versions do not, and are not continued.
     #[serde(default)]
     pub doc_sources: bool,
+    /// The phase ledger of the windows written (format 4); absent in checkpoints of older
+    /// versions, which are not continued.
+    #[serde(default)]
+    pub ledger: Option<PhaseLedger>,
 }
 
 /// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
@@ -83,12 +89,19 @@ pub struct PackWriter {
     /// The stream chain after `num_windows`, and after each closed shard.
     chain: Hash,
     chain_marks: Vec<ChainMark>,
+    /// The manifest's phase ledger, counted window by window (not in a lane's own directory).
+    ledger: Option<PackLedger>,
 }
 
 impl PackWriter {
     /// Start a packed directory for `out` (check [`refuse_existing`] first: an existing `out` is
-    /// replaced only once the new one is complete).
-    pub fn create(out: &Path, dtype: Dtype, windows_per_shard: u64) -> anyhow::Result<Self> {
+    /// replaced only once the new one is complete), counting its windows into `ledger`.
+    pub fn create(
+        out: &Path,
+        dtype: Dtype,
+        windows_per_shard: u64,
+        ledger: Option<PackLedger>,
+    ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
         for entry in
@@ -127,6 +140,7 @@ impl PackWriter {
             bytes: Vec::new(),
             chain: chain::START,
             chain_marks: Vec::new(),
+            ledger,
         })
     }
 
@@ -170,6 +184,9 @@ impl PackWriter {
         self.lead_sources
             .write_all(&window.lead_source.to_le_bytes())
             .context("cannot write the document sources")?;
+        if let Some(ledger) = &mut self.ledger {
+            ledger.add(self.num_windows, window);
+        }
         self.num_windows += 1;
         self.windows_in_shard += 1;
         if self.windows_in_shard == self.windows_per_shard {
@@ -219,17 +236,20 @@ impl PackWriter {
             chain: Some(chain::to_hex(&self.chain)),
             chain_marks: self.chain_marks.clone(),
             doc_sources: true,
+            ledger: self.ledger.as_ref().map(|l| l.counts().clone()),
         })
     }
 
     /// Continue the partial directory of `out` from a checkpoint's `progress`: files are cut
-    /// back to it (an interrupted pack may have written past its checkpoint) and hashed again.
+    /// back to it (an interrupted pack may have written past its checkpoint) and hashed again;
+    /// `ledger` continues from the checkpoint's counts.
     pub fn resume(
         out: &Path,
         dtype: Dtype,
         window_tokens: u64,
         windows_per_shard: u64,
         progress: &WriterProgress,
+        ledger: Option<PackLedger>,
     ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
@@ -304,6 +324,7 @@ impl PackWriter {
             bytes: Vec::new(),
             chain: chain_at,
             chain_marks: progress.chain_marks.clone(),
+            ledger,
         })
     }
 
@@ -376,6 +397,7 @@ impl PackWriter {
             });
         }
         manifest.chain = self.chain_marks;
+        manifest.phases = self.ledger.map(|l| l.stats()).unwrap_or_default();
         let mut json =
             serde_json::to_vec_pretty(&manifest).context("cannot encode the manifest")?;
         json.push(b'\n');

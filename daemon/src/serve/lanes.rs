@@ -270,10 +270,7 @@ impl LaneRun<'_> {
             stream,
             config,
             packer,
-            |source, len| {
-                self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
-                self.metrics.tokens[source as usize].fetch_add(len, Ordering::Relaxed);
-            },
+            |source, start, len| self.metrics.count_document(lane, start, source, len),
             |window| {
                 if skip > 0 {
                     skip -= 1;

@@ -202,10 +202,10 @@ impl Producer<'_> {
             let mut at = 0usize;
             for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
                 let len = len as usize;
+                let start = packer.position_tokens();
+                self.metrics.count_document(0, start, source, len as u64);
                 packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
                 at += len;
-                self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
-                self.metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);
             }
             for window in windows.drain(..) {
                 let added = steps.add(window);
