@@ -570,3 +570,81 @@ fn sources_missing_from_lanes_are_named_and_in_tokens_the_other_lanes_make_up_fo
     let daemon = Daemon::start_with(&recipe, &endpoint, &args).unwrap();
     assert!(daemon.log_text().contains(c4), "{}", daemon.log_text());
 }
+
+/// `dsprep plan` of a recipe mixed in tokens estimates each source's tokens (its bytes × its
+/// tokens per byte, measured on its first documents; exact for the samples, whose shards are
+/// read whole) and where the stream ends. Under `first_exhausted` a phase past that end is
+/// warned about with the numbers, and the pack indeed never reaches it; a nearer one is reached.
+#[test]
+fn plan_warns_of_a_phase_first_exhausted_never_reaches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first_exhausted = |at: u64| {
+        let phased = quickstart_with_a_phase(tmp.path(), at);
+        let text = std::fs::read_to_string(&phased).unwrap();
+        assert!(text.contains("stopping = \"all_exhausted\""));
+        let path = tmp.path().join(format!("first-{at}.toml"));
+        std::fs::write(&path, text.replace("all_exhausted", "first_exhausted")).unwrap();
+        path
+    };
+    let far = first_exhausted(400_000);
+    let plan = dsprep_ok(&["plan", "--recipe", far.to_str().unwrap()]);
+    assert!(
+        plan.contains(
+            "  source \"c4\": 25565 bytes × 0.461 tokens/byte (30 documents, 100 % of the 3 \
+             shard(s) sampled) ≈ 12 k tokens\n"
+        ),
+        "{plan}"
+    );
+    let ends = "the sources hold about 358 k tokens by the estimate; under first_exhausted the \
+                stream ends near 79 k tokens, when source \"c4\" runs out";
+    assert!(plan.contains(&format!("{ends}\n")), "{plan}");
+    assert!(
+        plan.contains(&format!(
+            "warning: phase 1 at 400,000 tokens: {ends}, so phase 1 never begins: lower its \
+             at_tokens, or give the sources more data, or mix with stopping = \"all_exhausted\"\n"
+        )),
+        "{plan}"
+    );
+    let out = tmp.path().join("far");
+    let summary = dsprep_ok(&[
+        "pack",
+        "--recipe",
+        far.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        summary.contains("that phase never began (under first_exhausted"),
+        "{summary}"
+    );
+    let m = PackedDataset::open(&out).unwrap().manifest().clone();
+    let c4 = m.sources.iter().find(|s| s.name == "c4").unwrap();
+    assert_eq!(
+        (c4.tokens, c4.passes_completed),
+        (11_786, 1),
+        "c4 ran out, all of it in the stream: 25565 bytes × 0.461 tokens/byte"
+    );
+    // The stream ran longer than the estimate (a 26 k-token document of the-stack-v2 came
+    // first, 25 % of so short a stream), but nowhere near the point.
+    let stream = m.num_windows * 513 + m.dropped_tail_tokens;
+    assert!((79_000..200_000).contains(&stream), "{stream}");
+
+    let near = first_exhausted(50_000);
+    let plan = dsprep_ok(&["plan", "--recipe", near.to_str().unwrap()]);
+    assert!(
+        plan.contains("\n  phase 1 at 50,000 tokens: reached by the estimate\n"),
+        "{plan}"
+    );
+    assert!(!plan.contains("warning: phase"), "{plan}");
+    let out = tmp.path().join("near");
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        near.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let m = PackedDataset::open(&out).unwrap().manifest().clone();
+    assert!(m.phases[1].began_at_tokens.is_some(), "{:?}", m.phases[1]);
+}

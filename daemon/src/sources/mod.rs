@@ -13,10 +13,12 @@ mod hub_stream;
 mod jsonl;
 mod listing;
 mod parquet;
+mod sample;
 
 pub use content::FILE_BITS;
 pub use listing::{ListError, list_shards, list_source};
 pub use parquet::local_row_groups;
+pub use sample::{ShardSample, sample_local_shard};
 
 use crate::hub::{Download, HubClient, HubError, HubFile};
 use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
