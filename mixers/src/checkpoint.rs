@@ -234,8 +234,10 @@ mod tests {
                     emitted_tokens: vec![4_000],
                     shuffles: vec![crate::mixer::SourceShuffleState {
                         rng_word_pos: 9,
-                        held: 400,
+                        held: 336,
                         draining: false,
+                        ready: 64,
+                        ready_ends: true,
                     }],
                     phase: 1,
                     phase_start: vec![3_000],

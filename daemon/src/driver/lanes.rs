@@ -307,12 +307,9 @@ pub fn run_packed(
     let locate = |pos: &DocPos| locator.locate(pos);
     let mut windows = Vec::new();
     let run = pipeline::run(stream, &loaded.stage, config, &locate, |chunk| {
-        let mut at = 0usize;
-        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
-            let len = len as usize;
-            on_doc(source, packer.position_tokens(), len as u64);
-            packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
-            at += len;
+        for (source, tokens) in chunk.docs() {
+            on_doc(source, packer.position_tokens(), tokens.len() as u64);
+            packer.push_doc(tokens, source, &mut windows);
         }
         for window in windows.drain(..) {
             on_window(window)?;

@@ -184,16 +184,13 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     // Windows up to the newest checkpoint in the partial directory: what a failure keeps.
     let mut checkpointed = continued_from;
     let run = pipeline::run(stream, stage, &config, &locate, |chunk| {
-        let mut at = 0usize;
-        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
-            let len = len as usize;
-            packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
-            at += len;
+        for (source, tokens) in chunk.docs() {
+            packer.push_doc(tokens, source, &mut windows);
             meta.docs_per_source[source as usize] += 1;
-            meta.tokens_per_source[source as usize] += len as u64;
+            meta.tokens_per_source[source as usize] += tokens.len() as u64;
         }
-        num_docs += chunk.doc_lens.len() as u64;
-        num_tokens += chunk.tokens.len() as u64;
+        num_docs += chunk.num_docs() as u64;
+        num_tokens += chunk.num_tokens();
         for window in windows.drain(..) {
             writer.write_window(&window)?;
         }

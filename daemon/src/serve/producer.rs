@@ -199,13 +199,11 @@ impl Producer<'_> {
         let mut stopped = false;
         let mut windows = Vec::new();
         let result = pipeline::run(stream, &self.loaded.stage, &self.config, &locate, |chunk| {
-            let mut at = 0usize;
-            for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
-                let len = len as usize;
+            for (source, tokens) in chunk.docs() {
                 let start = packer.position_tokens();
-                self.metrics.count_document(0, start, source, len as u64);
-                packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
-                at += len;
+                self.metrics
+                    .count_document(0, start, source, tokens.len() as u64);
+                packer.push_doc(tokens, source, &mut windows);
             }
             for window in windows.drain(..) {
                 let added = steps.add(window);
