@@ -33,8 +33,10 @@ use crate::rng::StageRng;
 use crate::shuffle::Shuffler;
 use std::collections::VecDeque;
 
-/// A mix in tokens: documents out of a source's buffer and tokenizing, at least (a batch is
-/// added when fewer wait: up to this many documents or [`AHEAD_TEXT_BYTES`] of text).
+/// A mix in tokens: batches of documents out of a source's buffer and tokenizing, at most (the
+/// one being emitted and the next), each up to [`AHEAD_DOCS`] documents or [`AHEAD_TEXT_BYTES`]
+/// of text.
+pub const AHEAD_BATCHES: usize = 2;
 pub const AHEAD_DOCS: usize = 64;
 pub const AHEAD_TEXT_BYTES: usize = 256 << 10;
 
@@ -154,6 +156,8 @@ struct SourceShuffle {
     /// Out of the buffer and given to the source to tokenize, in emission order (`None`: the
     /// pass's end). Their tokens are taken as each is emitted.
     ready: VecDeque<Option<Doc>>,
+    /// How many of `ready`'s documents each batch given to the source still has, oldest first.
+    batches: VecDeque<usize>,
 }
 
 impl<S: DocSource> Mixer<S> {
@@ -238,6 +242,7 @@ impl<S: DocSource> Mixer<S> {
                 ),
                 draining: None,
                 ready: VecDeque::new(),
+                batches: VecDeque::new(),
             })
             .collect();
         mixer.emitted_tokens = vec![0; n];
@@ -294,10 +299,20 @@ impl<S: DocSource> Mixer<S> {
             });
         }
         self.read_ahead(i)?;
-        Ok(self.shuffles[i].ready.pop_front().flatten())
+        let shuffle = &mut self.shuffles[i];
+        let next = shuffle.ready.pop_front().flatten();
+        if next.is_some()
+            && let Some(left) = shuffle.batches.front_mut()
+        {
+            *left -= 1;
+            if *left == 0 {
+                shuffle.batches.pop_front();
+            }
+        }
+        Ok(next)
     }
 
-    /// Tokens unit: unless [`AHEAD_DOCS`] documents (or the pass's end) are out of input `i`'s
+    /// Tokens unit: unless [`AHEAD_BATCHES`] batches (or the pass's end) are out of input `i`'s
     /// buffer already, take the next batch out and give the source the texts to tokenize.
     fn read_ahead(&mut self, i: usize) -> Result<(), MixError> {
         let (input, shuffle) = (&mut self.inputs[i], &mut self.shuffles[i]);
@@ -305,11 +320,12 @@ impl<S: DocSource> Mixer<S> {
             name: input.name.clone(),
             error,
         };
-        if shuffle.ready.len() >= AHEAD_DOCS || matches!(shuffle.ready.back(), Some(None)) {
+        if shuffle.batches.len() >= AHEAD_BATCHES || matches!(shuffle.ready.back(), Some(None)) {
             return Ok(());
         }
+        let mut docs = 0usize;
         let (mut batch, mut text_bytes) = (Vec::new(), 0usize);
-        while batch.len() < AHEAD_DOCS && text_bytes < AHEAD_TEXT_BYTES {
+        while docs < AHEAD_DOCS && text_bytes < AHEAD_TEXT_BYTES {
             let next = match &mut shuffle.draining {
                 Some(rest) => rest.pop_front(),
                 None => match input.source.next_doc().map_err(fail)? {
@@ -332,6 +348,10 @@ impl<S: DocSource> Mixer<S> {
                 batch.push((doc.pos, std::mem::take(&mut doc.text)));
             }
             shuffle.ready.push_back(Some(doc));
+            docs += 1;
+        }
+        if docs > 0 {
+            shuffle.batches.push_back(docs);
         }
         if !batch.is_empty() {
             input
@@ -435,6 +455,7 @@ impl<S: DocSource> Mixer<S> {
                     if let Some(shuffle) = self.shuffles.get_mut(i) {
                         shuffle.draining = None;
                         shuffle.ready.clear(); // only the pass's end was left in it
+                        shuffle.batches.clear();
                     }
                     let input = &mut self.inputs[i];
                     input.source.restart().map_err(|error| MixError::Source {
@@ -585,6 +606,10 @@ impl<S: DocSource> Mixer<S> {
         for (shuffle, s) in self.shuffles.iter_mut().zip(&state.shuffles) {
             let docs: Vec<Doc> = held.by_ref().take(s.held as usize).collect();
             shuffle.ready = held.by_ref().take(s.ready as usize).map(Some).collect();
+            shuffle.batches = match s.ready {
+                0 => VecDeque::new(),
+                n => VecDeque::from([n as usize]),
+            };
             if s.ready_ends {
                 shuffle.ready.push_back(None);
             }
