@@ -7,16 +7,13 @@
 mod support;
 
 use dsprep_client::PackedDataset;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use support::daemon::{
     Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, headers, tap, tap_all, tap_with,
 };
+use support::nodes::{multinode, node_args, start_node, start_nodes, tap_all_bytes};
 use support::{dir_bytes, dsprep, dsprep_fails, dsprep_ok, repo_root};
-
-fn multinode() -> PathBuf {
-    repo_root().join("config/quickstart-multinode.toml")
-}
 
 /// `dsprep pack` of the multinode recipe, once for the whole test binary's use.
 fn packed(dir: &Path) -> PackedDataset {
@@ -30,63 +27,6 @@ fn packed(dir: &Path) -> PackedDataset {
         "--quiet",
     ]);
     PackedDataset::open(&out).unwrap()
-}
-
-/// `serve` arguments for node `node` of `nodes` serving `world × micro_batch`, sharing
-/// `dir/state`, plus `extra`.
-fn node_args(
-    dir: &Path,
-    node: u32,
-    nodes: u32,
-    world: u32,
-    micro_batch: u32,
-    extra: &[&str],
-) -> Vec<String> {
-    let state = dir.join("state");
-    let mut args: Vec<String> = [
-        "--world-size",
-        &world.to_string(),
-        "--micro-batch",
-        &micro_batch.to_string(),
-        "--node-rank",
-        &node.to_string(),
-        "--nodes",
-        &nodes.to_string(),
-        "--state-dir",
-        state.to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(extra.iter().map(|a| a.to_string()));
-    args
-}
-
-/// Node `node` of `nodes` of the multinode recipe on `dir/node<N>.sock` (see [`node_args`]).
-fn start_node(
-    dir: &Path,
-    node: u32,
-    nodes: u32,
-    world: u32,
-    micro_batch: u32,
-    extra: &[&str],
-) -> Result<Daemon, String> {
-    let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
-    let args = node_args(dir, node, nodes, world, micro_batch, extra);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Daemon::start_with(&multinode(), &endpoint, &args)
-}
-
-/// All `nodes` node daemons (see [`start_node`]).
-fn start_nodes(
-    dir: &Path,
-    nodes: u32,
-    world: u32,
-    micro_batch: u32,
-    extra: &[&str],
-) -> Vec<Daemon> {
-    (0..nodes)
-        .map(|node| start_node(dir, node, nodes, world, micro_batch, extra).unwrap())
-        .collect()
 }
 
 fn pack_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -571,26 +511,6 @@ fn plan_shows_how_the_input_is_dealt_to_the_lanes() {
         })
         .sum();
     assert_eq!(units, 26, "{text}");
-}
-
-/// [`tap_all`]'s outputs for world 4, read, after checking every step's chain against `marks`.
-fn tap_all_bytes(
-    dir: &Path,
-    daemons: &[&Daemon],
-    start: u64,
-    steps: u64,
-    tag: &str,
-    marks: &[String],
-) -> Vec<Vec<u8>> {
-    // Like a resumed trainer, each tap holds the daemons to the chain before its first step.
-    let expect = ["--expect-chain", &marks[start as usize * 4]];
-    tap_all(dir, daemons, 4, start, steps, tag, &expect)
-        .into_iter()
-        .map(|out| {
-            assert_eq!(assert_tap_chains(&out, marks), steps as usize, "{tag}");
-            std::fs::read(out).unwrap()
-        })
-        .collect()
 }
 
 /// One of two node daemons is killed with SIGKILL and restarted alone with `--resume latest`

@@ -8,7 +8,7 @@ use dsprep_client::protocol::{PROTOCOL_VERSION, ReplyHeader, Request, RequestKin
 use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset};
 use std::path::Path;
 use std::time::Duration;
-use support::daemon::{Daemon, headers, tap};
+use support::daemon::{Daemon, headers, tap, tap_all};
 use support::*;
 
 /// The quickstart packed with the same recipe, for comparison.
@@ -112,6 +112,66 @@ fn eight_ranks_get_the_packed_windows_and_all_end_at_the_same_step() {
     assert_eq!(
         daemon.metric("dsprep_replies_total{status=\"end_of_data\"}"),
         8.0
+    );
+}
+
+/// `/metrics` gives the mix ledger per phase (`dsprep_phase_mix{phase,source,kind}` and counters
+/// per phase and source). Served to the end, phase 0 holds exactly what the packed manifest's
+/// phase 0 holds; phase 1 holds the rest of what was produced (the dropped tail included).
+#[test]
+fn metrics_give_every_phase_ledger_as_the_manifest_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = quickstart_with_a_phase(tmp.path(), 400_000);
+    let dataset = pack_dataset(&recipe, &tmp.path().join("packed"));
+    let m = dataset.manifest();
+    let daemon = Daemon::start(tmp.path(), &recipe, 8, 2, 4);
+    let num_steps = dataset.num_windows() / 16;
+    tap_all(tmp.path(), &[&daemon], 8, 0, num_steps + 1, "r", &[]);
+    let metric = |name: &str, phase: usize, source: &str, kind: Option<&str>| {
+        let kind = kind.map_or(String::new(), |k| format!(",kind=\"{k}\""));
+        daemon.metric(&format!(
+            "{name}{{phase=\"{phase}\",source=\"{source}\"{kind}}}"
+        ))
+    };
+    for s in &m.phases[0].sources {
+        let name = s.name.as_str();
+        assert_eq!(
+            metric("dsprep_phase_tokens_total", 0, name, None),
+            s.tokens as f64
+        );
+        assert_eq!(
+            metric("dsprep_phase_documents_total", 0, name, None),
+            s.documents as f64
+        );
+        for (kind, value) in [
+            ("target", s.target_fraction),
+            ("tokens", s.realized_token_fraction),
+            ("documents", s.realized_fraction),
+            ("deviation", s.deviation),
+        ] {
+            // serde_json reads the manifest's floats to within an ulp or so.
+            let served = metric("dsprep_phase_mix", 0, name, Some(kind));
+            assert!(
+                (served - value).abs() < 1e-15,
+                "{name} {kind}: {served} {value}"
+            );
+        }
+    }
+    let phase1: f64 = (m.sources.iter())
+        .map(|s| metric("dsprep_phase_tokens_total", 1, &s.name, None))
+        .sum();
+    assert_eq!(
+        phase1,
+        (m.phases[1].tokens + m.dropped_tail_tokens) as f64,
+        "phase 1: its windows and the dropped tail"
+    );
+    for name in ["c4", "zyda-2"] {
+        assert_eq!(metric("dsprep_phase_tokens_total", 1, name, None), 0.0);
+        assert_eq!(metric("dsprep_phase_mix", 1, name, Some("target")), 0.0);
+    }
+    assert_eq!(
+        metric("dsprep_phase_mix", 1, "finemath", Some("target")),
+        0.3
     );
 }
 

@@ -1,5 +1,5 @@
-//! The packed-output format, version 3 (documented for users in FORMAT.md); versions 1 (no
-//! stream chain) and 2 (no document sources) are still read.
+//! The packed-output format, version 4 (documented for users in FORMAT.md); versions 1 (no
+//! stream chain), 2 (no document sources) and 3 (no phase ledger) are still read.
 //!
 //! A packed directory holds:
 //! - `tokens-NNNNN.bin`: little-endian token ids (`u16` when every id fits, else `u32`), nothing
@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 
 pub const FORMAT_NAME: &str = "dsprep-packed";
 /// The version `dsprep pack` writes: 2 adds the stream chain (`Manifest::chain`), 3 the
-/// document sources (`Manifest::doc_sources`, `Manifest::lead_sources`).
-pub const FORMAT_VERSION: u32 = 3;
+/// document sources (`Manifest::doc_sources`, `Manifest::lead_sources`), 4 the ledger of every
+/// phase (`Manifest::phases`).
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version readers still read.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -109,6 +110,48 @@ pub struct Manifest {
     /// window: what a served step's chain must equal at the same window. Empty in version 1.
     #[serde(default)]
     pub chain: Vec<ChainMark>,
+    /// Per phase (one, the whole stream, for a recipe without phases): what the windows hold
+    /// against the targets (v4; empty before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseStats>,
+}
+
+/// One phase of the mix in the manifest's ledger, counted over the windows (the dropped tail is
+/// not in them): a document belongs to the phase in force where it starts (FORMAT.md).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PhaseStats {
+    /// 0: the `[[source]]` weights; `k`: the recipe's `k`-th `[[mix.phase]]`.
+    pub phase: u32,
+    /// The recipe's point for it (0 for phase 0).
+    pub at_tokens: u64,
+    /// The token of the stream where its first document starts (with lanes, the first lane's);
+    /// absent when the stream ended before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub began_at_tokens: Option<u64>,
+    /// With `[lanes]`: where the last lane's first document of it starts (absent until every
+    /// lane has begun it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_lanes_began_at_tokens: Option<u64>,
+    /// Its tokens and document starts in the windows.
+    pub tokens: u64,
+    pub documents: u64,
+    /// Per source, in recipe order.
+    pub sources: Vec<PhaseSourceStats>,
+}
+
+/// One source's line of a phase's ledger.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PhaseSourceStats {
+    pub name: String,
+    /// Its share in the recipe's `[mix] unit` (0 when it takes no part in the phase).
+    pub target_fraction: f64,
+    /// Its share of the phase's tokens and of its document starts.
+    pub realized_token_fraction: f64,
+    pub realized_fraction: f64,
+    /// The realized share in the recipe's unit minus the target.
+    pub deviation: f64,
+    pub tokens: u64,
+    pub documents: u64,
 }
 
 /// The stream chain after the first `windows` windows, in hex.

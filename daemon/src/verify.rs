@@ -1,13 +1,14 @@
 //! `dsprep verify DIR`: checks a packed directory end to end — every file's size and sha256
 //! against the manifest, the document index's structure, that every token id is below the
-//! vocabulary size, and the stream chain the manifest records (format 2). Reports the first
-//! problem with the file it is in.
+//! vocabulary size, the stream chain the manifest records (format 2), and its phase ledger
+//! (format 4: recounted from the windows). Reports the first problem with the file it is in.
 
 use crate::files::sha256_file;
 use anyhow::{Context, bail, ensure};
 use dsprep_client::PackedDataset;
 use dsprep_client::chain;
 use dsprep_client::format::{self, OutputFile};
+use dsprep_mixers::ledger::PhaseLedger;
 use std::path::Path;
 
 pub struct VerifyReport {
@@ -60,6 +61,15 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             m.num_windows
         );
     }
+    // Format 4: the phase ledger, recounted from the windows as the pack counted it.
+    let mut ledger = match m.phases.is_empty() {
+        true => None,
+        false => {
+            let points = crate::inspect::phase_points(m)?;
+            let counts = PhaseLedger::new(&points, m.sources.len());
+            Some((points, counts))
+        }
+    };
     let mut marks = m.chain.iter().peekable();
     let mut at = chain::START;
     let mut total_starts = 0u64;
@@ -100,6 +110,15 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             "window {index}: a document start lies outside the window: {starts:?}"
         );
         total_starts += starts.len() as u64;
+        if let (Some((points, counts)), Some(sources), Some(lead)) =
+            (&mut ledger, window.doc_sources, window.lead_source)
+        {
+            let len = window.tokens.len() as u64;
+            counts.add_window(points, index, len, starts, sources, lead);
+        }
+    }
+    if let Some((_, counts)) = &ledger {
+        check_phases(dir, m, counts)?;
     }
     ensure!(
         total_starts == m.num_doc_starts,
@@ -118,4 +137,31 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         num_files: files.len() + 1,
         num_tokens,
     })
+}
+
+/// The manifest's phase ledger against the one recounted from the windows.
+fn check_phases(dir: &Path, m: &format::Manifest, counts: &PhaseLedger) -> anyhow::Result<()> {
+    let manifest = dir.join(format::MANIFEST_FILE);
+    ensure!(
+        m.phases.len() == counts.phases.len(),
+        "{}: the ledger has {} phases, the recipe {}",
+        manifest.display(),
+        m.phases.len(),
+        counts.phases.len()
+    );
+    for (phase, (stats, counted)) in m.phases.iter().zip(&counts.phases).enumerate() {
+        for (i, s) in stats.sources.iter().enumerate() {
+            let (tokens, documents) = (counted.tokens[i], counted.documents[i]);
+            ensure!(
+                (s.tokens, s.documents) == (tokens, documents),
+                "{}: phase {phase}, source {:?}: the windows hold {tokens} tokens and {documents} \
+                 document starts, the manifest says {} and {}",
+                manifest.display(),
+                s.name,
+                s.tokens,
+                s.documents
+            );
+        }
+    }
+    Ok(())
 }

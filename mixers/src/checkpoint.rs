@@ -13,8 +13,11 @@
 //!
 //! Version 2 (`DSPCKPT2`) can name the pieces of split rows (`oversize = "split"`): a source's
 //! cursor and the mixer's look-ahead positions carry `piece` in the JSON part when it is not 0.
-//! The buffered positions need no piece: pieces never enter a shuffle buffer (`crate::mixer`),
-//! so they stay 18 bytes. Version 1 (`DSPCKPT1`, the same layout, no piece anywhere) is still
+//! Pieces never enter a shuffle buffer, but in a mix in tokens the documents taken out of a
+//! source's buffer and waiting for their tokens (`crate::mixer`) are listed with the buffered
+//! positions, and pieces do pass through there: the JSON's `buffered_pieces` lists them as
+//! `[index, piece]` pairs (absent when there are none), so the binary positions stay 18 bytes.
+//! Version 1 (`DSPCKPT1`, the same layout, no piece anywhere) is still
 //! read. The magic changed so that a dsprep that knows no pieces refuses a version 2 file
 //! instead of dropping the piece it cannot read and resuming at the wrong document.
 
@@ -66,6 +69,9 @@ struct Header<M> {
     pending_sources: Option<Vec<u16>>,
     #[serde(default)]
     lead_source: Option<u16>,
+    /// `[index, piece]` for each buffered position that is a piece of a split row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    buffered_pieces: Vec<(u64, u32)>,
 }
 
 pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
@@ -80,6 +86,10 @@ pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
         windows_emitted: state.packer.windows_emitted,
         pending_sources: Some(state.packer.pending_sources.clone()),
         lead_source: Some(state.packer.lead_source),
+        buffered_pieces: (stream.buffered.iter().enumerate())
+            .filter(|(_, p)| p.is_piece())
+            .map(|(i, p)| (i as u64, p.piece))
+            .collect(),
     };
     let json = serde_json::to_vec(&header).expect("plain data serializes");
     let mut out = Vec::with_capacity(
@@ -90,7 +100,6 @@ pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
     out.extend_from_slice(&json);
     out.extend_from_slice(&(stream.buffered.len() as u64).to_le_bytes());
     for p in &stream.buffered {
-        debug_assert!(!p.is_piece(), "a piece in a shuffle buffer: {p:?}");
         out.extend_from_slice(&p.source.to_le_bytes());
         out.extend_from_slice(&p.pass.to_le_bytes());
         out.extend_from_slice(&p.shard.to_le_bytes());
@@ -135,6 +144,17 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
             row: u64::from_le_bytes(r.take_array()?),
             piece: 0,
         });
+    }
+    for &(index, piece) in &header.buffered_pieces {
+        let pos = usize::try_from(index)
+            .ok()
+            .and_then(|i| buffered.get_mut(i))
+            .ok_or_else(|| {
+                CheckpointError::Malformed(format!(
+                    "buffered_pieces names position {index} of {count}"
+                ))
+            })?;
+        pos.piece = piece;
     }
     let pending = r.u32s()?;
     let pending_starts = r.u32s()?;
@@ -250,8 +270,10 @@ mod tests {
                     emitted_tokens: vec![4_000],
                     shuffles: vec![crate::mixer::SourceShuffleState {
                         rng_word_pos: 9,
-                        held: 400,
+                        held: 336,
                         draining: false,
+                        ready: 64,
+                        ready_ends: true,
                     }],
                     phase: 1,
                     phase_start: vec![3_000],
@@ -263,7 +285,8 @@ mod tests {
                         pass: 1,
                         shard: i % 7,
                         row: u64::from(i) * 3,
-                        piece: 0,
+                        // In a mix in tokens, documents out of a buffer may be pieces.
+                        piece: u32::from(i % 500 == 7),
                     })
                     .collect(),
                 draining: false,
@@ -316,6 +339,27 @@ mod tests {
     /// A real version 1 checkpoint: `dsprep pack` of the quickstart mixed in tokens (`unit =
     /// "tokens"`, five sources, each with its own shuffle buffer), by dsprep at ba5d15f, killed
     /// after its first checkpoints. Version 2 reads it, and writes the same state back.
+    #[test]
+    fn a_piece_named_past_the_buffered_positions_is_refused() {
+        let bytes = encode(&"meta", &state());
+        let json_len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        let mut header: serde_json::Value = serde_json::from_slice(&bytes[12..12 + json_len]).unwrap();
+        assert_eq!(header["buffered_pieces"], serde_json::json!([[7, 1], [507, 1]]));
+        header["buffered_pieces"] = serde_json::json!([[1000, 2]]);
+        let json = serde_json::to_vec(&header).unwrap();
+        let mut bad = MAGIC.to_vec();
+        bad.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        bad.extend_from_slice(&json);
+        bad.extend_from_slice(&bytes[12 + json_len..bytes.len() - 32]);
+        let digest: [u8; 32] = Sha256::digest(&bad).into();
+        bad.extend_from_slice(&digest);
+        let err = decode::<String>(&bad).unwrap_err();
+        assert_eq!(
+            err,
+            CheckpointError::Malformed("buffered_pieces names position 1000 of 1000".into())
+        );
+    }
+
     #[test]
     fn a_version_1_checkpoint_is_still_read() {
         let v1 = include_bytes!("../tests/data/checkpoint-v1.ckpt");

@@ -123,8 +123,8 @@ pub trait DocSource: Send {
     /// without moving the cursor: how resume rebuilds the shuffle buffer from references. A
     /// position that is not a document of this source is an error.
     fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError>;
-    /// The documents at `positions` as [`DocSource::next_doc`] gives them (a source that
-    /// tokenizes ahead gives them tokenized): what resume puts back into the stream.
+    /// The documents at `positions` as [`DocSource::next_doc`] gives them: what resume puts
+    /// back into the stream.
     fn reread(&mut self, positions: &[DocPos]) -> Result<Vec<Doc>, SourceError> {
         let texts = self.read_docs(positions)?;
         Ok(positions
@@ -132,6 +132,20 @@ pub trait DocSource: Send {
             .zip(texts)
             .map(|(pos, text)| Doc::new(*pos, text))
             .collect())
+    }
+    /// A mix in tokens: start tokenizing these documents (each with its position, for
+    /// messages): the next ones the mixer will emit from this source, in that order. A driver
+    /// runs this on a pool of threads; [`DocSource::take_tokens`] hands the ids back, one
+    /// document at a time, in the order given. The default cannot: such a source must hand its
+    /// documents over tokenized.
+    fn tokenize_ahead(&mut self, docs: Vec<(DocPos, String)>) -> Result<(), SourceError> {
+        let _ = docs;
+        Err("this source cannot tokenize documents ahead".into())
+    }
+    /// The ids of the next document given to [`DocSource::tokenize_ahead`] (BOS/EOS included),
+    /// waiting for them if need be.
+    fn take_tokens(&mut self) -> Result<Vec<u32>, SourceError> {
+        Err("this source cannot tokenize documents ahead".into())
     }
 }
 
@@ -294,25 +308,23 @@ impl DocSource for VecSource {
     }
 }
 
-/// A source whose documents come tokenized, one token per byte of text: how tests feed a mix in
-/// tokens without a tokenizer.
+/// A source that tokenizes ahead, one token per byte of text: how tests feed a mix in tokens
+/// without a tokenizer, through the same [`DocSource::tokenize_ahead`] path a driver's pool
+/// takes.
 #[cfg(test)]
-pub(crate) struct ByteTokens<S>(pub S);
+pub(crate) struct ByteTokens<S>(pub S, pub std::collections::VecDeque<Vec<u32>>);
 
 #[cfg(test)]
-impl<S: DocSource> ByteTokens<S> {
-    fn tokenized(doc: Doc) -> Doc {
-        Doc {
-            tokens: Some(doc.text.bytes().map(u32::from).collect()),
-            ..doc
-        }
+impl<S> ByteTokens<S> {
+    pub fn new(inner: S) -> Self {
+        ByteTokens(inner, Default::default())
     }
 }
 
 #[cfg(test)]
 impl<S: DocSource> DocSource for ByteTokens<S> {
     fn next_doc(&mut self) -> Result<Option<Doc>, SourceError> {
-        Ok(self.0.next_doc()?.map(Self::tokenized))
+        self.0.next_doc()
     }
     fn restart(&mut self) -> Result<(), SourceError> {
         self.0.restart()
@@ -324,17 +336,22 @@ impl<S: DocSource> DocSource for ByteTokens<S> {
         self.0.cursor()
     }
     fn seek(&mut self, cursor: &SourceCursor) -> Result<(), SourceError> {
+        self.1.clear();
         self.0.seek(cursor)
     }
     fn read_docs(&mut self, positions: &[DocPos]) -> Result<Vec<String>, SourceError> {
         self.0.read_docs(positions)
     }
-    fn reread(&mut self, positions: &[DocPos]) -> Result<Vec<Doc>, SourceError> {
-        Ok(self
-            .0
-            .reread(positions)?
-            .into_iter()
-            .map(Self::tokenized)
-            .collect())
+    fn tokenize_ahead(&mut self, docs: Vec<(DocPos, String)>) -> Result<(), SourceError> {
+        let ids = docs
+            .iter()
+            .map(|(_, text)| text.bytes().map(u32::from).collect());
+        self.1.extend(ids);
+        Ok(())
+    }
+    fn take_tokens(&mut self) -> Result<Vec<u32>, SourceError> {
+        self.1
+            .pop_front()
+            .ok_or_else(|| "tokens taken for a document not given".into())
     }
 }

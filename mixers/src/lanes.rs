@@ -18,6 +18,10 @@
 //!   divides `B` and `B` divides `count`, those windows come from the lanes `l` with
 //!   `(l mod B) div (B / N) = n` and no others ([`NodeSlice`]).
 
+mod shares;
+
+pub use shares::{LaneShares, lane_shares};
+
 use crate::recipe::LanesSpec;
 use sha2::{Digest, Sha256};
 
@@ -73,6 +77,29 @@ pub fn lane_windows_before(spec: &LanesSpec, lane: u32, block: u64) -> u64 {
         0
     };
     blocks * u64::from(spec.block_windows)
+}
+
+/// Window `window` of the stream: its lane, and its index among that lane's own windows.
+pub fn window_lane(spec: &LanesSpec, window: u64) -> (u32, u64) {
+    let k = u64::from(spec.block_windows);
+    let (lane, lane_block) = block_lane(spec, window / k);
+    (lane, lane_block * k + window % k)
+}
+
+/// Lane `lane`'s own tokens before token `tokens` of the stream (windows of `window_tokens`):
+/// its windows that come before that point in the interleave, and, when the point falls inside
+/// one of its windows, that window's tokens before it. Exact: a token of the lane's own stream
+/// is before the point of the stream if and only if it is before this many of the lane's tokens,
+/// and the lanes' values add up to `tokens`.
+pub fn lane_tokens_before(spec: &LanesSpec, window_tokens: u64, lane: u32, tokens: u64) -> u64 {
+    let (window, offset) = (tokens / window_tokens, tokens % window_tokens);
+    let k = u64::from(spec.block_windows);
+    let block = window / k;
+    let windows = lane_windows_before(spec, lane, block);
+    match block_lane(spec, block) {
+        (owner, _) if owner == lane => (windows + window % k) * window_tokens + offset,
+        _ => windows * window_tokens,
+    }
 }
 
 /// Where the stream ends, in blocks: given, per lane, how many complete blocks it has and
@@ -292,6 +319,33 @@ mod tests {
             NodeSlice::new(&s, 6, 0, 1).is_ok(),
             "one node serves any batch"
         );
+    }
+
+    /// A point of the stream falls into every lane's own stream exactly: the lanes' tokens before
+    /// it add up to it, and a lane's token is before it in the interleave exactly when it is
+    /// before the lane's share.
+    #[test]
+    fn every_point_of_the_stream_falls_exactly_into_every_lane() {
+        for (count, k, window_tokens) in [(3u32, 2u32, 5u64), (4, 1, 3), (1, 3, 4), (8, 2, 7)] {
+            let s = spec(count, k);
+            // Walk the stream token by token, counting each lane's tokens so far.
+            let mut seen = vec![0u64; count as usize];
+            for tokens in 0..(3 * u64::from(count * k) * window_tokens) {
+                let before: Vec<u64> = (0..count)
+                    .map(|l| lane_tokens_before(&s, window_tokens, l, tokens))
+                    .collect();
+                assert_eq!(before, seen, "{count} lanes, k {k}, point {tokens}");
+                assert_eq!(before.iter().sum::<u64>(), tokens);
+                let (lane, lane_window) = window_lane(&s, tokens / window_tokens);
+                assert_eq!(
+                    lane_window * window_tokens + tokens % window_tokens,
+                    seen[lane as usize],
+                    "window {} is lane {lane}'s window {lane_window}",
+                    tokens / window_tokens
+                );
+                seen[lane as usize] += 1;
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod doc;
 pub mod lanes;
+pub mod ledger;
 pub mod mixer;
 pub mod packer;
 pub mod recipe;

@@ -8,7 +8,10 @@
 //!
 //! **Tokens**: weights are shares of the tokens emitted (BOS/EOS included). Each source is
 //! shuffled in its own buffer (the recipe's `buffer_size` split evenly between the sources that
-//! take part), and its source hands documents over tokenized ([`crate::doc::Doc::tokens`]). The
+//! take part). The documents leaving a source's buffer are tokenized ahead, in batches, by the
+//! source ([`DocSource::tokenize_ahead`]: the driver's pool of threads), a batch beyond the one
+//! being emitted: so only documents about to be emitted are tokenized, not the buffers'
+//! residents (at a `first_exhausted` end, at most two batches per source are thrown away). The
 //! next document comes from the source furthest below its share so far, `argmax p_i·T − t_i`
 //! (`T` tokens emitted, `t_i` of them from source `i`; ties go to the source listed first): no
 //! random draw, so at every point of the stream each source's realized token count is within
@@ -36,6 +39,13 @@ use crate::rng::StageRng;
 use crate::shuffle::Shuffler;
 use std::collections::VecDeque;
 
+/// A mix in tokens: batches of documents out of a source's buffer and tokenizing, at most (the
+/// one being emitted and the next), each up to [`AHEAD_DOCS`] documents or [`AHEAD_TEXT_BYTES`]
+/// of text.
+pub const AHEAD_BATCHES: usize = 2;
+pub const AHEAD_DOCS: usize = 64;
+pub const AHEAD_TEXT_BYTES: usize = 256 << 10;
+
 #[derive(Debug, thiserror::Error)]
 pub enum MixError {
     #[error("source {name:?}: {error}")]
@@ -45,10 +55,10 @@ pub enum MixError {
     #[error("cannot restore the stream: {0}")]
     Restore(String),
     #[error(
-        "source {name:?} handed over a document without its tokens: a mix in tokens needs \
-         sources that tokenize ahead (internal error)"
+        "source {name:?}: a mix in tokens needs sources that tokenize ahead (internal error: \
+         {error})"
     )]
-    Untokenized { name: String },
+    Untokenized { name: String, error: SourceError },
 }
 
 /// The mixer's state besides its sources' cursors: its documents of look-ahead are kept as
@@ -88,6 +98,16 @@ pub struct SourceShuffleState {
     pub held: u64,
     /// Whether the input's pass has been read to its end and the buffer is draining.
     pub draining: bool,
+    /// Documents out of the buffer, to emit after the look-ahead one, in order (they follow the
+    /// held ones in the stream state's positions), and whether the pass's end follows them.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub ready: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready_ends: bool,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A source's share of the stream, `part / total` (0 for an empty stream): the ledger's one
@@ -139,6 +159,11 @@ struct SourceShuffle {
     buffer: Shuffler<Doc>,
     /// After the pass's last document was read: the residents in their final order, to emit.
     draining: Option<VecDeque<Doc>>,
+    /// Out of the buffer and given to the source to tokenize, in emission order (`None`: the
+    /// pass's end). Their tokens are taken as each is emitted.
+    ready: VecDeque<Option<Doc>>,
+    /// How many of `ready`'s documents each batch given to the source still has, oldest first.
+    batches: VecDeque<usize>,
 }
 
 impl<S: DocSource> Mixer<S> {
@@ -222,6 +247,8 @@ impl<S: DocSource> Mixer<S> {
                     &format!("shuffle/source{i}"),
                 ),
                 draining: None,
+                ready: VecDeque::new(),
+                batches: VecDeque::new(),
             })
             .collect();
         mixer.emitted_tokens = vec![0; n];
@@ -267,37 +294,83 @@ impl<S: DocSource> Mixer<S> {
         self.phase
     }
 
-    /// Input `i`'s next document (through its own shuffle buffer in a mix in tokens), or `None`
-    /// at the end of its pass.
+    /// Input `i`'s next document, or `None` at the end of its pass. In a mix in tokens it comes
+    /// out of the input's own shuffle buffer, its tokens asked for ahead (taken when emitted).
     fn read(&mut self, i: usize) -> Result<Option<Doc>, MixError> {
-        let input = &mut self.inputs[i];
+        if self.shuffles.is_empty() {
+            let input = &mut self.inputs[i];
+            return input.source.next_doc().map_err(|error| MixError::Source {
+                name: input.name.clone(),
+                error,
+            });
+        }
+        self.read_ahead(i)?;
+        let shuffle = &mut self.shuffles[i];
+        let next = shuffle.ready.pop_front().flatten();
+        if next.is_some()
+            && let Some(left) = shuffle.batches.front_mut()
+        {
+            *left -= 1;
+            if *left == 0 {
+                shuffle.batches.pop_front();
+            }
+        }
+        Ok(next)
+    }
+
+    /// Tokens unit: unless [`AHEAD_BATCHES`] batches (or the pass's end) are out of input `i`'s
+    /// buffer already, take the next batch out and give the source the texts to tokenize.
+    fn read_ahead(&mut self, i: usize) -> Result<(), MixError> {
+        let (input, shuffle) = (&mut self.inputs[i], &mut self.shuffles[i]);
         let fail = |error| MixError::Source {
             name: input.name.clone(),
             error,
         };
-        let Some(shuffle) = self.shuffles.get_mut(i) else {
-            return input.source.next_doc().map_err(fail);
-        };
-        loop {
-            if let Some(rest) = &mut shuffle.draining {
-                return Ok(rest.pop_front());
-            }
-            match input.source.next_doc().map_err(fail)? {
-                Some(doc) if doc.tokens.is_none() => {
-                    return Err(MixError::Untokenized {
-                        name: input.name.clone(),
-                    });
-                }
-                // A split row's pieces pass the buffer by, so they leave in order.
-                Some(doc) if doc.pos.is_piece() => return Ok(Some(doc)),
-                Some(doc) => {
-                    if let Some(out) = shuffle.buffer.push(doc) {
-                        return Ok(Some(out));
-                    }
-                }
-                None => shuffle.draining = Some(shuffle.buffer.flush().into()),
-            }
+        if shuffle.batches.len() >= AHEAD_BATCHES || matches!(shuffle.ready.back(), Some(None)) {
+            return Ok(());
         }
+        let mut docs = 0usize;
+        let (mut batch, mut text_bytes) = (Vec::new(), 0usize);
+        while docs < AHEAD_DOCS && text_bytes < AHEAD_TEXT_BYTES {
+            let next = match &mut shuffle.draining {
+                Some(rest) => rest.pop_front(),
+                None => match input.source.next_doc().map_err(fail)? {
+                    // A split row's pieces pass the buffer by, so they leave in order.
+                    Some(doc) if doc.pos.is_piece() => Some(doc),
+                    Some(doc) => match shuffle.buffer.push(doc) {
+                        Some(out) => Some(out),
+                        None => continue,
+                    },
+                    None => {
+                        shuffle.draining = Some(shuffle.buffer.flush().into());
+                        continue;
+                    }
+                },
+            };
+            let Some(mut doc) = next else {
+                shuffle.ready.push_back(None);
+                break;
+            };
+            if doc.tokens.is_none() {
+                text_bytes += doc.text.len();
+                batch.push((doc.pos, std::mem::take(&mut doc.text)));
+            }
+            shuffle.ready.push_back(Some(doc));
+            docs += 1;
+        }
+        if docs > 0 {
+            shuffle.batches.push_back(docs);
+        }
+        if !batch.is_empty() {
+            input
+                .source
+                .tokenize_ahead(batch)
+                .map_err(|error| MixError::Untokenized {
+                    name: input.name.clone(),
+                    error,
+                })?;
+        }
+        Ok(())
     }
 
     fn start(&mut self) -> Result<(), MixError> {
@@ -361,9 +434,20 @@ impl<S: DocSource> Mixer<S> {
             self.start()?;
         }
         let i = self.draw();
-        let doc = self.peeked[i]
+        let mut doc = self.peeked[i]
             .take()
             .expect("an active input always holds its next document");
+        if self.unit == MixUnit::Tokens && doc.tokens.is_none() {
+            let input = &mut self.inputs[i];
+            let tokens = input
+                .source
+                .take_tokens()
+                .map_err(|error| MixError::Source {
+                    name: input.name.clone(),
+                    error,
+                })?;
+            doc.tokens = Some(tokens);
+        }
         self.emitted[i] += 1;
         if let Some(tokens) = self.emitted_tokens.get_mut(i) {
             *tokens += doc.tokens.as_ref().map_or(0, |t| t.len() as u64);
@@ -378,6 +462,8 @@ impl<S: DocSource> Mixer<S> {
                 Stopping::AllExhausted => {
                     if let Some(shuffle) = self.shuffles.get_mut(i) {
                         shuffle.draining = None;
+                        shuffle.ready.clear(); // only the pass's end was left in it
+                        shuffle.batches.clear();
                     }
                     let input = &mut self.inputs[i];
                     input.source.restart().map_err(|error| MixError::Source {
@@ -412,20 +498,26 @@ impl<S: DocSource> Mixer<S> {
     }
 
     /// Tokens unit: the documents every input's own shuffle buffer holds, input by input (the
-    /// residents slot by slot, or while draining the ones still to emit, in order).
+    /// residents slot by slot, or while draining the ones still to emit, in order), each
+    /// input's followed by those out of its buffer, to emit after its look-ahead one.
     pub fn held_positions(&self) -> Vec<DocPos> {
         self.shuffles
             .iter()
-            .flat_map(|s| match &s.draining {
-                Some(rest) => rest.iter().map(|d| d.pos).collect::<Vec<_>>(),
-                None => s.buffer.residents().iter().map(|d| d.pos).collect(),
+            .flat_map(|s| {
+                let held: Vec<DocPos> = match &s.draining {
+                    Some(rest) => rest.iter().map(|d| d.pos).collect(),
+                    None => s.buffer.residents().iter().map(|d| d.pos).collect(),
+                };
+                held.into_iter()
+                    .chain(s.ready.iter().flatten().map(|d| d.pos))
             })
             .collect()
     }
 
-    /// How many documents each input's own shuffle buffer holds (tokens unit).
+    /// How many documents each input's own shuffle buffer holds, and those out of it (tokens
+    /// unit).
     pub fn held_counts(state: &MixerState) -> impl Iterator<Item = usize> + '_ {
-        state.shuffles.iter().map(|s| s.held as usize)
+        state.shuffles.iter().map(|s| (s.held + s.ready) as usize)
     }
 
     /// The inputs back, unread: how a driver wraps its sources before mixing.
@@ -465,6 +557,8 @@ impl<S: DocSource> Mixer<S> {
                         None => s.buffer.len(),
                     } as u64,
                     draining: s.draining.is_some(),
+                    ready: s.ready.iter().flatten().count() as u64,
+                    ready_ends: matches!(s.ready.back(), Some(None)),
                 })
                 .collect(),
             phase: self.phase,
@@ -473,8 +567,10 @@ impl<S: DocSource> Mixer<S> {
     }
 
     /// Take `state` over, with the look-ahead documents it refers to and the documents its
-    /// inputs' own shuffle buffers hold (already re-read, in the order of
-    /// [`Mixer::held_positions`]). The sources must already be at their cursors.
+    /// inputs' own shuffle buffers hold and those out of them (already re-read, in the order of
+    /// [`Mixer::held_positions`]). The sources must already be at their cursors. In a mix in
+    /// tokens, the look-ahead documents and those out of the buffers are given to their sources
+    /// to tokenize again.
     pub fn restore(
         &mut self,
         state: &MixerState,
@@ -517,6 +613,14 @@ impl<S: DocSource> Mixer<S> {
         let mut held = held.into_iter();
         for (shuffle, s) in self.shuffles.iter_mut().zip(&state.shuffles) {
             let docs: Vec<Doc> = held.by_ref().take(s.held as usize).collect();
+            shuffle.ready = held.by_ref().take(s.ready as usize).map(Some).collect();
+            shuffle.batches = match s.ready {
+                0 => VecDeque::new(),
+                n => VecDeque::from([n as usize]),
+            };
+            if s.ready_ends {
+                shuffle.ready.push_back(None);
+            }
             if s.draining {
                 shuffle.buffer.restore(s.rng_word_pos, Vec::new());
                 shuffle.draining = Some(docs.into());
@@ -533,6 +637,26 @@ impl<S: DocSource> Mixer<S> {
         }
         self.rng.set_word_pos(u128::from(state.rng_word_pos));
         self.peeked = peeked;
+        // Their tokens, asked for again in emission order: the look-ahead document first.
+        for (i, shuffle) in self.shuffles.iter_mut().enumerate() {
+            let waiting = self.peeked[i]
+                .iter_mut()
+                .chain(shuffle.ready.iter_mut().flatten());
+            let batch: Vec<(DocPos, String)> = waiting
+                .filter(|d| d.tokens.is_none())
+                .map(|d| (d.pos, std::mem::take(&mut d.text)))
+                .collect();
+            if !batch.is_empty() {
+                let input = &mut self.inputs[i];
+                input
+                    .source
+                    .tokenize_ahead(batch)
+                    .map_err(|error| MixError::Untokenized {
+                        name: input.name.clone(),
+                        error,
+                    })?;
+            }
+        }
         self.exhausted = state.exhausted.clone();
         self.emitted = state.emitted.clone();
         self.emitted_tokens = state.emitted_tokens.clone();

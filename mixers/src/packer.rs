@@ -93,6 +93,11 @@ impl Packer {
         &self.pending
     }
 
+    /// Tokens pushed so far: where the next document starts in the stream.
+    pub fn position_tokens(&self) -> u64 {
+        self.windows_emitted() * self.window_tokens as u64 + self.leftover().len() as u64
+    }
+
     pub fn windows_emitted(&self) -> u64 {
         self.windows_emitted
     }

@@ -6,8 +6,12 @@
 #
 # CORPUS:    made by ../shared/bench/peer/make_corpus.py (--total-mb 200 --shards-per-source 8 --seed 0)
 # TOKENIZER: a tokenizer.json (the shipped config/tokenizers/gpt2/tokenizer.json is the reference)
-# RUNS:      any of: t1 t2 t2_b100k t2_hf t2_tokens t2_b1k t2_tokens_b1k (default: t1 t2 t2_b100k);
-#            *_tokens* mix in tokens ([mix] unit = "tokens"), *_b1k with a 1,000-document buffer
+# RUNS:      any of: t1 t2 t2_b100k t2_hf t2_tokens t2_b1k t2_tokens_b1k t2_b0 t2_tokens_b0
+#            t2_same t2_same_b0 (default: t1 t2 t2_b100k);
+#            *_tokens* mix in tokens ([mix] unit = "tokens"), *_b1k with a 1,000-document buffer,
+#            *_b0 with none; t2_same* mix in documents by the weights that give t2_tokens' token
+#            mix on the 500 MB corpus (its realized shares of documents), to compare the units at
+#            the same stream mix
 # Same mix as the peer's default: fineweb-edu 0.40, c4 0.15, zyda-2 0.30, the-stack-v2 0.10,
 # finemath 0.05; first_exhausted; seed 0; seq_len 2048.
 set -euo pipefail
@@ -54,6 +58,9 @@ PY
   tail -n 1 "$RESULTS"
 }
 
+# t2_tokens' realized shares of documents on the 500 MB corpus (BENCHMARKS.md "A mix in tokens").
+SAME_MIX="0.3961 0.2441 0.2979 0.0254 0.0365"
+
 for r in $RUNS; do
   case "$r" in
     t1) run t1 1 10000 ;;
@@ -64,6 +71,10 @@ for r in $RUNS; do
     t2_tokens) MIX_UNIT=tokens run t2_tokens 2 10000 ;;
     t2_b1k) run t2_b1k 2 1000 ;;
     t2_tokens_b1k) MIX_UNIT=tokens run t2_tokens_b1k 2 1000 ;;
+    t2_b0) run t2_b0 2 0 ;;
+    t2_tokens_b0) MIX_UNIT=tokens run t2_tokens_b0 2 0 ;;
+    t2_same) PEER_WEIGHTS="$SAME_MIX" run t2_same 2 10000 ;;
+    t2_same_b0) PEER_WEIGHTS="$SAME_MIX" run t2_same_b0 2 0 ;;
     *) echo "unknown run $r" >&2; exit 2 ;;
   esac
 done

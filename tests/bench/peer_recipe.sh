@@ -7,13 +7,16 @@
 #   MIX_UNIT=tokens peer_recipe …         # weights as shares of tokens ([mix] unit)
 #   SPLIT_BYTES=16384 peer_recipe …       # oversize = "split" at that max_document_bytes for the
 #                                         # sources in SPLIT_SOURCES (default: the-stack-v2)
+#   PEER_WEIGHTS="w1 w2 w3 w4 w5" peer_recipe …   # other weights, in the sources' order
 peer_recipe() {
   printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "%s"\n[packing]\nseq_len = %s\n' "$TOK" "${EOS:-<|endoftext|>}" "$1"
   printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\nunit = "%s"\n' "$2" "${MIX_UNIT:-documents}"
   if [ "${3:-0}" != 0 ]; then printf '[lanes]\ncount = %s\nblock_windows = 4\n' "$3"; fi
-  local s name weight col   # must not clobber the caller's variables
+  local s name weight col k=0 weights   # must not clobber the caller's variables
+  read -r -a weights <<<"${PEER_WEIGHTS:-}"
   for s in fineweb-edu:0.40:text c4:0.15:text zyda-2:0.30:text the-stack-v2:0.10:content finemath:0.05:text; do
     IFS=: read -r name weight col <<<"$s"
+    weight="${weights[$k]:-$weight}"; k=$((k + 1))
     printf '[[source]]\nname = "%s"\nweight = %s\nfiles = ["%s/%s/*.parquet"]\nformat = "parquet"\ntext = "%s"\n' \
       "$name" "$weight" "$CORPUS" "$name" "$col"
     if [ -n "${SPLIT_BYTES:-}" ] && [[ " ${SPLIT_SOURCES:-the-stack-v2} " == *" $name "* ]]; then

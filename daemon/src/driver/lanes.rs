@@ -5,7 +5,7 @@
 //! `dsprep serve` (their own lanes) run lanes with these functions, so they read the same units.
 
 use super::inputs::{ShardSize, shard_sizes, source_shards, source_units};
-use super::pipeline::{self, PipelineConfig};
+use super::pipeline::{self, PipelineConfig, ProducedDoc};
 use super::pretokenize::Pretokenized;
 use super::stream::{LoadedRecipe, Locator, mix_stream};
 use crate::hub::HubClient;
@@ -13,9 +13,10 @@ use crate::sources::{LocalSource, Shard, SourceContext};
 use anyhow::{anyhow, bail};
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::{DocPos, SourceCounters};
-use dsprep_mixers::lanes::{deal_units, lane_buffer_size, lane_seed};
+use dsprep_mixers::lanes::{LaneShares, deal_units, lane_buffer_size, lane_seed, lane_shares};
+use dsprep_mixers::ledger::PhasePoints;
 use dsprep_mixers::mixer::MixInput;
-use dsprep_mixers::recipe::LanesSpec;
+use dsprep_mixers::recipe::{LanesSpec, MixUnit};
 use dsprep_mixers::{DocStream, PackedWindow, Packer, PackerState};
 use std::sync::Arc;
 
@@ -32,6 +33,11 @@ pub struct LaneInputs {
     pub lanes: Vec<Vec<Vec<Shard>>>,
     /// Per lane, the bytes of its units (compressed row groups, whole files).
     pub lane_bytes: Vec<u64>,
+    /// Per phase (0: the `[[source]]` weights), the lanes' weights that hold the recipe's shares
+    /// of the stream (`dsprep_mixers::lanes::shares`). A mix in tokens uses them; a mix in
+    /// documents mixes each lane's sources by the recipe's weights (`global` then estimates
+    /// where the shares drift to).
+    pub shares: Vec<LaneShares>,
     context: SourceContext,
 }
 
@@ -80,6 +86,7 @@ pub fn deal_inputs(
             spec.count
         );
     }
+    let shares = phase_shares(recipe, &lanes)?;
     Ok(LaneInputs {
         spec,
         sources,
@@ -87,6 +94,7 @@ pub fn deal_inputs(
         dealt,
         lanes,
         lane_bytes,
+        shares,
         context: SourceContext {
             base: loaded.base.clone(),
             hub,
@@ -94,10 +102,57 @@ pub fn deal_inputs(
     })
 }
 
+/// Per phase, the lanes' weights ([`LaneShares`]); fails, naming the lane and the phase, when a
+/// lane holds no unit of any source of a phase (it would have nothing to give in it).
+fn phase_shares(
+    recipe: &dsprep_mixers::Recipe,
+    lanes: &[Vec<Vec<Shard>>],
+) -> anyhow::Result<Vec<LaneShares>> {
+    let present: Vec<Vec<bool>> = lanes
+        .iter()
+        .map(|l| l.iter().map(|units| !units.is_empty()).collect())
+        .collect();
+    let mut shares = Vec::new();
+    for (phase, weights) in recipe.phase_weights().iter().enumerate() {
+        match lane_shares(&present, weights) {
+            Ok(s) => shares.push(s),
+            Err(lane) => {
+                let names: Vec<&str> = recipe
+                    .sources
+                    .iter()
+                    .zip(weights)
+                    .filter(|(_, w)| **w > 0.0)
+                    .map(|(s, _)| s.name.as_str())
+                    .collect();
+                bail!(
+                    "lane {lane} of lanes.count = {} holds no unit of any source of {} ({}): it \
+                     would have nothing to give there; give those sources at least {} units \
+                     each (more files, or more row groups) or lower lanes.count",
+                    lanes.len(),
+                    phase_name(phase),
+                    names.join(", "),
+                    lanes.len()
+                );
+            }
+        }
+    }
+    Ok(shares)
+}
+
+/// How messages name phase `phase`: `mix.phase[k]` for the recipe's phases.
+pub fn phase_name(phase: usize) -> String {
+    match phase {
+        0 => "the [[source]] weights".to_string(),
+        k => format!("mix.phase[{}]", k - 1),
+    }
+}
+
 impl LaneInputs {
     /// Lane `lane`'s document stream: the recipe's mixer over the lane's units (a source with no
     /// unit in this lane takes no part in its mix), with the lane's seed and share of the shuffle
-    /// buffer, and `threads` tokenizing ahead in a mix in tokens.
+    /// buffer, and `threads` tokenizing ahead in a mix in tokens. In tokens, the lane mixes by its
+    /// weights of [`LaneInputs::shares`] and enters each phase at its own share of the phase's
+    /// point ([`PhasePoints`]).
     pub fn stream(
         &self,
         loaded: &LoadedRecipe,
@@ -106,10 +161,15 @@ impl LaneInputs {
     ) -> anyhow::Result<DocStream<Pretokenized>> {
         let recipe = &loaded.recipe;
         let seed = lane_seed(recipe.shuffle.seed, lane);
+        let in_tokens = recipe.mix.unit == MixUnit::Tokens;
+        let weight = |phase: usize, i: usize| match in_tokens {
+            true => self.shares[phase].weights[lane as usize][i],
+            false => recipe.phase_weights()[phase][i],
+        };
         let mut inputs = Vec::with_capacity(recipe.sources.len());
         for (i, spec) in recipe.sources.iter().enumerate() {
             let shards = self.lanes[lane as usize][i].clone();
-            let weight = if shards.is_empty() { 0.0 } else { spec.weight };
+            let weight = if shards.is_empty() { 0.0 } else { weight(0, i) };
             let source = LocalSource::with_shards(i as u16, spec.clone(), shards, &self.context)
                 .map_err(|e| anyhow!(e))?;
             inputs.push(MixInput {
@@ -119,7 +179,93 @@ impl LaneInputs {
             });
         }
         let buffer = lane_buffer_size(recipe.shuffle.buffer_size, self.spec.count, lane);
-        mix_stream(loaded, inputs, seed, buffer, threads)
+        let points = PhasePoints::new(recipe);
+        let phases = (points.lane(lane).iter().enumerate())
+            .map(|(k, &at)| {
+                let weights = (0..recipe.sources.len()).map(|i| weight(k + 1, i));
+                (at, weights.collect())
+            })
+            .collect();
+        mix_stream(loaded, inputs, seed, buffer, threads, phases)
+    }
+
+    /// Whether the lanes mix by weights other than the recipe's (a mix in tokens with a source
+    /// missing from some lanes): part of what names the stream on disk.
+    pub fn adjusted(&self, recipe: &dsprep_mixers::Recipe) -> bool {
+        recipe.mix.unit == MixUnit::Tokens && self.shares.iter().any(|s| s.adjusted)
+    }
+
+    /// One message per source that some lanes hold no unit of: its units, the lanes without
+    /// it, what that does to its share of the stream (per phase), and what to do. `plan`,
+    /// `pack` and `serve` say them.
+    pub fn warnings(&self, recipe: &dsprep_mixers::Recipe) -> Vec<String> {
+        let count = self.spec.count as usize;
+        let in_tokens = recipe.mix.unit == MixUnit::Tokens;
+        let targets = recipe.phase_targets();
+        let mut out = Vec::new();
+        for (i, source) in recipe.sources.iter().enumerate() {
+            let without: Vec<String> = (0..count)
+                .filter(|&l| self.lanes[l][i].is_empty())
+                .map(|l| l.to_string())
+                .collect();
+            if !recipe.takes_part(i) || without.is_empty() {
+                continue;
+            }
+            let units: usize = self.dealt[i].iter().map(Vec::len).sum();
+            let mut shares = Vec::new();
+            let mut short = false;
+            for (phase, t) in targets.iter().enumerate().filter(|(_, t)| t[i] > 0.0) {
+                let got = match in_tokens {
+                    true => self.shares[phase].global[i],
+                    false => self.shares[phase].as_dealt[i],
+                };
+                let near = (got - t[i]).abs() < 5e-4;
+                short |= !near;
+                let name = match targets.len() {
+                    1 => String::new(),
+                    _ => format!(" in {}", phase_name(phase)),
+                };
+                shares.push(match (in_tokens, near) {
+                    (true, true) => format!("{:.1} %{name}", 100.0 * t[i]),
+                    _ => format!(
+                        "about {:.1} % against {:.1} %{name}",
+                        100.0 * got,
+                        100.0 * t[i]
+                    ),
+                });
+            }
+            let head = format!(
+                "source {:?} has {units} unit(s) of input (row groups of local parquet files, \
+                 other files whole) for lanes.count = {count}: lane(s) {} have none of it",
+                source.name,
+                without.join(", ")
+            );
+            let fix = format!(
+                "give it at least {count} units (more files, or smaller row groups) or lower \
+                 lanes.count"
+            );
+            out.push(match (in_tokens, short) {
+                (true, false) => format!(
+                    "{head}; the lanes that hold it take more of it, so the stream keeps its share \
+                     of tokens ({}), but a span shorter than a round of blocks ({} windows) can \
+                     differ; to spread it evenly, {fix}",
+                    shares.join(", "),
+                    count * self.spec.block_windows as usize
+                ),
+                (true, true) => format!(
+                    "{head}; even taking more of it in the lanes that hold it, the stream cannot \
+                     keep its share of tokens: {}; {fix}",
+                    shares.join(", ")
+                ),
+                (false, _) => format!(
+                    "{head}, so they mix without it and its share of the stream's documents \
+                     drifts: {} (the mean of the lanes' shares); {fix}, or mix in tokens ([mix] \
+                     unit = \"tokens\"), where the lanes that hold it make up for the others",
+                    shares.join(", ")
+                ),
+            });
+        }
+        out
     }
 }
 
@@ -138,7 +284,8 @@ pub struct LaneRun {
 }
 
 /// Run one lane's stream through the pipeline and a packer (a fresh one, or one continuing from
-/// `packer`): `on_doc(source, tokens)` for every document in stream order, `on_window` for every
+/// `packer`): `on_doc(source, start_tokens, tokens)` for every document in stream order (where
+/// it starts in the lane's own stream, and its length), `on_window` for every
 /// complete window, `on_state` with the whole state after a chunk whose snapshot was asked for
 /// (`config.snapshot`). `on_window` returning [`Stopped`] ends the run early without an error.
 pub fn run_packed(
@@ -146,7 +293,7 @@ pub fn run_packed(
     stream: DocStream<Pretokenized>,
     config: &PipelineConfig,
     packer: Option<PackerState>,
-    mut on_doc: impl FnMut(u16, u64, u32),
+    mut on_doc: impl FnMut(ProducedDoc),
     mut on_window: impl FnMut(PackedWindow) -> anyhow::Result<()>,
     mut on_state: impl FnMut(PipelineState),
 ) -> anyhow::Result<LaneRun> {
@@ -160,13 +307,14 @@ pub fn run_packed(
     let locate = |pos: &DocPos| locator.locate(pos);
     let mut windows = Vec::new();
     let run = pipeline::run(stream, &loaded.stage, config, &locate, |chunk| {
-        let mut at = 0usize;
-        let docs = chunk.doc_sources.iter().zip(&chunk.doc_lens);
-        for ((&source, &len), &piece) in docs.zip(&chunk.doc_pieces) {
-            let len = len as usize;
-            packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
-            at += len;
-            on_doc(source, len as u64, piece);
+        for doc in chunk.docs() {
+            on_doc(ProducedDoc {
+                source: doc.source,
+                start_tokens: packer.position_tokens(),
+                tokens: doc.tokens.len() as u64,
+                piece: doc.piece,
+            });
+            packer.push_doc(doc.tokens, doc.source, &mut windows);
         }
         for window in windows.drain(..) {
             on_window(window)?;

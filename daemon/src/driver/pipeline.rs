@@ -5,7 +5,7 @@
 //!   Mixer → Shuffler           TokenizeStage::encode_doc        reorder by seq → sink
 //! ```
 //! In a mix in tokens the sources have tokenized their documents already
-//! (`driver::pretokenize`): the tokenizer threads pass their ids on.
+//! (`driver::pretokenize`): the tokenizer threads move their ids on, uncopied.
 //! - Chunks carry a sequence number; the caller's thread puts them back in order, so the output
 //!   never depends on thread timing or count.
 //! - Bounded: at most `max_in_flight` chunks exist between the reader and the sink (a permit is
@@ -56,14 +56,65 @@ struct DocChunk {
 pub struct TokenizedChunk {
     pub seq: u64,
     /// Per document: its source index and its number of tokens (BOS/EOS included).
-    pub doc_sources: Vec<u16>,
-    pub doc_lens: Vec<u32>,
+    doc_sources: Vec<u16>,
+    doc_lens: Vec<u32>,
     /// Per document: 0, or its piece number when it is a piece of a split row.
-    pub doc_pieces: Vec<u32>,
-    /// All documents' tokens, concatenated.
-    pub tokens: Vec<u32>,
+    doc_pieces: Vec<u32>,
+    /// The documents' tokens: concatenated when the tokenizer threads made them, or each
+    /// document's own when they were tokenized ahead (moved here, not copied).
+    tokens: Vec<u32>,
+    doc_tokens: Vec<Vec<u32>>,
     /// When a snapshot was asked for: the stream's state right after this chunk's last document.
     pub state: Option<Box<StreamState>>,
+}
+
+/// A document as the packer took it: what the daemon's metrics count.
+#[derive(Clone, Copy, Debug)]
+pub struct ProducedDoc {
+    pub source: u16,
+    /// Where it starts in its lane's own stream (the stream's, without lanes), in tokens.
+    pub start_tokens: u64,
+    pub tokens: u64,
+    /// 0, or its piece number when it is a piece of a split row.
+    pub piece: u32,
+}
+
+/// One document of a [`TokenizedChunk`].
+pub struct ChunkDoc<'a> {
+    pub source: u16,
+    /// 0, or its piece number when it is a piece of a split row.
+    pub piece: u32,
+    /// Its tokens, BOS/EOS included.
+    pub tokens: &'a [u32],
+}
+
+impl TokenizedChunk {
+    /// Each document, in stream order.
+    pub fn docs(&self) -> impl Iterator<Item = ChunkDoc<'_>> {
+        let mut at = 0usize;
+        let flat = self.doc_tokens.is_empty();
+        let docs = self.doc_sources.iter().zip(&self.doc_lens);
+        (docs.zip(&self.doc_pieces).enumerate()).map(move |(k, ((&source, &len), &piece))| {
+            let tokens = match flat {
+                true => &self.tokens[at..at + len as usize],
+                false => &self.doc_tokens[k][..],
+            };
+            at += len as usize;
+            ChunkDoc {
+                source,
+                piece,
+                tokens,
+            }
+        })
+    }
+
+    pub fn num_docs(&self) -> usize {
+        self.doc_lens.len()
+    }
+
+    pub fn num_tokens(&self) -> u64 {
+        self.doc_lens.iter().map(|&l| u64::from(l)).sum()
+    }
 }
 
 type WorkerResult = anyhow::Result<TokenizedChunk>;
@@ -217,20 +268,35 @@ fn tokenize_chunks(
             doc_lens: Vec::with_capacity(docs.len()),
             doc_pieces: Vec::with_capacity(docs.len()),
             tokens: Vec::new(),
+            doc_tokens: Vec::new(),
             state,
         };
         let mut result = Ok(());
-        for doc in &docs {
-            let before = out.tokens.len();
-            if let Some(tokens) = &doc.tokens {
-                out.tokens.extend_from_slice(tokens); // tokenized ahead (a mix in tokens)
-            } else if let Err(e) = stage.encode_doc(&doc.text, &mut out.tokens) {
-                result = Err(anyhow!(e).context(locate(&doc.pos)));
-                break;
-            }
+        for mut doc in docs {
+            let len = match doc.tokens.take() {
+                // Tokenized ahead (a mix in tokens): every document of the chunk was.
+                Some(tokens) => {
+                    let len = tokens.len();
+                    out.doc_tokens.push(tokens);
+                    len
+                }
+                None => {
+                    let before = out.tokens.len();
+                    if let Err(e) = stage.encode_doc(&doc.text, &mut out.tokens) {
+                        result = Err(anyhow!(e).context(locate(&doc.pos)));
+                        break;
+                    }
+                    out.tokens.len() - before
+                }
+            };
             out.doc_sources.push(doc.pos.source);
-            out.doc_lens.push((out.tokens.len() - before) as u32);
+            out.doc_lens.push(len as u32);
             out.doc_pieces.push(doc.pos.piece);
+        }
+        if !out.doc_tokens.is_empty() && out.doc_tokens.len() != out.doc_lens.len() {
+            result = Err(anyhow!(
+                "internal error: a chunk mixes documents tokenized ahead with others"
+            ));
         }
         let failed = result.is_err();
         if tok_tx.send(result.map(|()| out)).is_err() || failed {

@@ -1,15 +1,17 @@
 //! Sources that tokenize ahead, for a mix in tokens (`[mix] unit = "tokens"`): the mixer needs
-//! each document's length before it draws the next one, so every source reads its documents in
-//! batches and a pool of threads tokenizes a batch while the mixer works through the one before.
+//! each document's length before it draws the next one, so it gives each source the documents
+//! about to leave that source's shuffle buffer, a batch at a time and a batch ahead
+//! ([`DocSource::tokenize_ahead`]), and a pool of threads tokenizes them while the mixer works
+//! through the batch before. Only documents about to be emitted are tokenized: not the buffers'
+//! residents, so a `first_exhausted` end throws away at most two batches per source.
 //!
-//! Invisible to the stream's state: a source's cursor is the one from before the first document
-//! it has read but not handed over, so a checkpoint never records a document read ahead, and a
-//! resumed source reads (and tokenizes) those documents again. Batches end where the source's pass
-//! ends; the next pass is read after [`DocSource::restart`], as without read-ahead. Without a
-//! pool (a mix in documents) a source passes its documents through untouched.
+//! Nothing here is in the stream's state: the mixer's state lists the documents out of the
+//! buffers, and a resumed mixer gives them to tokenize again. Without a pool (a mix in
+//! documents) a source passes its documents through untouched.
 //!
-//! Bounded: per source, at most [`AHEAD_BATCHES`] batches of at most [`BATCH_DOCS`] documents
-//! or [`BATCH_TEXT_BYTES`] of text (plus the document that crosses it).
+//! Bounded: the mixer keeps at most two batches per source out of its buffer (`AHEAD_DOCS`
+//! documents or `AHEAD_TEXT_BYTES` of text each, `dsprep_mixers::mixer`), and the pool's queue
+//! holds `4 × threads` jobs.
 
 use crate::sources::LocalSource;
 use anyhow::Context;
@@ -19,13 +21,6 @@ use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor, S
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// Batches a source keeps read ahead: one being handed over, one being tokenized.
-pub const AHEAD_BATCHES: usize = 2;
-/// Documents per batch at most.
-pub const BATCH_DOCS: usize = 64;
-/// Text bytes per batch at most (a batch closes once it passes this).
-pub const BATCH_TEXT_BYTES: usize = 256 * 1024;
 
 /// A batch's token ids, document by document, or the failing document's index and the reason.
 type Encoded = Result<Vec<Vec<u32>>, (usize, String)>;
@@ -77,7 +72,8 @@ fn encode_all(stage: &TokenizeStage, texts: &[String]) -> Encoded {
         .iter()
         .enumerate()
         .map(|(k, text)| {
-            let mut ids = Vec::new();
+            // About 0.25 to 0.35 GPT-2 tokens per byte of prose: one allocation for most.
+            let mut ids = Vec::with_capacity(text.len() / 3 + 2);
             stage
                 .encode_doc(text, &mut ids)
                 .map(|()| ids)
@@ -86,25 +82,14 @@ fn encode_all(stage: &TokenizeStage, texts: &[String]) -> Encoded {
         .collect()
 }
 
-/// A document read ahead (or the end of the pass), with the cursor from before it was read.
-struct Ahead {
-    before: SourceCursor,
-    doc: Option<Doc>,
-}
-
-struct Batch {
-    items: VecDeque<Ahead>,
-    /// The batch's tokens, until they have been put into its documents.
-    pending: Option<Receiver<Encoded>>,
-}
-
-/// A local source whose documents come tokenized when it has a pool (see the module doc).
+/// A local source that tokenizes documents ahead when it has a pool (see the module doc).
 pub struct Pretokenized {
     inner: LocalSource,
     pool: Option<Arc<TokenizePool>>,
-    batches: VecDeque<Batch>,
-    /// The last batch read ends with the pass: nothing more is read until a restart.
-    read_to_end: bool,
+    /// Batches given to the pool, in order, with their documents' positions (for messages).
+    pending: VecDeque<(Vec<DocPos>, Receiver<Encoded>)>,
+    /// The ids of the oldest batch's documents not taken yet, in order.
+    taken: VecDeque<Vec<u32>>,
 }
 
 impl Pretokenized {
@@ -112,8 +97,8 @@ impl Pretokenized {
         Pretokenized {
             inner,
             pool,
-            batches: VecDeque::new(),
-            read_to_end: false,
+            pending: VecDeque::new(),
+            taken: VecDeque::new(),
         }
     }
 
@@ -127,27 +112,6 @@ impl Pretokenized {
         &self.inner
     }
 
-    fn read_batch(&mut self, pool: &TokenizePool) -> Result<(), SourceError> {
-        let (mut items, mut texts, mut bytes) = (VecDeque::new(), Vec::new(), 0);
-        while items.len() < BATCH_DOCS && bytes < BATCH_TEXT_BYTES {
-            let before = self.inner.cursor();
-            let Some(mut doc) = self.inner.next_doc()? else {
-                items.push_back(Ahead { before, doc: None });
-                self.read_to_end = true;
-                break;
-            };
-            bytes += doc.text.len();
-            texts.push(std::mem::take(&mut doc.text));
-            items.push_back(Ahead {
-                before,
-                doc: Some(doc),
-            });
-        }
-        let pending = (!texts.is_empty()).then(|| pool.submit(texts));
-        self.batches.push_back(Batch { items, pending });
-        Ok(())
-    }
-
     /// Where a document is, for messages: `shard PATH row N`.
     fn locate(&self, pos: &DocPos) -> String {
         let shard = self.inner.shards().get(pos.shard as usize);
@@ -158,71 +122,28 @@ impl Pretokenized {
             super::stream::piece_label(pos)
         )
     }
-
-    /// Put the front batch's tokens into its documents, waiting for them if need be.
-    fn resolve_front(&mut self) -> Result<(), SourceError> {
-        let Some(batch) = self.batches.front_mut() else {
-            return Ok(());
-        };
-        let Some(answer) = batch.pending.take() else {
-            return Ok(());
-        };
-        let mut docs = batch.items.iter_mut().filter_map(|a| a.doc.as_mut());
-        match TokenizePool::wait(&answer) {
-            Ok(all) => {
-                for (doc, ids) in docs.by_ref().zip(all) {
-                    doc.tokens = Some(ids);
-                }
-                Ok(())
-            }
-            Err((k, message)) => {
-                let pos = docs.nth(k).map(|d| d.pos);
-                let at = pos.map(|p| self.locate(&p)).unwrap_or_default();
-                Err(format!("{at}: {message}").into())
-            }
-        }
-    }
 }
 
 impl DocSource for Pretokenized {
     fn next_doc(&mut self) -> Result<Option<Doc>, SourceError> {
-        let Some(pool) = self.pool.clone() else {
-            return self.inner.next_doc();
-        };
-        while self.batches.len() < AHEAD_BATCHES && !self.read_to_end {
-            self.read_batch(&pool)?;
-        }
-        self.resolve_front()?;
-        let Some(batch) = self.batches.front_mut() else {
-            return Ok(None); // the pass's end was handed over already
-        };
-        let ahead = batch.items.pop_front().expect("a batch is never empty");
-        if batch.items.is_empty() {
-            self.batches.pop_front();
-        }
-        Ok(ahead.doc)
+        self.inner.next_doc()
     }
 
     fn restart(&mut self) -> Result<(), SourceError> {
-        self.batches.clear();
-        self.read_to_end = false;
         self.inner.restart()
     }
 
     fn counters(&self) -> SourceCounters {
-        self.cursor().counters
+        self.inner.counters()
     }
 
     fn cursor(&self) -> SourceCursor {
-        match self.batches.front().and_then(|b| b.items.front()) {
-            Some(ahead) => ahead.before,
-            None => self.inner.cursor(),
-        }
+        self.inner.cursor()
     }
 
     fn seek(&mut self, cursor: &SourceCursor) -> Result<(), SourceError> {
-        self.batches.clear();
-        self.read_to_end = false;
+        self.pending.clear();
+        self.taken.clear();
         self.inner.seek(cursor)
     }
 
@@ -230,32 +151,31 @@ impl DocSource for Pretokenized {
         self.inner.read_docs(positions)
     }
 
-    fn reread(&mut self, positions: &[DocPos]) -> Result<Vec<Doc>, SourceError> {
-        let texts = self.inner.read_docs(positions)?;
+    fn tokenize_ahead(&mut self, docs: Vec<(DocPos, String)>) -> Result<(), SourceError> {
         let Some(pool) = &self.pool else {
-            let docs = positions.iter().zip(texts);
-            return Ok(docs.map(|(pos, text)| Doc::new(*pos, text)).collect());
+            return Err("a mix in documents does not tokenize ahead".into());
         };
-        // In batches, so that a resumed buffer of many documents is tokenized on every thread.
-        let mut texts = texts.into_iter();
-        let answers: Vec<Receiver<Encoded>> = positions
-            .chunks(BATCH_DOCS)
-            .map(|chunk| pool.submit(texts.by_ref().take(chunk.len()).collect()))
-            .collect();
-        let mut docs = Vec::with_capacity(positions.len());
-        for (chunk, answer) in positions.chunks(BATCH_DOCS).zip(answers) {
+        let (positions, texts): (Vec<DocPos>, Vec<String>) = docs.into_iter().unzip();
+        let answer = pool.submit(texts);
+        self.pending.push_back((positions, answer));
+        Ok(())
+    }
+
+    fn take_tokens(&mut self) -> Result<Vec<u32>, SourceError> {
+        if self.taken.is_empty() {
+            let Some((positions, answer)) = self.pending.pop_front() else {
+                return Err("internal error: tokens taken for a document not given".into());
+            };
             match TokenizePool::wait(&answer) {
-                Ok(all) => docs.extend(chunk.iter().zip(all).map(|(pos, ids)| Doc {
-                    pos: *pos,
-                    text: String::new(),
-                    tokens: Some(ids),
-                })),
+                Ok(all) => self.taken = all.into(),
                 Err((k, message)) => {
-                    let at = chunk.get(k).map(|p| self.locate(p)).unwrap_or_default();
+                    let at = positions.get(k).map(|p| self.locate(p)).unwrap_or_default();
                     return Err(format!("{at}: {message}").into());
                 }
             }
         }
-        Ok(docs)
+        self.taken
+            .pop_front()
+            .ok_or_else(|| "internal error: a batch without documents was tokenized".into())
     }
 }

@@ -118,22 +118,36 @@ pub fn build_stream(
     loaded: &LoadedRecipe,
     threads: usize,
 ) -> anyhow::Result<DocStream<Pretokenized>> {
-    let shuffle = &loaded.recipe.shuffle;
+    let recipe = &loaded.recipe;
     let mixer = build_mixer(loaded)?;
     let inputs = mixer.into_inputs();
-    mix_stream(loaded, inputs, shuffle.seed, shuffle.buffer_size, threads)
+    let weights = recipe.phase_weights();
+    let phases = (recipe.mix.phases.iter().map(|p| p.at_tokens))
+        .zip(weights.into_iter().skip(1))
+        .collect();
+    let shuffle = &recipe.shuffle;
+    mix_stream(
+        loaded,
+        inputs,
+        shuffle.seed,
+        shuffle.buffer_size,
+        threads,
+        phases,
+    )
 }
 
 /// The document stream over `inputs` in the recipe's `[mix] unit`: in documents, the mixer
 /// feeding one shuffle buffer of `buffer_size`; in tokens, sources that tokenize ahead on a pool
-/// of `threads`, each shuffled in its share of `buffer_size`, mixed by tokens with the recipe's
-/// phases (no global buffer).
+/// of `threads`, each shuffled in its share of `buffer_size`, mixed by tokens with `phases` (from
+/// which of the stream's tokens on which weights hold; a lane's own, see `driver::lanes`) and no
+/// global buffer.
 pub fn mix_stream(
     loaded: &LoadedRecipe,
     inputs: Vec<MixInput<LocalSource>>,
     seed: u64,
     buffer_size: usize,
     threads: usize,
+    phases: Vec<(u64, Vec<f64>)>,
 ) -> anyhow::Result<DocStream<Pretokenized>> {
     let mix = &loaded.recipe.mix;
     let pool = match mix.unit {
@@ -153,18 +167,10 @@ pub fn mix_stream(
             Mixer::new(inputs, mix.stopping, seed),
             Shuffler::new(buffer_size, seed),
         ),
-        MixUnit::Tokens => {
-            let weights = loaded.recipe.phase_weights();
-            let phases = mix
-                .phases
-                .iter()
-                .map(|p| p.at_tokens)
-                .zip(weights.into_iter().skip(1));
-            DocStream::new(
-                Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size, phases.collect()),
-                Shuffler::new(0, seed),
-            )
-        }
+        MixUnit::Tokens => DocStream::new(
+            Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size, phases),
+            Shuffler::new(0, seed),
+        ),
     })
 }
 

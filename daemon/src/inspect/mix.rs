@@ -6,43 +6,31 @@
 //!
 //! It counts what the windows hold (the dropped tail is not in them), segment by segment: a
 //! window's tokens up to its first document start belong to its lead source, then each start's
-//! tokens to its source. Memory: one counter per source.
+//! tokens to its source. Phases are counted by `dsprep_mixers::ledger` (a document belongs to the
+//! phase in force where it starts in its lane's own stream), as the pack's manifest is. Memory:
+//! a few counters per source and phase.
 
 use anyhow::{Context, bail};
 use dsprep_client::{Manifest, PackedDataset};
+use dsprep_mixers::ledger::{Counts, PhaseLedger, PhasePoints, ShareLine, share_lines};
+use dsprep_mixers::recipe::{LanesSpec, MixUnit};
 use std::fmt::Write;
 use std::path::Path;
-
-/// Per source: tokens and document starts counted over a span of the stream.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub tokens: Vec<u64>,
-    pub documents: Vec<u64>,
-}
-
-impl Counts {
-    fn new(sources: usize) -> Self {
-        Counts {
-            tokens: vec![0; sources],
-            documents: vec![0; sources],
-        }
-    }
-
-    fn total_tokens(&self) -> u64 {
-        self.tokens.iter().sum()
-    }
-}
 
 /// A span of the stream with its own target shares: the whole stream, or one phase.
 #[derive(Clone, Debug)]
 pub struct Span {
     pub name: String,
-    /// Tokens of the stream before the span, and its end (`None`: the stream's end). A phase's
-    /// span begins where its first document does: at its `at_tokens`, or after the document that
-    /// crosses that point.
+    /// Where the span begins in the stream: its first document (with lanes, the first lane's),
+    /// or its `at_tokens` when the stream never reached it; and where it ends (`None`: the
+    /// stream's end).
     pub from: u64,
     pub to: Option<u64>,
-    /// Per source, the target share in the recipe's unit.
+    /// With lanes: where the last lane's first document of it starts (none: not every lane
+    /// reached it, or no lanes).
+    pub all_lanes_from: Option<u64>,
+    /// Per source, the target share in the recipe's unit (NaN: none, the whole stream of a
+    /// recipe with phases).
     pub targets: Vec<f64>,
     pub counts: Counts,
 }
@@ -81,6 +69,28 @@ pub fn auto_every(dir: &Path) -> anyhow::Result<u64> {
     Ok((m.num_windows * u64::from(m.window_tokens) / 200).max(1))
 }
 
+/// The recipe's phases as the manifest records them: where each begins (`at_tokens`, and the
+/// lanes), for [`PhasePoints`]. `verify` checks the manifest's ledger with the same points.
+pub fn phase_points(m: &Manifest) -> anyhow::Result<PhasePoints> {
+    let phases = m.recipe["mix"]["phase"].as_array().cloned();
+    let at: Vec<u64> = (phases.unwrap_or_default().iter())
+        .map(|p| p["at_tokens"].as_u64())
+        .collect::<Option<_>>()
+        .context("the manifest's recipe has a phase without at_tokens")?;
+    let lanes = match m.recipe.get("lanes") {
+        Some(lanes) => Some(
+            serde_json::from_value::<LanesSpec>(lanes.clone())
+                .context("the manifest's recipe has an unreadable [lanes]")?,
+        ),
+        None => None,
+    };
+    Ok(PhasePoints::from_parts(
+        at,
+        u64::from(m.window_tokens),
+        lanes,
+    ))
+}
+
 /// Read `dir`'s windows once and count; `every` > 0 also takes the shares every `every` tokens.
 pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
     let dataset = PackedDataset::open(dir)
@@ -100,20 +110,21 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         .as_str()
         .unwrap_or("documents")
         .to_string();
-    let mut spans = phase_spans(m);
+    let points = phase_points(m).with_context(|| dir.display().to_string())?;
+    let mut phases = PhaseLedger::new(&points, n);
     let mut rows = Vec::new();
     let mut lengths = vec![[0u64; LENGTH_BUCKETS]; n];
     let mut last_start: Option<(u64, usize)> = None;
     let (mut at, mut next_row) = (0u64, every);
     let mut since_row = Counts::new(n);
     let mut whole = Counts::new(n);
-    let mut phase = 0usize;
     for w in 0..dataset.num_windows() {
         let window = dataset.window(w)?;
         let (Some(sources), Some(lead)) = (window.doc_sources, window.lead_source) else {
             bail!("{}: window {w} has no document sources", dir.display());
         };
         let len = window.tokens.len() as u64;
+        phases.add_window(&points, w, len, window.doc_starts, sources, lead);
         let mut cuts = Vec::with_capacity(sources.len() + 2);
         cuts.push((0u64, lead, false));
         let starts = window.doc_starts.iter().zip(sources);
@@ -125,17 +136,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
             // but the CSV rows still fall where they should.
             let known = source < n;
             if starts {
-                // A phase begins with the first document that starts at or after its point.
-                while spans
-                    .get(phase + 1)
-                    .is_some_and(|next| at + start >= next.from)
-                {
-                    spans[phase].to = Some(at + start);
-                    phase += 1;
-                    spans[phase].from = at + start;
-                }
                 if known {
-                    for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
+                    for counts in [&mut whole, &mut since_row] {
                         counts.documents[source] += 1;
                     }
                 }
@@ -151,7 +153,7 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
             while from < to {
                 let cut = if every > 0 { to.min(next_row) } else { to };
                 if known {
-                    for counts in [&mut whole, &mut since_row, &mut spans[phase].counts] {
+                    for counts in [&mut whole, &mut since_row] {
                         counts.tokens[source] += cut - from;
                     }
                 }
@@ -168,10 +170,9 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
     if every > 0 && since_row.total_tokens() > 0 {
         rows.push(ShareRow::new(at, &since_row, &whole));
     }
+    let mut spans = phase_spans(m, &phases, points.num_lanes() > 1);
     if spans.len() > 1 {
         spans.insert(0, whole_span(m, whole));
-    } else if let Some(only) = spans.first_mut() {
-        only.counts = whole;
     }
     Ok(MixLedger {
         names,
@@ -182,45 +183,46 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
     })
 }
 
-/// The recipe's phases as spans (one span, the whole stream, without phases).
-fn phase_spans(m: &Manifest) -> Vec<Span> {
-    let n = m.sources.len();
-    let base: Vec<f64> = m.sources.iter().map(|s| s.target_fraction).collect();
-    let phases = m.recipe["mix"]["phase"]
+/// The recipe's phases as spans (one span, the whole stream, without phases), with what
+/// `phases` counted in each.
+fn phase_spans(m: &Manifest, phases: &PhaseLedger, lanes: bool) -> Vec<Span> {
+    let recipe_phases = m.recipe["mix"]["phase"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let mut spans = vec![Span {
-        name: if phases.is_empty() {
-            "stream".into()
-        } else {
-            "phase 0".into()
-        },
-        from: 0,
-        to: None,
-        targets: base,
-        counts: Counts::new(n),
-    }];
-    for (k, phase) in phases.iter().enumerate() {
-        let at = phase["at_tokens"].as_u64().unwrap_or(u64::MAX);
+    let mut targets = vec![m.sources.iter().map(|s| s.target_fraction).collect()];
+    let mut points = vec![0];
+    for phase in &recipe_phases {
+        points.push(phase["at_tokens"].as_u64().unwrap_or(u64::MAX));
         let weights: Vec<f64> = m
             .sources
             .iter()
             .map(|s| phase["weights"][&s.name].as_f64().unwrap_or(0.0))
             .collect();
         let total: f64 = weights.iter().sum();
-        spans.push(Span {
-            name: format!("phase {}", k + 1),
-            from: at,
-            to: None,
-            targets: weights
+        targets.push(
+            weights
                 .iter()
                 .map(|w| if total > 0.0 { w / total } else { 0.0 })
                 .collect(),
-            counts: Counts::new(n),
-        });
+        );
     }
-    spans
+    let froms: Vec<u64> = (0..points.len())
+        .map(|k| phases.began(k).0.unwrap_or(points[k]))
+        .collect();
+    (targets.into_iter().enumerate())
+        .map(|(k, targets)| Span {
+            name: match recipe_phases.is_empty() {
+                true => "stream".into(),
+                false => format!("phase {k}"),
+            },
+            from: if k == 0 { 0 } else { froms[k] },
+            to: froms.get(k + 1).copied(),
+            all_lanes_from: phases.began(k).1.filter(|_| lanes && k > 0),
+            targets,
+            counts: phases.phases[k].clone(),
+        })
+        .collect()
 }
 
 fn whole_span(m: &Manifest, counts: Counts) -> Span {
@@ -228,6 +230,7 @@ fn whole_span(m: &Manifest, counts: Counts) -> Span {
         name: "stream".into(),
         from: 0,
         to: None,
+        all_lanes_from: None,
         targets: vec![f64::NAN; m.sources.len()],
         counts,
     }
@@ -274,40 +277,56 @@ impl MixLedger {
     /// The table `dsprep inspect --mix` prints.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        let unit = match self.unit.as_str() {
+            "tokens" => MixUnit::Tokens,
+            _ => MixUnit::Documents,
+        };
         for span in &self.spans {
             let tokens = span.counts.total_tokens();
-            let docs: u64 = span.counts.documents.iter().sum();
+            let docs = span.counts.total_documents();
             let to = span.to.map_or("the end".to_string(), |t| t.to_string());
+            let lanes = match span.all_lanes_from {
+                Some(last) => {
+                    format!(" (each lane from its own share of the point: the last from {last})")
+                }
+                None => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "{}: tokens {}..{to}, {tokens} tokens and {docs} document starts in windows (targets are shares of {})",
+                "{}: tokens {}..{to}{lanes}, {tokens} tokens and {docs} document starts in windows (targets are shares of {})",
                 span.name, span.from, self.unit
             );
-            let _ = writeln!(
-                out,
-                "{:<16} {:>9} {:>9} {:>9} {:>8}",
-                "source", "target", "tokens %", "docs %", "off by"
-            );
-            for (i, name) in self.names.iter().enumerate() {
-                let t = dsprep_mixers::mixer::share(span.counts.tokens[i], tokens);
-                let d = dsprep_mixers::mixer::share(span.counts.documents[i], docs);
-                let realized = if self.unit == "tokens" { t } else { d };
-                let target = span.targets[i];
-                let (target, off) = match target.is_nan() {
-                    true => ("-".to_string(), "-".to_string()),
-                    false => (
-                        format!("{:.2}%", 100.0 * target),
-                        format!("{:+.2}", 100.0 * (realized - target)),
-                    ),
-                };
-                let _ = writeln!(
-                    out,
-                    "{name:<16} {target:>9} {:>8.2}% {:>8.2}% {off:>8}",
-                    100.0 * t,
-                    100.0 * d
-                );
-            }
+            out.push_str(&ledger_rows(
+                &self.names,
+                &share_lines(&span.counts, &span.targets, unit),
+            ));
         }
         out
     }
+}
+
+/// A ledger's lines as a table: source, target, realized shares of tokens and of documents,
+/// and the deviation in points (`-` where there is no target). `inspect --mix` and the pack
+/// summary print it.
+pub fn ledger_rows(names: &[String], lines: &[ShareLine]) -> String {
+    let mut out = format!(
+        "{:<16} {:>9} {:>9} {:>9} {:>8}\n",
+        "source", "target", "tokens %", "docs %", "off by"
+    );
+    for (name, line) in names.iter().zip(lines) {
+        let (target, off) = match line.target.is_nan() {
+            true => ("-".to_string(), "-".to_string()),
+            false => (
+                format!("{:.2}%", 100.0 * line.target),
+                format!("{:+.2}", 100.0 * line.deviation),
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "{name:<16} {target:>9} {:>8.2}% {:>8.2}% {off:>8}",
+            100.0 * line.token_share,
+            100.0 * line.document_share
+        );
+    }
+    out
 }

@@ -7,6 +7,8 @@ mod mix;
 mod plot;
 mod window;
 
-pub use mix::{LENGTH_BUCKETS, MixLedger, ShareRow, auto_every, mix_ledger};
+pub use mix::{
+    LENGTH_BUCKETS, MixLedger, ShareRow, auto_every, ledger_rows, mix_ledger, phase_points,
+};
 pub use plot::{HEIGHT, WIDTH, render_svg};
 pub use window::inspect_window;

@@ -12,6 +12,7 @@
 //!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
 
 use super::failure::{self, failed};
+use super::ledger::PackLedger;
 use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
@@ -123,6 +124,9 @@ pub fn pack_part(
     let started = Instant::now();
     check_parts(spec_of(loaded)?, parts)?;
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    for warning in inputs.warnings(&loaded.recipe) {
+        tracing::warn!("{warning}");
+    }
     pack_dealt_part(options, loaded, &inputs, parts, started)
 }
 
@@ -227,7 +231,7 @@ fn pack_lane(
     let began = Instant::now();
     let (dtype, per_shard) = output_layout(loaded, options);
     let stream = inputs.stream(loaded, info.lane, options.threads)?;
-    let mut writer = PackWriter::create(out, dtype, per_shard)?;
+    let mut writer = PackWriter::create(out, dtype, per_shard, None)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();
     if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
@@ -246,9 +250,9 @@ fn pack_lane(
         stream,
         &config,
         None,
-        |source, len, _| {
-            docs[source as usize] += 1;
-            tokens[source as usize] += len;
+        |doc| {
+            docs[doc.source as usize] += 1;
+            tokens[doc.source as usize] += doc.tokens;
         },
         |window| writer.write_window(&window),
         |_| {},
@@ -334,7 +338,8 @@ fn finish_dealt(
             .spawn(move || hash_inputs(&lists, &base))
             .context("cannot start the input-hashing thread")?
     };
-    let mut writer = PackWriter::create(&options.out, dtype, per_shard)?;
+    let ledger = PackLedger::new(&loaded.recipe);
+    let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger))?;
     // The finish has no checkpoints (the lanes are its input): a failure removes its partial.
     let partial = writer.partial_dir().to_path_buf();
     if let Err(e) = copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
@@ -427,6 +432,9 @@ pub fn pack_all(
     output::refuse_existing(&options.out, options.force)?;
     // Listed once for both steps.
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+    for warning in inputs.warnings(&loaded.recipe) {
+        tracing::warn!("{warning}");
+    }
     pack_dealt_part(
         options,
         loaded,

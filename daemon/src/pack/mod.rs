@@ -3,6 +3,7 @@
 
 mod failure;
 mod lanes;
+mod ledger;
 mod output;
 mod resume;
 mod summary;
@@ -25,6 +26,7 @@ use dsprep_mixers::mixer::share;
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, Packer};
 use failure::failed;
+use ledger::PackLedger;
 use output::PackWriter;
 use output::WriterProgress;
 use resume::PackCheckpoint;
@@ -109,6 +111,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             chain: None,
             chain_marks: Vec::new(),
             doc_sources: true,
+            ledger: None,
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
@@ -124,7 +127,15 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let mut packer = Packer::new(window_tokens);
     let (mut writer, continued_from) = match interrupted {
         Some((saved, state)) => {
-            // The directory's lock first: what a failure to continue leaves is then this pack's
+            let ledger = (saved.writer.ledger.clone())
+                .and_then(|counts| PackLedger::resume(recipe, counts))
+                .with_context(|| {
+                    format!(
+                        "{}: the checkpoint's phase ledger is not this recipe's",
+                        partial.display()
+                    )
+                })?;
+            // The directory's lock next: what a failure to continue leaves is then this pack's
             // to say (kept: it holds the checkpoint).
             let writer = PackWriter::resume(
                 &options.out,
@@ -132,6 +143,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
                 window_tokens as u64,
                 windows_per_shard,
                 &saved.writer,
+                Some(ledger),
             )?;
             let restored = stream
                 .restore(&state.stream)
@@ -154,7 +166,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             (writer, Some(from))
         }
         None => {
-            let writer = PackWriter::create(&options.out, dtype, windows_per_shard)?;
+            let ledger = PackLedger::new(recipe);
+            let writer = PackWriter::create(&options.out, dtype, windows_per_shard, Some(ledger))?;
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
                 return Err(failed(writer, &partial, None, e));
             }
@@ -179,16 +192,13 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     // Windows up to the newest checkpoint in the partial directory: what a failure keeps.
     let mut checkpointed = continued_from;
     let run = pipeline::run(stream, stage, &config, &locate, |chunk| {
-        let mut at = 0usize;
-        for (&source, &len) in chunk.doc_sources.iter().zip(&chunk.doc_lens) {
-            let len = len as usize;
-            packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
-            at += len;
-            meta.docs_per_source[source as usize] += 1;
-            meta.tokens_per_source[source as usize] += len as u64;
+        for doc in chunk.docs() {
+            packer.push_doc(doc.tokens, doc.source, &mut windows);
+            meta.docs_per_source[doc.source as usize] += 1;
+            meta.tokens_per_source[doc.source as usize] += doc.tokens.len() as u64;
         }
-        num_docs += chunk.doc_lens.len() as u64;
-        num_tokens += chunk.tokens.len() as u64;
+        num_docs += chunk.num_docs() as u64;
+        num_tokens += chunk.num_tokens();
         for window in windows.drain(..) {
             writer.write_window(&window)?;
         }
@@ -349,6 +359,7 @@ fn new_manifest(
         inputs,
         sources,
         chain: Vec::new(),
+        phases: Vec::new(),
     })
 }
 

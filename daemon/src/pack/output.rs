@@ -8,11 +8,13 @@
 //! its checkpoint there, and the next pack to `<out>` continues from it ([`PackWriter::resume`]).
 
 use super::failure::leave_partial;
+use super::ledger::PackLedger;
 use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::{self, ChainMark, Dtype, Manifest, OutputFile};
 use dsprep_mixers::PackedWindow;
+use dsprep_mixers::ledger::PhaseLedger;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -38,6 +40,10 @@ pub struct WriterProgress {
     /// versions do not, and are not continued.
     #[serde(default)]
     pub doc_sources: bool,
+    /// The phase ledger of the windows written (format 4); absent in checkpoints of older
+    /// versions, which are not continued.
+    #[serde(default)]
+    pub ledger: Option<PhaseLedger>,
 }
 
 /// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
@@ -92,18 +98,25 @@ pub struct PackWriter {
     /// The stream chain after `num_windows`, and after each closed shard.
     chain: Hash,
     chain_marks: Vec<ChainMark>,
+    /// The manifest's phase ledger, counted window by window (not in a lane's own directory).
+    ledger: Option<PackLedger>,
 }
 
 impl PackWriter {
     /// Start a packed directory for `out` (check [`refuse_existing`] first: an existing `out` is
-    /// replaced only once the new one is complete).
+    /// replaced only once the new one is complete), counting its windows into `ledger`.
     ///
     /// A failure once the partial directory is this pack's (its lock taken) removes it, and the
     /// error's last line says so ([`super::failure`]).
-    pub fn create(out: &Path, dtype: Dtype, windows_per_shard: u64) -> anyhow::Result<Self> {
+    pub fn create(
+        out: &Path,
+        dtype: Dtype,
+        windows_per_shard: u64,
+        ledger: Option<PackLedger>,
+    ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
-        Self::create_locked(out, tmp.clone(), lock, dtype, windows_per_shard)
+        Self::create_locked(out, tmp.clone(), lock, dtype, windows_per_shard, ledger)
             .map_err(|e| leave_partial(&tmp, None, e))
     }
 
@@ -113,6 +126,7 @@ impl PackWriter {
         lock: std::fs::File,
         dtype: Dtype,
         windows_per_shard: u64,
+        ledger: Option<PackLedger>,
     ) -> anyhow::Result<Self> {
         for entry in
             std::fs::read_dir(&tmp).with_context(|| format!("cannot list {}", tmp.display()))?
@@ -150,6 +164,7 @@ impl PackWriter {
             bytes: Vec::new(),
             chain: chain::START,
             chain_marks: Vec::new(),
+            ledger,
         })
     }
 
@@ -193,6 +208,9 @@ impl PackWriter {
         self.lead_sources
             .write_all(&window.lead_source.to_le_bytes())
             .context("cannot write the document sources")?;
+        if let Some(ledger) = &mut self.ledger {
+            ledger.add(self.num_windows, window);
+        }
         self.num_windows += 1;
         self.windows_in_shard += 1;
         if self.windows_in_shard == self.windows_per_shard {
@@ -247,19 +265,21 @@ impl PackWriter {
             chain: Some(chain::to_hex(&self.chain)),
             chain_marks: self.chain_marks.clone(),
             doc_sources: true,
+            ledger: self.ledger.as_ref().map(|l| l.counts().clone()),
         })
     }
 
     /// Continue the partial directory of `out` from a checkpoint's `progress`: files are cut
-    /// back to it (an interrupted pack may have written past its checkpoint) and hashed again.
-    /// A failure once the lock is taken keeps the directory (it holds the checkpoint) and says
-    /// so last.
+    /// back to it (an interrupted pack may have written past its checkpoint) and hashed again;
+    /// `ledger` continues from the checkpoint's counts. A failure once the lock is taken keeps
+    /// the directory (it holds the checkpoint) and says so last.
     pub fn resume(
         out: &Path,
         dtype: Dtype,
         window_tokens: u64,
         windows_per_shard: u64,
         progress: &WriterProgress,
+        ledger: Option<PackLedger>,
     ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
@@ -272,6 +292,7 @@ impl PackWriter {
             window_tokens,
             windows_per_shard,
             progress,
+            ledger,
         )
         .map_err(|e| leave_partial(&tmp, Some(windows), e))
     }
@@ -284,6 +305,7 @@ impl PackWriter {
         window_tokens: u64,
         windows_per_shard: u64,
         progress: &WriterProgress,
+        ledger: Option<PackLedger>,
     ) -> anyhow::Result<Self> {
         let wps = windows_per_shard.max(1);
         let closed = progress.closed_shards.len() as u64;
@@ -356,6 +378,7 @@ impl PackWriter {
             bytes: Vec::new(),
             chain: chain_at,
             chain_marks: progress.chain_marks.clone(),
+            ledger,
         })
     }
 
@@ -428,6 +451,7 @@ impl PackWriter {
             });
         }
         manifest.chain = self.chain_marks;
+        manifest.phases = self.ledger.map(|l| l.stats()).unwrap_or_default();
         let mut json =
             serde_json::to_vec_pretty(&manifest).context("cannot encode the manifest")?;
         json.push(b'\n');

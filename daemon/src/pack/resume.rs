@@ -38,6 +38,9 @@ impl PackCheckpoint {
         if self.writer.chain.is_none() {
             return Some("an older dsprep wrote it, without the stream chain".into());
         }
+        if self.writer.ledger.is_none() {
+            return Some("an older dsprep wrote it, without the phase ledger".into());
+        }
         if self.shards != now.shards {
             return Some("the sources' shard lists have changed".into());
         }

@@ -2,6 +2,9 @@
 //! target (in the recipe's `[mix] unit`), windows.
 
 use super::PackReport;
+use crate::inspect::ledger_rows;
+use dsprep_client::Manifest;
+use dsprep_mixers::ledger::ShareLine;
 
 pub fn print_summary(report: &PackReport) {
     let m = &report.manifest;
@@ -57,6 +60,7 @@ pub fn print_summary(report: &PackReport) {
             100.0 * (realized - s.target_fraction)
         );
     }
+    let phased = m.phases.len() > 1;
     println!(
         "target: {}{} (recipe [mix] unit); off by: realized minus target, in points",
         if in_tokens {
@@ -64,31 +68,10 @@ pub fn print_summary(report: &PackReport) {
         } else {
             "share of documents"
         },
-        if m.recipe["mix"]["phase"].is_array() {
-            " in phase 0 (`dsprep inspect --mix` gives every phase)"
-        } else {
-            ""
-        }
+        if phased { " in phase 0" } else { "" }
     );
-    let stream_tokens = all_tokens;
-    for (k, phase) in m.recipe["mix"]["phase"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        if let Some(at) = phase["at_tokens"].as_u64()
-            && at >= stream_tokens
-        {
-            println!(
-                "warning: the stream ended at {stream_tokens} tokens, before phase {}'s point \
-                 ({at} tokens): that phase never began (under {} the sources ran out first)",
-                k + 1,
-                m.recipe["mix"]["stopping"]
-                    .as_str()
-                    .unwrap_or("its stopping strategy")
-            );
-        }
+    if phased {
+        print_phases(m);
     }
     for s in m.sources.iter().filter(|s| s.rows_oversize > 0) {
         println!(
@@ -119,4 +102,42 @@ pub fn print_summary(report: &PackReport) {
         "recipe {}  tokenizer sha256 {}",
         m.recipe_hash, m.tokenizer.sha256
     );
+}
+
+/// The manifest's ledger of every phase (counted over the windows), and a warning for each
+/// phase the stream never reached.
+fn print_phases(m: &Manifest) {
+    let names: Vec<String> = m.sources.iter().map(|s| s.name.clone()).collect();
+    let stopping = m.recipe["mix"]["stopping"]
+        .as_str()
+        .unwrap_or("its stopping strategy");
+    let windows_tokens = m.num_windows * u64::from(m.window_tokens);
+    for phase in &m.phases {
+        let Some(began) = phase.began_at_tokens else {
+            println!(
+                "warning: the stream ended at {windows_tokens} tokens, before phase {}'s point \
+                 ({} tokens): that phase never began (under {stopping} the sources ran out first)",
+                phase.phase, phase.at_tokens
+            );
+            continue;
+        };
+        let lanes = match phase.all_lanes_began_at_tokens {
+            Some(last) if phase.phase > 0 => format!(", the last lane's from {last}"),
+            _ => String::new(),
+        };
+        println!(
+            "phase {} (at {} tokens; its first document at {began}{lanes}): {} tokens and {} \
+             document starts in windows",
+            phase.phase, phase.at_tokens, phase.tokens, phase.documents
+        );
+        let lines: Vec<ShareLine> = (phase.sources.iter())
+            .map(|s| ShareLine {
+                target: s.target_fraction,
+                token_share: s.realized_token_fraction,
+                document_share: s.realized_fraction,
+                deviation: s.deviation,
+            })
+            .collect();
+        print!("{}", ledger_rows(&names, &lines));
+    }
 }

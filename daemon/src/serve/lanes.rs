@@ -279,11 +279,7 @@ impl LaneRun<'_> {
             stream,
             config,
             packer,
-            |source, len, piece| {
-                self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
-                self.metrics.tokens[source as usize].fetch_add(len, Ordering::Relaxed);
-                self.metrics.count_piece(source as usize, piece);
-            },
+            |doc| self.metrics.count_document(lane, &doc),
             |window| {
                 if skip > 0 {
                     skip -= 1;

@@ -1,12 +1,14 @@
 //! What the daemon is doing, as Prometheus text on an HTTP endpoint (`/metrics`): documents and
-//! tokens per source (and split rows' pieces), realized vs target mix, shuffle-buffer fill,
-//! steps produced and held, per-rank step and lag, requests by outcome, CURVE clients admitted
-//! and refused. Loopback unless asked; beyond loopback it needs a bearer token
-//! (`--metrics-token-file`, compared in constant time; 401 without) or `--insecure-metrics`.
+//! tokens per source (and split rows' pieces), realized vs target mix (per phase too),
+//! shuffle-buffer fill, steps produced and held, per-rank step and lag, requests by outcome,
+//! CURVE clients admitted and refused. Loopback unless asked; beyond loopback it needs a bearer
+//! token (`--metrics-token-file`, compared in constant time; 401 without) or `--insecure-metrics`.
 
 use super::store::StepStore;
+use crate::driver::pipeline::ProducedDoc;
+use dsprep_mixers::ledger::{Counts, PhasePoints, share_lines};
 use dsprep_mixers::mixer::share;
-use dsprep_mixers::recipe::MixUnit;
+use dsprep_mixers::recipe::{MixUnit, Recipe};
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -36,6 +38,13 @@ pub struct Metrics {
     /// With `[lanes]`: the lanes this node runs and the bytes of their input units.
     pub lanes: Vec<u32>,
     pub input_bytes_assigned: u64,
+    /// Where each phase begins in every lane's stream, each phase's targets, and per phase and
+    /// source the documents this daemon produced and their tokens (a document counts in the
+    /// phase in force where it starts: `dsprep_mixers::ledger`).
+    pub phases: PhasePoints,
+    pub phase_targets: Vec<Vec<f64>>,
+    pub phase_documents: Vec<Vec<AtomicU64>>,
+    pub phase_tokens: Vec<Vec<AtomicU64>>,
     /// CURVE handshakes admitted and refused (`serve/auth.rs`).
     pub auth: AuthCounters,
 }
@@ -67,21 +76,24 @@ impl AuthCounters {
 }
 
 impl Metrics {
-    pub fn new(
-        source_names: Vec<String>,
-        target_fractions: Vec<f64>,
-        shuffle_capacity: u64,
-    ) -> Self {
-        let n = source_names.len();
+    pub fn new(recipe: &Recipe) -> Self {
+        let n = recipe.sources.len();
+        let phases = PhasePoints::new(recipe);
+        let counters = |_| (0..n).map(|_| AtomicU64::new(0)).collect();
+        let phase_targets = recipe.phase_targets();
         Self {
-            source_names,
-            target_fractions,
-            unit: MixUnit::Documents,
+            source_names: recipe.sources.iter().map(|s| s.name.clone()).collect(),
+            target_fractions: phase_targets[0].clone(),
+            unit: recipe.mix.unit,
+            phase_documents: (0..phases.num_phases()).map(counters).collect(),
+            phase_tokens: (0..phases.num_phases()).map(counters).collect(),
+            phases,
+            phase_targets,
             documents: (0..n).map(|_| AtomicU64::new(0)).collect(),
             tokens: (0..n).map(|_| AtomicU64::new(0)).collect(),
             rows_split: (0..n).map(|_| AtomicU64::new(0)).collect(),
             split_pieces: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            shuffle_capacity,
+            shuffle_capacity: recipe.shuffle.buffer_size as u64,
             replies: Default::default(),
             started: Instant::now(),
             node: (0, 1),
@@ -92,13 +104,20 @@ impl Metrics {
         }
     }
 
-    /// Count one produced document of `source`: its piece number, 0 when it is a whole row.
-    pub fn count_piece(&self, source: usize, piece: u32) {
-        if piece == 1 {
-            self.rows_split[source].fetch_add(1, Relaxed);
+    /// Count one produced document (the packer's, in lane `lane`) in its source, its phase and,
+    /// when it is a piece of a split row, the split counters.
+    pub fn count_document(&self, lane: u32, doc: &ProducedDoc) {
+        let i = doc.source as usize;
+        let phase = self.phases.phase_at(lane, doc.start_tokens);
+        self.documents[i].fetch_add(1, Relaxed);
+        self.tokens[i].fetch_add(doc.tokens, Relaxed);
+        self.phase_documents[phase][i].fetch_add(1, Relaxed);
+        self.phase_tokens[phase][i].fetch_add(doc.tokens, Relaxed);
+        if doc.piece == 1 {
+            self.rows_split[i].fetch_add(1, Relaxed);
         }
-        if piece >= 1 {
-            self.split_pieces[source].fetch_add(1, Relaxed);
+        if doc.piece >= 1 {
+            self.split_pieces[i].fetch_add(1, Relaxed);
         }
     }
 
@@ -217,6 +236,7 @@ impl Metrics {
                 }
             }
         }
+        self.render_phases(&mut out);
         gauge(
             &mut out,
             "dsprep_tokens_per_second",
@@ -333,6 +353,65 @@ impl Metrics {
             auth.refused_handshake.load(Relaxed)
         );
         out
+    }
+}
+
+impl Metrics {
+    /// The ledger per phase: the documents and tokens produced in it per source (counters), and
+    /// per source its target, realized shares of tokens and of documents, and the deviation (in
+    /// the recipe's unit) as `dsprep_phase_mix{phase,source,kind}`.
+    fn render_phases(&self, out: &mut String) {
+        let load = |counters: &Vec<AtomicU64>| counters.iter().map(|c| c.load(Relaxed)).collect();
+        let counts: Vec<Counts> = (self.phase_tokens.iter().zip(&self.phase_documents))
+            .map(|(tokens, documents)| Counts {
+                tokens: load(tokens),
+                documents: load(documents),
+            })
+            .collect();
+        for (metric, help, documents) in [
+            (
+                "dsprep_phase_documents_total",
+                "Documents produced per phase and source (a document is in the phase in force \
+                 where it starts).",
+                true,
+            ),
+            (
+                "dsprep_phase_tokens_total",
+                "Tokens produced per phase and source (BOS/EOS included).",
+                false,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+            for (phase, c) in counts.iter().enumerate() {
+                let values = if documents { &c.documents } else { &c.tokens };
+                for (name, v) in self.source_names.iter().zip(values) {
+                    let _ = writeln!(out, "{metric}{{phase=\"{phase}\",source=\"{name}\"}} {v}");
+                }
+            }
+        }
+        let metric = "dsprep_phase_mix";
+        let _ = writeln!(
+            out,
+            "# HELP {metric} Per phase and source: the target share (in the recipe's unit), the \
+             realized share of tokens and of documents, and the deviation (realized minus target, \
+             in the recipe's unit).\n# TYPE {metric} gauge"
+        );
+        for (phase, c) in counts.iter().enumerate() {
+            let lines = share_lines(c, &self.phase_targets[phase], self.unit);
+            for (name, line) in self.source_names.iter().zip(lines) {
+                for (kind, value) in [
+                    ("target", line.target),
+                    ("tokens", line.token_share),
+                    ("documents", line.document_share),
+                    ("deviation", line.deviation),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "{metric}{{phase=\"{phase}\",source=\"{name}\",kind=\"{kind}\"}} {value}"
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -160,17 +160,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     } else {
         StepStore::new(node.local_ranks, options.prefetch)
     });
-    let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
-    let mut metrics = Metrics::new(
-        recipe.sources.iter().map(|s| s.name.clone()).collect(),
-        recipe
-            .sources
-            .iter()
-            .map(|s| s.weight / total_weight)
-            .collect(),
-        recipe.shuffle.buffer_size as u64,
-    );
-    metrics.unit = recipe.mix.unit;
+    let mut metrics = Metrics::new(recipe);
     metrics.node = (options.node.rank, options.node.count);
     metrics.first_rank = node.first_rank;
     metrics.auth.curve = curve.is_some();

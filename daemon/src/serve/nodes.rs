@@ -176,6 +176,9 @@ impl NodeLanes {
             )
         })?;
         let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
+        for warning in inputs.warnings(&loaded.recipe) {
+            tracing::warn!("{warning}");
+        }
         let (shared, locks) = match (&options.state_dir, place.count) {
             (None, 1) => (None, Vec::new()),
             (None, n) => bail!(
@@ -232,6 +235,15 @@ fn stream_id(loaded: &LoadedRecipe, inputs: &LaneInputs) -> String {
                     "\n{lane} {source} {}",
                     shard.display_path().display()
                 ));
+            }
+        }
+    }
+    // Lanes that mix by their own weights (a source missing from some lanes) make another stream
+    // than the same units did before those weights existed.
+    if inputs.adjusted(&loaded.recipe) {
+        for (phase, shares) in inputs.shares.iter().enumerate() {
+            for (lane, weights) in shares.weights.iter().enumerate() {
+                hasher.update(format!("\nweights {phase} {lane} {weights:?}"));
             }
         }
     }

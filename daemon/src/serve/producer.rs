@@ -6,7 +6,7 @@
 use super::metrics::Metrics;
 use super::store::{HISTORY_STEPS, StepChain, StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
-use crate::driver::pipeline::{self, PipelineConfig};
+use crate::driver::pipeline::{self, PipelineConfig, ProducedDoc};
 use crate::driver::pretokenize::Pretokenized;
 use crate::driver::{LoadedRecipe, Locator};
 use crate::progress::FastForward;
@@ -205,15 +205,17 @@ impl Producer<'_> {
         let mut stopped = false;
         let mut windows = Vec::new();
         let result = pipeline::run(stream, &self.loaded.stage, &self.config, &locate, |chunk| {
-            let mut at = 0usize;
-            let docs = chunk.doc_sources.iter().zip(&chunk.doc_lens);
-            for ((&source, &len), &piece) in docs.zip(&chunk.doc_pieces) {
-                let len = len as usize;
-                packer.push_doc(&chunk.tokens[at..at + len], source, &mut windows);
-                at += len;
-                self.metrics.documents[source as usize].fetch_add(1, Ordering::Relaxed);
-                self.metrics.tokens[source as usize].fetch_add(len as u64, Ordering::Relaxed);
-                self.metrics.count_piece(source as usize, piece);
+            for doc in chunk.docs() {
+                self.metrics.count_document(
+                    0,
+                    &ProducedDoc {
+                        source: doc.source,
+                        start_tokens: packer.position_tokens(),
+                        tokens: doc.tokens.len() as u64,
+                        piece: doc.piece,
+                    },
+                );
+                packer.push_doc(doc.tokens, doc.source, &mut windows);
             }
             for window in windows.drain(..) {
                 let added = steps.add(window);

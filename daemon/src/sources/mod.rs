@@ -14,10 +14,12 @@ mod jsonl;
 mod listing;
 mod page_check;
 mod parquet;
+mod sample;
 
 pub use content::FILE_BITS;
 pub use listing::{ListError, list_shards, list_source};
 pub use parquet::local_row_groups;
+pub use sample::{ShardSample, sample_local_shard};
 
 use crate::hub::{Download, HubClient, HubError, HubFile};
 use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};

@@ -121,6 +121,14 @@ pub fn local_row_groups(path: &Path) -> Result<Vec<u64>, ShardError> {
         .collect())
 }
 
+/// The rows of a local parquet file, from its footer.
+pub(crate) fn local_num_rows(path: &Path) -> Result<u64, ShardError> {
+    let fail = |message: String| ShardError::new(path, None, message);
+    let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let builder = checked_builder(path, file)?;
+    Ok(builder.metadata().file_metadata().num_rows().max(0) as u64)
+}
+
 /// The reader of the open parquet `file` at `path`, its footer read and checked
 /// ([`check_column_chunks`]) against the file's real size, strings read as views
 /// ([`string_views`]).

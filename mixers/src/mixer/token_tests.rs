@@ -26,7 +26,7 @@ fn inputs(lengths: &[Vec<usize>], weights: &[f64]) -> Vec<MixInput<Source>> {
             MixInput {
                 name: format!("s{i}"),
                 weight: w,
-                source: ByteTokens(VecSource::new(i as u16, texts)),
+                source: ByteTokens::new(VecSource::new(i as u16, texts)),
             }
         })
         .collect()
@@ -181,7 +181,7 @@ fn a_zero_weight_source_is_never_read_in_tokens() {
 }
 
 #[test]
-fn a_document_without_tokens_is_refused() {
+fn a_source_that_cannot_tokenize_ahead_is_refused() {
     let inputs = vec![MixInput {
         name: "plain".into(),
         weight: 1.0,
@@ -190,7 +190,10 @@ fn a_document_without_tokens_is_refused() {
     let mut mixer = Mixer::by_tokens(inputs, Stopping::FirstExhausted, 0, 0, Vec::new());
     let err = mixer.next_doc().unwrap_err().to_string();
     assert!(
-        err.contains("source \"plain\" handed over a document without its tokens"),
+        err.contains(
+            "source \"plain\": a mix in tokens needs sources that tokenize ahead (internal \
+             error: this source cannot tokenize documents ahead)"
+        ),
         "{err}"
     );
 }
@@ -337,4 +340,26 @@ proptest! {
         got.extend(drain(&mut second));
         prop_assert_eq!(got, whole);
     }
+}
+
+/// Only documents about to be emitted are tokenized: at a `first_exhausted` end each source
+/// has given at most two batches of documents out of its buffer that are never emitted, while
+/// its buffer still holds hundreds.
+#[test]
+fn only_documents_about_to_be_emitted_are_tokenized() {
+    let lengths = vec![vec![20; 3000], vec![30; 900]];
+    let mut s = stream(&lengths, &[0.5, 0.5], Stopping::FirstExhausted, 1000, 5);
+    let docs = drain(&mut s);
+    assert!(docs.len() > 1000, "{}", docs.len());
+    let state = s.mixer().state();
+    for (i, input) in s.mixer().inputs().iter().enumerate() {
+        let thrown_away = input.source.1.len();
+        assert!(thrown_away <= 2 * AHEAD_DOCS, "source {i}: {thrown_away}");
+        assert!(
+            state.shuffles[i].held >= 400 || state.shuffles[i].draining,
+            "source {i}: {:?}",
+            state.shuffles[i]
+        );
+    }
+    assert!(state.shuffles[0].held >= 400, "{:?}", state.shuffles[0]);
 }

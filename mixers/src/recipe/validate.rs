@@ -187,13 +187,6 @@ fn phase_problems(recipe: &Recipe) -> Vec<(String, String)> {
             "phases switch at a number of tokens: they need [mix] unit = \"tokens\"".into(),
         ));
     }
-    if recipe.lanes.is_some() {
-        problems.push((
-            "mix.phase".into(),
-            "phases are not supported with [lanes] yet: each lane counts only its own tokens"
-                .into(),
-        ));
-    }
     let mut previous = 0u64;
     for (k, phase) in phases.iter().enumerate() {
         let at = |field: &str| format!("mix.phase[{k}].{field}");

@@ -60,7 +60,7 @@ fn by_tokens(
         .map(|(i, source)| MixInput {
             name: format!("s{i}"),
             weight: 1.0,
-            source: ByteTokens(source),
+            source: ByteTokens::new(source),
         })
         .collect();
     DocStream::new(
@@ -225,7 +225,7 @@ fn in_tokens_split_pieces_keep_every_span_near_its_share() {
             .map(|(i, t)| MixInput {
                 name: format!("s{i}"),
                 weight: 1.0,
-                source: ByteTokens(VecSource::new(i as u16, t)),
+                source: ByteTokens::new(VecSource::new(i as u16, t)),
             })
             .collect();
         let mut s = DocStream::new(

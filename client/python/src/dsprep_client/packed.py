@@ -19,8 +19,9 @@ from .parallel import data_parallel, parallel_from_env
 from .errors import ConfigError, DsprepError, RecipeMismatch
 
 FORMAT_NAME = "dsprep-packed"
-#: The version `dsprep pack` writes (2 adds the stream chain); 1 is still read.
-FORMAT_VERSION = 3
+#: The version `dsprep pack` writes (2 adds the stream chain, 3 the documents' sources, 4 the
+#: manifest's phase ledger); 1 is still read.
+FORMAT_VERSION = 4
 OLDEST_FORMAT_VERSION = 1
 
 

@@ -4,6 +4,10 @@
 //! the input is dealt: units and bytes per lane, and per source. With `--out`, the same listing
 //! (and deal) is frozen into a plan file that `dsprep pack` and `dsprep serve` take as `--plan`
 //! (`crate::driver::frozen_plan`). Listing shows its progress source by source (`crate::progress`).
+//! For a recipe mixed in tokens it also estimates each source's tokens and where the stream ends,
+//! and warns of a phase the stream would never reach (`estimate.rs`).
+
+mod estimate;
 
 use crate::driver::frozen_plan::FrozenPlan;
 use crate::driver::inputs::{ShardSize, shard_sizes, source_shards};
@@ -116,6 +120,11 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
     if !recipe.mix.phases.is_empty() {
         out.push_str(&phase_table(recipe));
     }
+    if recipe.mix.unit == MixUnit::Tokens {
+        let estimates =
+            estimate::estimate_sources(&loaded, &lists, &sizes).with_context(context)?;
+        out.push_str(&estimate::estimate_text(&loaded, &estimates));
+    }
     if let Some(inputs) = dealt {
         let spec = inputs.spec;
         let _ = writeln!(
@@ -133,6 +142,9 @@ pub fn plan(recipe_path: &Path, plan_file: Option<&Path>) -> anyhow::Result<Stri
                 inputs.lane_bytes[lane],
                 units.join(", ")
             );
+        }
+        for warning in inputs.warnings(recipe) {
+            let _ = writeln!(out, "warning: {warning}");
         }
     }
     Ok(out)
