@@ -27,6 +27,8 @@ pub(crate) struct Connection {
     succeeded: bool,
     /// Handshakes broken off with no detail since the last one that completed.
     no_detail_failures: u32,
+    /// Without keys: connections made before any handshake completed.
+    connected_before_handshake: u32,
 }
 
 impl Connection {
@@ -47,7 +49,8 @@ impl Connection {
         let events = zmq_sys::ZMQ_EVENT_HANDSHAKE_SUCCEEDED
             | zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
             | zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+            | zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+            | zmq_sys::ZMQ_EVENT_CONNECTED;
         socket.monitor(&monitor_endpoint, events as i32)?;
         let monitor = context.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
@@ -62,6 +65,7 @@ impl Connection {
             curve: keys.is_some(),
             succeeded: false,
             no_detail_failures: 0,
+            connected_before_handshake: 0,
         })
     }
 
@@ -109,6 +113,18 @@ impl Connection {
                 }
                 zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL => {
                     return Err(ClientError::Unauthorized(self.protocol_failure(value)));
+                }
+                // A CURVE daemon closes a plain client's connection at the greeting; when it
+                // closes before this side has read the daemon's mechanism, no protocol event
+                // comes, and the socket connects again. (Not ZMQ_EVENT_DISCONNECTED: with it in
+                // the mask, the Python client's later sockets went unanswered in the tests.)
+                zmq_sys::ZMQ_EVENT_CONNECTED if !self.succeeded && !self.curve => {
+                    self.connected_before_handshake += 1;
+                    if self.connected_before_handshake > NO_DETAIL_FAILURES {
+                        return Err(ClientError::Unauthorized(self.protocol_failure(
+                            zmq_sys::ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
+                        )));
+                    }
                 }
                 zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL if self.curve => {
                     self.no_detail_failures += 1;

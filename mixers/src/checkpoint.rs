@@ -343,8 +343,12 @@ mod tests {
     fn a_piece_named_past_the_buffered_positions_is_refused() {
         let bytes = encode(&"meta", &state());
         let json_len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
-        let mut header: serde_json::Value = serde_json::from_slice(&bytes[12..12 + json_len]).unwrap();
-        assert_eq!(header["buffered_pieces"], serde_json::json!([[7, 1], [507, 1]]));
+        let mut header: serde_json::Value =
+            serde_json::from_slice(&bytes[12..12 + json_len]).unwrap();
+        assert_eq!(
+            header["buffered_pieces"],
+            serde_json::json!([[7, 1], [507, 1]])
+        );
         header["buffered_pieces"] = serde_json::json!([[1000, 2]]);
         let json = serde_json::to_vec(&header).unwrap();
         let mut bad = MAGIC.to_vec();

@@ -292,8 +292,8 @@ impl PackWriter {
             window_tokens,
             windows_per_shard,
             progress,
-            ledger,
         )
+        .map(|writer| Self { ledger, ..writer })
         .map_err(|e| leave_partial(&tmp, Some(windows), e))
     }
 
@@ -305,7 +305,6 @@ impl PackWriter {
         window_tokens: u64,
         windows_per_shard: u64,
         progress: &WriterProgress,
-        ledger: Option<PackLedger>,
     ) -> anyhow::Result<Self> {
         let wps = windows_per_shard.max(1);
         let closed = progress.closed_shards.len() as u64;
@@ -378,7 +377,7 @@ impl PackWriter {
             bytes: Vec::new(),
             chain: chain_at,
             chain_marks: progress.chain_marks.clone(),
-            ledger,
+            ledger: None, // the caller's, set by `resume`
         })
     }
 
