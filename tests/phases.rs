@@ -47,13 +47,7 @@ fn a_phase_switches_at_its_point_and_plan_and_inspect_show_it() {
     // A phase the data never reaches is reported, not silently skipped.
     let late = quickstart_with_a_phase(tmp.path(), 50_000_000);
     let late_out = tmp.path().join("late");
-    let summary = dsprep_ok(&[
-        "pack",
-        "--recipe",
-        late.to_str().unwrap(),
-        "--out",
-        late_out.to_str().unwrap(),
-    ]);
+    let summary = dsprep_ok(&pack_args(&late, &late_out, &[]));
     assert!(
         summary.contains(
             "before phase 1's point (50000000 tokens): that phase never began (under \
@@ -117,13 +111,7 @@ fn the_manifest_and_the_summary_give_every_phase_ledger() {
     let tmp = tempfile::tempdir().unwrap();
     let recipe = quickstart_with_a_phase(tmp.path(), 400_000);
     let out = tmp.path().join("p");
-    let summary = dsprep_ok(&[
-        "pack",
-        "--recipe",
-        recipe.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let summary = dsprep_ok(&pack_args(&recipe, &out, &[]));
     let m = PackedDataset::open(&out).unwrap().manifest().clone();
     assert_eq!(m.format_version, 4);
     let got: Vec<_> = (m.phases.iter())
@@ -315,25 +303,17 @@ const LANED_PHASE_AT: u64 = 60_000;
 fn a_phase_with_lanes_switches_every_lane_at_its_share_of_the_point_however_it_is_run() {
     let tmp = tempfile::tempdir().unwrap();
     let recipe = phased_multinode(tmp.path(), LANED_PHASE_AT, 8);
-    let recipe_arg = recipe.to_str().unwrap();
     let whole = tmp.path().join("whole");
-    let pack = |out: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "pack",
-            "--recipe",
-            recipe_arg,
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        dsprep_ok(&args)
-    };
-    let summary = pack(&whole, &[]);
+    let summary = dsprep_ok(&pack_args(&recipe, &whole, &[]));
     let parts = tmp.path().join("parts");
     for part in ["0", "1"] {
-        pack(&parts, &["--part", part, "--parts", "2", "--quiet"]);
+        dsprep_ok(&pack_args(
+            &recipe,
+            &parts,
+            &["--part", part, "--parts", "2"],
+        ));
     }
-    pack(&parts, &["--finish", "--quiet"]);
+    dsprep_ok(&pack_args(&recipe, &parts, &["--finish"]));
     assert!(
         dir_bytes(&parts) == dir_bytes(&whole),
         "parts + finish wrote other bytes than one pack"
@@ -408,15 +388,7 @@ fn a_phase_with_lanes_resumes_exactly_on_both_sides_of_the_boundary() {
     let tmp = tempfile::tempdir().unwrap();
     let recipe = phased_multinode(tmp.path(), 200_000, 2);
     let out = tmp.path().join("whole");
-    let recipe_arg = recipe.to_str().unwrap();
-    dsprep_ok(&[
-        "pack",
-        "--recipe",
-        recipe_arg,
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
+    dsprep_ok(&pack_args(&recipe, &out, &[]));
     let data = PackedDataset::open(&out).unwrap();
     let steps = data.num_windows() / 4;
     let boundary = data.manifest().phases[1].began_at_tokens.unwrap() / (4 * 513);
@@ -606,13 +578,7 @@ fn plan_warns_of_a_phase_first_exhausted_never_reaches() {
         "{plan}"
     );
     let out = tmp.path().join("far");
-    let summary = dsprep_ok(&[
-        "pack",
-        "--recipe",
-        far.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let summary = dsprep_ok(&pack_args(&far, &out, &[]));
     assert!(
         summary.contains("that phase never began (under first_exhausted"),
         "{summary}"
@@ -637,14 +603,7 @@ fn plan_warns_of_a_phase_first_exhausted_never_reaches() {
     );
     assert!(!plan.contains("warning: phase"), "{plan}");
     let out = tmp.path().join("near");
-    dsprep_ok(&[
-        "pack",
-        "--recipe",
-        near.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
+    dsprep_ok(&pack_args(&near, &out, &[]));
     let m = PackedDataset::open(&out).unwrap().manifest().clone();
     assert!(m.phases[1].began_at_tokens.is_some(), "{:?}", m.phases[1]);
 }
