@@ -26,14 +26,7 @@ impl Case {
     fn pack_fails(&self, recipe_text: &str) -> String {
         let recipe = write_recipe(self.dir.path(), recipe_text);
         let out = self.path("out");
-        let err = dsprep_fails(&[
-            "pack",
-            "--recipe",
-            recipe.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ]);
+        let err = dsprep_fails(&pack_args(&recipe, &out, &[]));
         assert!(!out.exists(), "a failed pack left {}", out.display());
         let leftovers: Vec<_> = std::fs::read_dir(self.dir.path())
             .unwrap()
@@ -50,15 +43,7 @@ impl Case {
     fn pack_ok(&self, recipe_text: &str) -> dsprep_client::Manifest {
         let recipe = write_recipe(self.dir.path(), recipe_text);
         let out = self.path("out");
-        dsprep_ok(&[
-            "pack",
-            "--recipe",
-            recipe.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-            "--force",
-        ]);
+        dsprep_ok(&pack_args(&recipe, &out, &["--force"]));
         dsprep_client::PackedDataset::open(&out)
             .unwrap()
             .manifest()

@@ -166,6 +166,24 @@ struct SourceShuffle {
     batches: VecDeque<usize>,
 }
 
+/// A mix in tokens: hand `batch` (the next documents `input` emits, in order) to its source to
+/// tokenize ahead. Nothing to do for an empty batch.
+fn give_to_tokenize<S: DocSource>(
+    input: &mut MixInput<S>,
+    batch: Vec<(DocPos, String)>,
+) -> Result<(), MixError> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    input
+        .source
+        .tokenize_ahead(batch)
+        .map_err(|error| MixError::Untokenized {
+            name: input.name.clone(),
+            error,
+        })
+}
+
 impl<S: DocSource> Mixer<S> {
     /// A mix in documents (HF `interleave_datasets`); the caller shuffles its output.
     pub fn new(inputs: Vec<MixInput<S>>, stopping: Stopping, seed: u64) -> Self {
@@ -361,16 +379,7 @@ impl<S: DocSource> Mixer<S> {
         if docs > 0 {
             shuffle.batches.push_back(docs);
         }
-        if !batch.is_empty() {
-            input
-                .source
-                .tokenize_ahead(batch)
-                .map_err(|error| MixError::Untokenized {
-                    name: input.name.clone(),
-                    error,
-                })?;
-        }
-        Ok(())
+        give_to_tokenize(input, batch)
     }
 
     fn start(&mut self) -> Result<(), MixError> {
@@ -646,16 +655,7 @@ impl<S: DocSource> Mixer<S> {
                 .filter(|d| d.tokens.is_none())
                 .map(|d| (d.pos, std::mem::take(&mut d.text)))
                 .collect();
-            if !batch.is_empty() {
-                let input = &mut self.inputs[i];
-                input
-                    .source
-                    .tokenize_ahead(batch)
-                    .map_err(|error| MixError::Untokenized {
-                        name: input.name.clone(),
-                        error,
-                    })?;
-            }
+            give_to_tokenize(&mut self.inputs[i], batch)?;
         }
         self.exhausted = state.exhausted.clone();
         self.emitted = state.emitted.clone();

@@ -154,22 +154,9 @@ impl Drop for Daemon {
     }
 }
 
-/// A plain HTTP/1.0 GET over a TCP socket (the metrics endpoint is on loopback).
+/// A plain HTTP/1.0 GET over a TCP socket (the metrics endpoint is on loopback): the body.
 pub fn http_get(url: &str) -> String {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").expect("http url");
-    let (host, path) = rest
-        .split_once('/')
-        .map(|(h, p)| (h, format!("/{p}")))
-        .unwrap_or((rest, "/".into()));
-    let mut stream = std::net::TcpStream::connect(host).expect("connect to metrics");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
+    http_request(url, &[]).1
 }
 
 /// A GET with extra header lines (`"Authorization: Bearer …"`): the status line and the body.

@@ -308,12 +308,7 @@ pub fn run_packed(
     let mut windows = Vec::new();
     let run = pipeline::run(stream, &loaded.stage, config, &locate, |chunk| {
         for doc in chunk.docs() {
-            on_doc(ProducedDoc {
-                source: doc.source,
-                start_tokens: packer.position_tokens(),
-                tokens: doc.tokens.len() as u64,
-                piece: doc.piece,
-            });
+            on_doc(doc.produced(packer.position_tokens()));
             packer.push_doc(doc.tokens, doc.source, &mut windows);
         }
         for window in windows.drain(..) {

@@ -88,6 +88,19 @@ pub struct ChunkDoc<'a> {
     pub tokens: &'a [u32],
 }
 
+impl ChunkDoc<'_> {
+    /// This document as produced, starting `start_tokens` into its lane's stream (where the
+    /// packer stands before it is pushed).
+    pub fn produced(&self, start_tokens: u64) -> ProducedDoc {
+        ProducedDoc {
+            source: self.source,
+            start_tokens,
+            tokens: self.tokens.len() as u64,
+            piece: self.piece,
+        }
+    }
+}
+
 impl TokenizedChunk {
     /// Each document, in stream order.
     pub fn docs(&self) -> impl Iterator<Item = ChunkDoc<'_>> {

@@ -6,7 +6,7 @@
 use super::metrics::Metrics;
 use super::store::{HISTORY_STEPS, StepChain, StepData, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
-use crate::driver::pipeline::{self, PipelineConfig, ProducedDoc};
+use crate::driver::pipeline::{self, PipelineConfig};
 use crate::driver::pretokenize::Pretokenized;
 use crate::driver::{LoadedRecipe, Locator};
 use crate::progress::FastForward;
@@ -206,15 +206,8 @@ impl Producer<'_> {
         let mut windows = Vec::new();
         let result = pipeline::run(stream, &self.loaded.stage, &self.config, &locate, |chunk| {
             for doc in chunk.docs() {
-                self.metrics.count_document(
-                    0,
-                    &ProducedDoc {
-                        source: doc.source,
-                        start_tokens: packer.position_tokens(),
-                        tokens: doc.tokens.len() as u64,
-                        piece: doc.piece,
-                    },
-                );
+                let start = packer.position_tokens();
+                self.metrics.count_document(0, &doc.produced(start));
                 packer.push_doc(doc.tokens, doc.source, &mut windows);
             }
             for window in windows.drain(..) {
