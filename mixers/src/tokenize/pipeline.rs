@@ -65,14 +65,31 @@ fn type_name<T: serde::Serialize>(component: &T) -> String {
         .unwrap_or_else(|| "?".to_string())
 }
 
-pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
+/// Truncation and padding change what `encode` returns; neither engine of the fast path has them.
+fn check_no_truncation_or_padding(tokenizer: &Tokenizer) -> Result<(), Refusal> {
     if tokenizer.get_truncation().is_some() {
         return Err(Refusal::new("truncation is set in the tokenizer.json"));
     }
     if tokenizer.get_padding().is_some() {
         return Err(Refusal::new("padding is set in the tokenizer.json"));
     }
+    Ok(())
+}
+
+/// Whether the model is a BPE with byte fallback: the SentencePiece-style engine's, not the
+/// byte-level one's.
+pub(crate) fn has_byte_fallback(tokenizer: &Tokenizer) -> bool {
+    matches!(tokenizer.get_model(), ModelWrapper::BPE(bpe) if bpe.byte_fallback)
+}
+
+pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
+    check_no_truncation_or_padding(tokenizer)?;
     let bpe = bpe_model(tokenizer)?;
+    if bpe.byte_fallback {
+        return Err(Refusal::new(
+            "BPE byte_fallback is SentencePiece-style BPE, not byte-level",
+        ));
+    }
     let nfc = match tokenizer.get_normalizer() {
         None => false,
         Some(NormalizerWrapper::NFC(_)) => true,
@@ -107,13 +124,6 @@ fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
     if let Some(p) = bpe.dropout.filter(|p| *p != 0.0) {
         return Err(Refusal::new(format!("BPE dropout {p} is random")));
     }
-    if bpe.byte_fallback {
-        return Err(Refusal::new(
-            "BPE byte_fallback (SentencePiece-style BPE, as in Llama 2 and Mistral) is not \
-             reproduced by the fast path: its merges start from characters, not bytes, and \
-             characters missing from the vocabulary become <0xNN> byte tokens",
-        ));
-    }
     // An empty prefix/suffix is what HF pastes around pieces: nothing (Qwen's files set "").
     let affix_set = |affix: &Option<String>| affix.as_deref().is_some_and(|a| !a.is_empty());
     if affix_set(&bpe.continuing_subword_prefix) || affix_set(&bpe.end_of_word_suffix) {
@@ -122,6 +132,71 @@ fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
         ));
     }
     Ok(bpe)
+}
+
+/// A SentencePiece-style BPE pipeline the fast path reproduces (Llama 2, Mistral 7B): the
+/// normalizer prepends "▁" to each stretch of text between added tokens and writes every space as
+/// "▁", there is no pre-tokenizer (the stretch is one BPE word), and the model merges characters,
+/// with `<0xNN>` byte tokens for characters outside the vocabulary.
+pub(crate) struct SentencePiecePipeline<'t> {
+    pub added: Vec<AddedSpec>,
+    pub bpe: &'t BPE,
+}
+
+/// The metaspace character SentencePiece writes for a space.
+pub(crate) const METASPACE: char = '\u{2581}';
+
+pub(crate) fn analyse_sentencepiece(
+    tokenizer: &Tokenizer,
+) -> Result<SentencePiecePipeline<'_>, Refusal> {
+    check_no_truncation_or_padding(tokenizer)?;
+    let bpe = bpe_model(tokenizer)?;
+    if bpe.ignore_merges {
+        return Err(Refusal::new(
+            "SentencePiece-style BPE with ignore_merges looks whole texts up, which the fast \
+             path does not reproduce",
+        ));
+    }
+    let metaspace = METASPACE.to_string();
+    let prepends_and_replaces = match tokenizer.get_normalizer() {
+        Some(NormalizerWrapper::Sequence(seq)) => match seq.as_ref() {
+            [NormalizerWrapper::Prepend(p), NormalizerWrapper::Replace(r)] => {
+                let replace = serde_json::to_value(r).unwrap_or_default();
+                p.prepend == metaspace
+                    && replace["pattern"]["String"] == " "
+                    && replace["content"] == metaspace.as_str()
+            }
+            _ => false,
+        },
+        _ => false,
+    };
+    if !prepends_and_replaces {
+        let shown = tokenizer.get_normalizer().map_or("none".to_string(), |n| {
+            serde_json::to_string(n).unwrap_or_else(|_| type_name(n))
+        });
+        return Err(Refusal::new(format!(
+            "SentencePiece-style BPE: the fast path reproduces the normalizer \
+             [Prepend \"▁\", Replace \" \" → \"▁\"] (Llama 2, Mistral 7B), not {shown}"
+        )));
+    }
+    if let Some(pre) = tokenizer.get_pre_tokenizer() {
+        return Err(Refusal::new(format!(
+            "SentencePiece-style BPE with pre-tokenizer {} is not reproduced by the fast path",
+            type_name(pre)
+        )));
+    }
+    if let Some(post) = tokenizer.get_post_processor() {
+        check_post_processor(post)?;
+    }
+    let added = added_tokens(tokenizer, false)?;
+    if let Some(token) = added.iter().find(|a| a.normalized) {
+        return Err(Refusal::new(format!(
+            "added token {:?} is matched after normalization, not reproduced by the \
+             SentencePiece-style fast path",
+            token.pattern
+        )));
+    }
+    Ok(SentencePiecePipeline { added, bpe })
 }
 
 fn flatten<'a>(pre: &'a PreTokenizerWrapper, steps: &mut Vec<&'a PreTokenizerWrapper>) {
@@ -217,7 +292,7 @@ fn added_tokens(tokenizer: &Tokenizer, nfc: bool) -> Result<Vec<AddedSpec>, Refu
             )));
         }
         let pattern = if token.normalized && nfc {
-            super::fast_bpe::nfc(&token.content).into_owned()
+            super::byte_level::nfc(&token.content).into_owned()
         } else {
             token.content.clone()
         };

@@ -1,35 +1,28 @@
-//! The fast path of the tokenize stage: byte-level BPE with tiktoken-rs's `CoreBPE`, 8–13× faster
-//! per core than HF `tokenizers` (BENCHMARKS.md), built only when the exactness check
-//! ([`super::pipeline`] for the pipeline, [`super::ranks`] for the vocabulary) proves it gives
-//! HF's ids for every text.
+//! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen): HF's pipeline
+//! step for step, built only when [`super::pipeline`] finds a configuration it reproduces.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
 //! trie crate ([`super::added`]); NFC is HF's NFC crate; pieces come from HF's own regex type
 //! (`tokenizers::utils::SysRegex`, which also stops where HF stops on a regex error), or, for
 //! GPT-2's and the cl100k family's patterns, from a scanner with the same matches that hands a
-//! text back to that regex wherever the regex could give up; only the BPE of a piece is
-//! tiktoken's. tiktoken's own regex pass is not used because it drops text
-//! between matches, panics on regex errors and runs a different fancy-regex version.
+//! text back to that regex wherever the regex could give up; a piece's ids come from HF's merge
+//! loop over HF's merges ([`super::merges`]), or from the thread's [`super::piece_cache`] when
+//! the same bytes were merged before.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
-use rustc_hash::FxHashMap;
-use tiktoken_rs::CoreBPE;
 use tokenizers::Tokenizer;
 use tokenizers::utils::SysRegex;
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::added::{AddedSplitter, Segment};
+use super::byte_vocab::{self, ByteVocab};
 use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
+use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, Refusal};
-use super::ranks;
-
-/// The regex `CoreBPE` runs on one piece: the whole piece, so tiktoken does nothing but look
-/// the piece up and merge it (its heap-based merge for long pieces included).
-const WHOLE_PIECE: &str = "(?s:.+)";
 
 /// fancy-regex searches take scratch space from a pool inside the regex; threads sharing one
 /// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
@@ -60,7 +53,7 @@ impl Scanner {
     }
 }
 
-pub(crate) struct FastBpe {
+pub(crate) struct ByteLevelBpe {
     /// Added tokens matched in the raw text, then those matched in the normalized text.
     raw_added: AddedSplitter,
     normalized_added: AddedSplitter,
@@ -70,10 +63,9 @@ pub(crate) struct FastBpe {
     scanner: Option<Scanner>,
     keep_matches: bool,
     keep_gaps: bool,
-    /// Piece bytes → id for pieces that are one token (most are): skips tiktoken's per-call
-    /// regex pass and allocation. The same map tiktoken holds, so the same answer.
-    encoder: FxHashMap<Vec<u8>, u32>,
-    bpe: CoreBPE,
+    vocab: ByteVocab,
+    /// Names this engine's entries in the per-thread piece caches.
+    cache_owner: u64,
     description: String,
 }
 
@@ -119,7 +111,7 @@ impl Cut {
     }
 }
 
-impl FastBpe {
+impl ByteLevelBpe {
     /// The fast engine for `tokenizer`, or why it would not reproduce HF's ids.
     pub fn build(tokenizer: &Tokenizer) -> Result<Self, Refusal> {
         // The cheap configuration checks first; the vocabulary proof walks every token.
@@ -132,16 +124,18 @@ impl FastBpe {
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
         let scanner = Scanner::for_pattern(&pipeline.split.pattern)
             .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
-        let ranks = ranks::build(pipeline.bpe)?;
-        let bpe = CoreBPE::new(ranks.encoder.clone(), FxHashMap::default(), WHOLE_PIECE)
-            .map_err(|e| Refusal::new(format!("tiktoken-rs refused the vocabulary: {e}")))?;
+        let vocab = byte_vocab::build(pipeline.bpe)?;
         let description = format!(
-            "fast path: tiktoken-rs CoreBPE, checked to give HF tokenizers' ids (byte-level BPE, \
-             {} tokens, {} merges, {} tokens no merge reaches left out; normalizer {}; \
-             {} added tokens; pre-tokenizer regex {:?}{})",
-            ranks.num_tokens,
-            ranks.num_merges,
-            ranks.num_unreachable,
+            "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
+             {} merges{}; normalizer {}; {} added tokens; pre-tokenizer regex {:?}{}; piece \
+             cache {} MiB per thread)",
+            vocab.num_tokens,
+            vocab.merges.len(),
+            if vocab.ignore_merges {
+                ", ignore_merges"
+            } else {
+                ""
+            },
             if pipeline.nfc { "NFC" } else { "none" },
             pipeline.added.len(),
             pipeline.split.pattern,
@@ -149,6 +143,7 @@ impl FastBpe {
                 Some(scanner) => format!(", scanned by dsprep's {} scanner", scanner.name()),
                 None => String::new(),
             },
+            piece_cache::CACHE_BYTES >> 20,
         );
         Ok(Self {
             raw_added,
@@ -158,8 +153,8 @@ impl FastBpe {
             scanner,
             keep_matches: pipeline.split.keep_matches,
             keep_gaps: pipeline.split.keep_gaps,
-            encoder: ranks.encoder,
-            bpe,
+            vocab,
+            cache_owner: piece_cache::new_owner(),
             description,
         })
     }
@@ -170,6 +165,15 @@ impl FastBpe {
 
     /// Append the ids HF's `encode(text, add_special_tokens=False)` gives to `out`.
     pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+        piece_cache::with_cache(self.cache_owner, |cache| self.encode_with(text, cache, out))
+    }
+
+    fn encode_with(
+        &self,
+        text: &str,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) -> Result<(), String> {
         let regex = &self.regexes[thread_slot() % self.regexes.len()];
         // HF: non-normalized added tokens in the raw text; normalize what lies between them;
         // normalized added tokens in that; pre-tokenize and BPE what lies between those.
@@ -190,7 +194,7 @@ impl FastBpe {
                             out.push(id);
                             Ok(())
                         }
-                        Segment::Text(between) => self.encode_pieces(regex, between, out),
+                        Segment::Text(between) => self.encode_pieces(regex, between, cache, out),
                     })
             }
         })
@@ -204,21 +208,24 @@ impl FastBpe {
         &self,
         regex: &SysRegex,
         text: &str,
+        cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
         let from_regex = || regex.find_iter(text).map(Ok);
         let mark = out.len();
         let scanned = match &self.scanner {
-            Some(Scanner::Gpt2(scanner)) => self.encode_matches(text, scanner.find_iter(text), out),
-            Some(Scanner::Cl100k(scanner)) => {
-                self.encode_matches(text, scanner.find_iter(text), out)
+            Some(Scanner::Gpt2(scanner)) => {
+                self.encode_matches(text, scanner.find_iter(text), cache, out)
             }
-            None => self.encode_matches(text, from_regex(), out),
+            Some(Scanner::Cl100k(scanner)) => {
+                self.encode_matches(text, scanner.find_iter(text), cache, out)
+            }
+            None => self.encode_matches(text, from_regex(), cache, out),
         };
         match scanned {
             Err(Cut::HandBack) => {
                 out.truncate(mark);
-                self.encode_matches(text, from_regex(), out)
+                self.encode_matches(text, from_regex(), cache, out)
                     .map_err(Cut::into_message)
             }
             other => other.map_err(Cut::into_message),
@@ -229,30 +236,52 @@ impl FastBpe {
         &self,
         text: &str,
         matches: impl Iterator<Item = Result<(usize, usize), HandBack>>,
+        cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), Cut> {
         let mut previous = 0;
         for found in matches {
             let (start, end) = found.map_err(|HandBack| Cut::HandBack)?;
             if self.keep_gaps && previous < start {
-                self.encode_piece(slice(text, previous, start)?, out);
+                self.encode_piece(slice(text, previous, start)?, cache, out);
             }
             if self.keep_matches && start < end {
-                self.encode_piece(slice(text, start, end)?, out);
+                self.encode_piece(slice(text, start, end)?, cache, out);
             }
             previous = end;
         }
         if self.keep_gaps && previous < text.len() {
-            self.encode_piece(slice(text, previous, text.len())?, out);
+            self.encode_piece(slice(text, previous, text.len())?, cache, out);
         }
         Ok(())
     }
 
-    fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) {
-        match self.encoder.get(piece.as_bytes()) {
-            Some(&id) => out.push(id),
-            None => out.extend(self.bpe.encode_ordinary(piece)),
+    /// HF's BPE model on one piece: the whole piece's token under `ignore_merges`, else the
+    /// merge loop over its bytes; from the cache when these bytes were merged before.
+    #[inline]
+    fn encode_piece(&self, piece: &str, cache: &mut PieceCache, out: &mut Vec<u32>) {
+        let bytes = piece.as_bytes();
+        if let Some(ids) = cache.get(bytes) {
+            out.extend_from_slice(ids);
+            return;
         }
+        let start = out.len();
+        match self
+            .vocab
+            .ignore_merges
+            .then(|| self.vocab.whole.get(bytes))
+            .flatten()
+        {
+            Some(&id) => out.push(id),
+            None => {
+                let symbols = &mut cache.symbols;
+                symbols.clear();
+                symbols.extend(bytes.iter().map(|&b| self.vocab.byte_ids[usize::from(b)]));
+                self.vocab.merges.merge(symbols);
+                out.extend_from_slice(symbols);
+            }
+        }
+        cache.insert(bytes, &out[start..]);
     }
 }
 
@@ -267,17 +296,5 @@ mod tests {
         let mut hf = tokenizers::NormalizedString::from("Cafe\u{301} \u{212b} \u{1100}\u{1161}");
         tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf).expect("nfc");
         assert_eq!(nfc("Cafe\u{301} \u{212b} \u{1100}\u{1161}"), hf.get());
-    }
-
-    #[test]
-    fn whole_piece_regex_hands_tiktoken_the_piece() {
-        let encoder: FxHashMap<Vec<u8>, u32> = (0..=255u8)
-            .map(|b| (vec![b], u32::from(b)))
-            .chain([(b"ab".to_vec(), 300), (b"abc".to_vec(), 301)])
-            .collect();
-        let bpe = CoreBPE::new(encoder, FxHashMap::default(), WHOLE_PIECE).expect("bpe");
-        // A regex that split on spaces or at line ends would change these.
-        assert_eq!(bpe.encode_ordinary("abc"), [301]);
-        assert_eq!(bpe.encode_ordinary("ab ab\n"), [300, 32, 300, 10]);
     }
 }

@@ -1,0 +1,175 @@
+//! The vocabulary of a byte-level BPE as the fast path uses it: each of the 256 bytes' ids, the
+//! tokens as bytes (for `ignore_merges`, where HF looks a whole piece up before merging), and the
+//! merge table ([`super::merges`]) read from HF's own model. Nothing here needs proving: the merge
+//! loop is HF's, over HF's merges, so the only checks are that every byte has a token (else HF
+//! would take its unknown-token path) and that the merges name tokens of the vocabulary.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use tokenizers::models::bpe::BPE;
+
+use super::merges::Merges;
+use super::pipeline::Refusal;
+
+/// What the byte-level engine needs of the vocabulary.
+pub(crate) struct ByteVocab {
+    /// Token bytes → id; filled only for `ignore_merges` vocabularies (Llama 3).
+    pub whole: FxHashMap<Vec<u8>, u32>,
+    pub byte_ids: [u32; 256],
+    pub merges: Merges,
+    pub ignore_merges: bool,
+    pub num_tokens: usize,
+}
+
+/// GPT-2's byte ↔ printable-character table that byte-level BPE vocabularies are written in
+/// (HF `pre_tokenizers::byte_level::bytes_char`): printable Latin-1 bytes stand for themselves,
+/// the other 68 bytes take the characters from U+0100 on, in byte order.
+pub(crate) fn byte_to_char() -> [char; 256] {
+    let stands_for_itself = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut table = ['\0'; 256];
+    let mut next_shifted = 0x100u32;
+    for b in 0..=255u8 {
+        table[usize::from(b)] = if stands_for_itself(b) {
+            char::from(b)
+        } else {
+            let c = char::from_u32(next_shifted).unwrap_or('\0');
+            next_shifted += 1;
+            c
+        };
+    }
+    table
+}
+
+/// The bytes a vocabulary string stands for; `None` when it has a character outside the
+/// byte-level alphabet (such a token can never come out of byte-level BPE).
+fn token_bytes(token: &str, char_to_byte: &FxHashMap<char, u8>) -> Option<Vec<u8>> {
+    token
+        .chars()
+        .map(|c| char_to_byte.get(&c).copied())
+        .collect()
+}
+
+/// Read the vocabulary and merges of HF's byte-level BPE model.
+pub(crate) fn build(bpe: &BPE) -> Result<ByteVocab, Refusal> {
+    let char_to_byte: FxHashMap<char, u8> = byte_to_char()
+        .iter()
+        .enumerate()
+        .filter_map(|(b, c)| u8::try_from(b).ok().map(|b| (*c, b)))
+        .collect();
+    let vocab = bpe.get_vocab();
+    let mut seen_ids: FxHashSet<u32> = FxHashSet::default();
+    let mut whole: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
+    for (token, &id) in &vocab {
+        if !seen_ids.insert(id) {
+            return Err(Refusal::new(format!(
+                "two vocabulary entries share id {id}"
+            )));
+        }
+        if bpe.ignore_merges
+            && let Some(bytes) = token_bytes(token, &char_to_byte)
+        {
+            whole.insert(bytes, id);
+        }
+    }
+    // Every byte needs a token, else HF's per-character lookup takes its unknown-token path.
+    let table = byte_to_char();
+    let mut byte_ids = [0u32; 256];
+    for (b, c) in table.iter().enumerate() {
+        byte_ids[b] = *vocab.get(&c.to_string()).ok_or_else(|| {
+            Refusal::new(format!("byte 0x{b:02X} has no token in the vocabulary"))
+        })?;
+    }
+    let merges = merge_table(bpe, &vocab)?;
+    Ok(ByteVocab {
+        whole,
+        byte_ids,
+        merges,
+        ignore_merges: bpe.ignore_merges,
+        num_tokens: vocab.len(),
+    })
+}
+
+/// HF's merges as ids, in rank order: each pair's tokens and the token their concatenation is.
+pub(crate) fn merge_table(
+    bpe: &BPE,
+    vocab: &std::collections::HashMap<String, u32>,
+) -> Result<Merges, Refusal> {
+    let merges = serialized_merges(bpe)?;
+    let id = |token: &str, index: usize| {
+        vocab.get(token).copied().ok_or_else(|| {
+            Refusal::new(format!(
+                "merge #{index} names {token:?}, not in the vocabulary"
+            ))
+        })
+    };
+    let mut table = Vec::with_capacity(merges.len());
+    for (index, (left, right)) in merges.iter().enumerate() {
+        let merged = format!("{left}{right}");
+        table.push((id(left, index)?, id(right, index)?, id(&merged, index)?));
+    }
+    Ok(Merges::new(table))
+}
+
+/// HF keeps its merges private; its serializer is the public view of the merge map. (Through
+/// bytes rather than a `serde_json::Value`: the vocabulary is then skipped, not built as a tree.)
+pub(crate) fn serialized_merges(bpe: &BPE) -> Result<Vec<(String, String)>, Refusal> {
+    #[derive(serde::Deserialize)]
+    struct Merges {
+        merges: Vec<(String, String)>,
+    }
+    serde_json::to_vec(bpe)
+        .and_then(|bytes| serde_json::from_slice::<Merges>(&bytes))
+        .map(|m| m.merges)
+        .map_err(|e| Refusal::new(format!("could not read the BPE merges back: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_table_is_a_bijection_onto_hf_alphabet() {
+        let table = byte_to_char();
+        let ours: std::collections::HashSet<char> = table.iter().copied().collect();
+        let hf: std::collections::HashSet<char> =
+            tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+                .into_iter()
+                .collect();
+        assert_eq!(ours.len(), 256);
+        assert_eq!(ours, hf);
+        assert_eq!(table[usize::from(b' ')], 'Ġ');
+        assert_eq!(table[usize::from(b'\n')], 'Ċ');
+    }
+
+    /// HF's byte-level pre-tokenizer writes each UTF-8 byte as a character; ours must agree on
+    /// every byte that can occur in text.
+    #[test]
+    fn byte_table_matches_hf_pre_tokenizer() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let table = byte_to_char();
+        let byte_level =
+            tokenizers::pre_tokenizers::byte_level::ByteLevel::new(false, false, false);
+        for c in [
+            '\u{0}', '\u{7f}', 'a', ' ', '\u{80}', 'é', '\u{7ff}', '€', '\u{ffff}', '😀',
+        ]
+        .into_iter()
+        .chain((0u32..0x80).filter_map(char::from_u32))
+        .chain((0x80u32..0x800).step_by(7).filter_map(char::from_u32))
+        // Three- and four-byte characters: every lead byte 0xE0..=0xF4, many trail bytes.
+        .chain(
+            (0x800u32..0x11_0000)
+                .step_by(251)
+                .filter_map(char::from_u32),
+        ) {
+            let text = c.to_string();
+            let mut pre = PreTokenizedString::from(text.as_str());
+            byte_level.pre_tokenize(&mut pre).expect("pre-tokenize");
+            let hf: String = pre
+                .get_splits(OffsetReferential::Original, OffsetType::Byte)
+                .into_iter()
+                .map(|(s, _, _)| s)
+                .collect();
+            let ours: String = text.bytes().map(|b| table[usize::from(b)]).collect();
+            assert_eq!(hf, ours, "{c:?}");
+        }
+    }
+}

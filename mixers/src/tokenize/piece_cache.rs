@@ -1,0 +1,170 @@
+//! The fast path's piece cache: a piece's bytes → its ids, one per tokenizer thread, of fixed size
+//! ([`CACHE_BYTES`] per thread, allocated on the thread's first document, never grown).
+//!
+//! Most pieces of a text are words met before (" the", "\n", "    return"), and a hit skips the
+//! merge loop. The cache is direct-mapped: a piece hashes to one 64-byte slot holding its bytes
+//! and ids inline, so a lookup is one hash and one cache line, and a new piece simply replaces
+//! what was in its slot. Pieces longer than [`MAX_KEY`] bytes or of more than [`MAX_IDS`] ids are
+//! not cached (they are rare and cheap to miss). The ids never depend on the cache: it only holds
+//! what the merge loop gave for the same bytes, for the one engine that owns it (a thread that
+//! switches engines clears it first).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Longest piece cached, in bytes.
+pub(crate) const MAX_KEY: usize = 30;
+/// Most ids a cached piece may have.
+pub(crate) const MAX_IDS: usize = 8;
+const SLOT_BITS: u32 = 16;
+/// Memory of one thread's cache: 65,536 slots of 64 bytes (4 MiB).
+pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slot>();
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Slot {
+    /// 0: empty (empty pieces are never cached).
+    key_len: u8,
+    ids_len: u8,
+    key: [u8; MAX_KEY],
+    ids: [u32; MAX_IDS],
+}
+
+const EMPTY: Slot = Slot {
+    key_len: 0,
+    ids_len: 0,
+    key: [0; MAX_KEY],
+    ids: [0; MAX_IDS],
+};
+
+/// One thread's cache and the scratch space its engine merges in.
+pub(crate) struct PieceCache {
+    owner: u64,
+    slots: Box<[Slot]>,
+    /// Symbols of the piece being merged (reused: no allocation per piece).
+    pub symbols: Vec<u32>,
+    /// A piece's key where it is not a slice of the text (reused likewise).
+    pub key: Vec<u8>,
+}
+
+/// A distinct number per engine built in this process, naming a cache's owner.
+pub(crate) fn new_owner() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+thread_local! {
+    static CACHE: RefCell<Option<PieceCache>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with this thread's cache, emptied first if another engine filled it.
+pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) -> R {
+    CACHE.with(|cell| {
+        // A re-entrant call (none exists) would get a private cache rather than a panic.
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return f(&mut PieceCache::new(owner));
+        };
+        let cache = slot.get_or_insert_with(|| PieceCache::new(owner));
+        if cache.owner != owner {
+            cache.slots.fill(EMPTY);
+            cache.owner = owner;
+        }
+        f(cache)
+    })
+}
+
+#[inline]
+fn slot_of(key: &[u8]) -> usize {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = (key.len() as u64).wrapping_mul(K);
+    let mut chunks = key.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        let mut word = [0u8; 8];
+        word[..tail.len()].copy_from_slice(tail);
+        h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+    }
+    (h >> (64 - SLOT_BITS)) as usize
+}
+
+impl PieceCache {
+    fn new(owner: u64) -> Self {
+        Self {
+            owner,
+            slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
+            symbols: Vec::new(),
+            key: Vec::new(),
+        }
+    }
+
+    /// The ids cached for `key`.
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Option<&[u32]> {
+        if key.is_empty() || key.len() > MAX_KEY {
+            return None;
+        }
+        let slot = &self.slots[slot_of(key)];
+        (usize::from(slot.key_len) == key.len() && &slot.key[..key.len()] == key)
+            .then(|| &slot.ids[..usize::from(slot.ids_len)])
+    }
+
+    /// Remember `ids` for `key` (nothing happens for pieces too long to cache).
+    #[inline]
+    pub fn insert(&mut self, key: &[u8], ids: &[u32]) {
+        if key.is_empty() || key.len() > MAX_KEY || ids.len() > MAX_IDS {
+            return;
+        }
+        let slot = &mut self.slots[slot_of(key)];
+        slot.key_len = key.len() as u8;
+        slot.key[..key.len()].copy_from_slice(key);
+        slot.ids_len = ids.len() as u8;
+        slot.ids[..ids.len()].copy_from_slice(ids);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_a_cache_line_and_the_cap_is_4_mib() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(CACHE_BYTES, 4 << 20);
+    }
+
+    #[test]
+    fn hits_misses_and_limits() {
+        let mut cache = PieceCache::new(1);
+        assert_eq!(cache.get(b" the"), None);
+        cache.insert(b" the", &[262]);
+        assert_eq!(cache.get(b" the"), Some(&[262][..]));
+        assert_eq!(cache.get(b" thE"), None);
+        cache.insert(b"", &[1]);
+        assert_eq!(cache.get(b""), None);
+        let long = [b'x'; MAX_KEY + 1];
+        cache.insert(&long, &[1]);
+        assert_eq!(cache.get(&long), None);
+        cache.insert(b"many", &[1; MAX_IDS + 1]);
+        assert_eq!(cache.get(b"many"), None);
+        cache.insert(b"eight", &[7; MAX_IDS]);
+        assert_eq!(cache.get(b"eight"), Some(&[7; MAX_IDS][..]));
+    }
+
+    #[test]
+    fn another_owner_starts_empty() {
+        with_cache(u64::MAX - 1, |c| c.insert(b"word", &[5]));
+        assert_eq!(
+            with_cache(u64::MAX - 1, |c| c.get(b"word").map(<[u32]>::to_vec)),
+            Some(vec![5])
+        );
+        assert_eq!(
+            with_cache(u64::MAX - 2, |c| c.get(b"word").map(<[u32]>::to_vec)),
+            None
+        );
+    }
+}
