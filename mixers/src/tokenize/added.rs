@@ -17,6 +17,10 @@ pub(crate) enum Segment<'a> {
 pub(crate) struct AddedSplitter {
     trie: Option<DoubleArrayAhoCorasick<u32>>,
     skipped: FxHashSet<u32>,
+    /// The distinct first bytes of the patterns when there are at most three (added tokens
+    /// mostly start with '<'): no match starts before the first of them in a text, so the
+    /// trie walks only from there, and not at all through a text without one.
+    first_bytes: Option<Vec<u8>>,
 }
 
 impl AddedSplitter {
@@ -31,6 +35,7 @@ impl AddedSplitter {
             return Ok(Self {
                 trie: None,
                 skipped,
+                first_bytes: None,
             });
         }
         let mut patterns = FxHashSet::default();
@@ -44,10 +49,29 @@ impl AddedSplitter {
             .match_kind(MatchKind::LeftmostLongest)
             .build_with_values(chosen.iter().map(|s| (s.pattern.as_str(), s.id)))
             .map_err(|e| Refusal::new(format!("added tokens do not build a trie: {e}")))?;
+        let mut first_bytes: Vec<u8> = chosen
+            .iter()
+            .filter_map(|s| s.pattern.as_bytes().first().copied())
+            .collect();
+        first_bytes.sort_unstable();
+        first_bytes.dedup();
         Ok(Self {
             trie: Some(trie),
             skipped,
+            first_bytes: (first_bytes.len() <= 3).then_some(first_bytes),
         })
+    }
+
+    /// Where the first match can start at the earliest (the text's length if nowhere).
+    fn first_candidate(&self, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let found = match self.first_bytes.as_deref() {
+            Some([a]) => memchr::memchr(*a, bytes),
+            Some([a, b]) => memchr::memchr2(*a, *b, bytes),
+            Some([a, b, c]) => memchr::memchr3(*a, *b, *c, bytes),
+            _ => Some(0),
+        };
+        found.unwrap_or(bytes.len())
     }
 
     /// Call `f` on the segments of `text` in order. Empty text segments are not reported (HF
@@ -65,17 +89,21 @@ impl AddedSplitter {
             };
         };
         let mut start = 0;
-        for found in trie.leftmost_find_iter(text) {
+        // A pattern's first byte starts a character, so `from` is a char boundary.
+        let from = self.first_candidate(text);
+        let searched = text.get(from..).unwrap_or_default();
+        for found in trie.leftmost_find_iter(searched) {
             let id = found.value();
+            let (found_start, found_end) = (from + found.start(), from + found.end());
             if self.skipped.contains(&id) {
                 continue;
             }
             // Matches of valid UTF-8 patterns in a str start and end on char boundaries.
-            if let Some(before) = text.get(start..found.start()).filter(|s| !s.is_empty()) {
+            if let Some(before) = text.get(start..found_start).filter(|s| !s.is_empty()) {
                 f(Segment::Text(before))?;
             }
             f(Segment::Added(id))?;
-            start = found.end();
+            start = found_end;
         }
         match text.get(start..) {
             Some(rest) if !rest.is_empty() => f(Segment::Text(rest)),
@@ -123,6 +151,8 @@ mod tests {
         // A skipped token's text stays in the text around it.
         assert_eq!(segments(&splitter, "<s><a>"), ["T<s>", "A1"]);
         assert_eq!(segments(&splitter, ""), Vec::<String>::new());
+        assert_eq!(segments(&splitter, "no tokens here"), ["Tno tokens here"]);
+        assert_eq!(segments(&splitter, "é x < <a>"), ["Té x < ", "A1"]);
         let none = AddedSplitter::new(&specs, true).expect("no trie");
         assert_eq!(segments(&none, "<a>"), ["T<a>"]);
     }

@@ -262,7 +262,10 @@ impl ByteLevelBpe {
     fn encode_piece(&self, piece: &str, cache: &mut PieceCache, out: &mut Vec<u32>) {
         let bytes = piece.as_bytes();
         if let Some(ids) = cache.get(bytes) {
-            out.extend_from_slice(ids);
+            match ids {
+                [id] => out.push(*id),
+                ids => out.extend_from_slice(ids),
+            }
             return;
         }
         let start = out.len();

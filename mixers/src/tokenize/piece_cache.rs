@@ -13,9 +13,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Longest piece cached, in bytes.
-pub(crate) const MAX_KEY: usize = 30;
+pub(crate) const MAX_KEY: usize = 32;
 /// Most ids a cached piece may have.
-pub(crate) const MAX_IDS: usize = 8;
+pub(crate) const MAX_IDS: usize = 7;
 const SLOT_BITS: u32 = 16;
 /// Memory of one thread's cache: 65,536 slots of 64 bytes (4 MiB).
 pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slot>();
@@ -23,18 +23,19 @@ pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slo
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Slot {
+    /// The piece's bytes, zero past its length (compared whole, as four words).
+    key: [u8; MAX_KEY],
+    ids: [u32; MAX_IDS],
     /// 0: empty (empty pieces are never cached).
     key_len: u8,
     ids_len: u8,
-    key: [u8; MAX_KEY],
-    ids: [u32; MAX_IDS],
 }
 
 const EMPTY: Slot = Slot {
-    key_len: 0,
-    ids_len: 0,
     key: [0; MAX_KEY],
     ids: [0; MAX_IDS],
+    key_len: 0,
+    ids_len: 0,
 };
 
 /// One thread's cache and the scratch space its engine merges in.
@@ -73,20 +74,21 @@ pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) ->
     })
 }
 
+/// `key` zero-padded to [`MAX_KEY`] bytes (the caller checked its length).
 #[inline]
-fn slot_of(key: &[u8]) -> usize {
+fn padded(key: &[u8]) -> [u8; MAX_KEY] {
+    let mut out = [0u8; MAX_KEY];
+    out[..key.len()].copy_from_slice(key);
+    out
+}
+
+#[inline]
+fn slot_of(padded: &[u8; MAX_KEY], len: usize) -> usize {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = (key.len() as u64).wrapping_mul(K);
-    let mut chunks = key.chunks_exact(8);
-    for chunk in &mut chunks {
+    let mut h = (len as u64).wrapping_mul(K);
+    for chunk in padded.chunks_exact(8).take(len.div_ceil(8)) {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
-        h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let mut word = [0u8; 8];
-        word[..tail.len()].copy_from_slice(tail);
         h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
     }
     (h >> (64 - SLOT_BITS)) as usize
@@ -108,8 +110,9 @@ impl PieceCache {
         if key.is_empty() || key.len() > MAX_KEY {
             return None;
         }
-        let slot = &self.slots[slot_of(key)];
-        (usize::from(slot.key_len) == key.len() && &slot.key[..key.len()] == key)
+        let padded = padded(key);
+        let slot = &self.slots[slot_of(&padded, key.len())];
+        (usize::from(slot.key_len) == key.len() && slot.key == padded)
             .then(|| &slot.ids[..usize::from(slot.ids_len)])
     }
 
@@ -119,9 +122,10 @@ impl PieceCache {
         if key.is_empty() || key.len() > MAX_KEY || ids.len() > MAX_IDS {
             return;
         }
-        let slot = &mut self.slots[slot_of(key)];
+        let padded = padded(key);
+        let slot = &mut self.slots[slot_of(&padded, key.len())];
         slot.key_len = key.len() as u8;
-        slot.key[..key.len()].copy_from_slice(key);
+        slot.key = padded;
         slot.ids_len = ids.len() as u8;
         slot.ids[..ids.len()].copy_from_slice(ids);
     }

@@ -173,17 +173,29 @@ impl SentencePieceBpe {
         let bytes = raw.as_bytes();
         let mut piece_start = 0;
         let mut first = true;
-        let mut previous: Option<char> = None;
-        for (at, c) in raw.char_indices() {
-            if (c == ' ' || c == METASPACE)
-                && let Some(before) = previous
-                && self.may_cut_after(before)
-            {
-                self.encode_piece(&bytes[piece_start..at], first, cache, out);
-                piece_start = at;
-                first = false;
+        // The character before `at` may end a piece (the prepended "▁" may not).
+        let mut may_cut = false;
+        let mut at = 0;
+        while at < bytes.len() {
+            let b = bytes[at];
+            if b.is_ascii() {
+                if b == b' ' && may_cut {
+                    self.encode_piece(&bytes[piece_start..at], first, cache, out);
+                    (piece_start, first) = (at, false);
+                }
+                may_cut = self.cut_after_ascii[usize::from(b)];
+                at += 1;
+                continue;
             }
-            previous = Some(c);
+            let Some(c) = raw.get(at..).and_then(|rest| rest.chars().next()) else {
+                break;
+            };
+            if c == METASPACE && may_cut {
+                self.encode_piece(&bytes[piece_start..at], first, cache, out);
+                (piece_start, first) = (at, false);
+            }
+            may_cut = self.may_cut_after(c);
+            at += c.len_utf8();
         }
         self.encode_piece(&bytes[piece_start..], first, cache, out);
     }
@@ -198,7 +210,10 @@ impl SentencePieceBpe {
         }
         key.extend_from_slice(piece);
         if let Some(ids) = cache.get(&key) {
-            out.extend_from_slice(ids);
+            match ids {
+                [id] => out.push(*id),
+                ids => out.extend_from_slice(ids),
+            }
         } else {
             let start = out.len();
             let symbols = &mut cache.symbols;
