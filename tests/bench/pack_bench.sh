@@ -21,14 +21,10 @@ RUNS="${*:-t1 t2 t2_b100k}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-# DSPREP_BIN: a release binary to measure instead of building one here.
-if [ -z "${DSPREP_BIN:-}" ]; then
-  (cd "$ROOT" && cargo build --release -p dsprep --quiet)
-fi
-BIN="${DSPREP_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep}"
 
 # shellcheck source=tests/bench/peer_recipe.sh
 source "$ROOT/tests/bench/peer_recipe.sh"
+dsprep_bin   # BIN: DSPREP_BIN, or a release build made here
 recipe() { peer_recipe 2048 "$1"; }  # buffer_size
 
 run() {  # name threads buffer [extra dsprep args]

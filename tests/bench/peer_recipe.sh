@@ -8,6 +8,26 @@
 #   SPLIT_BYTES=16384 peer_recipe …       # oversize = "split" at that max_document_bytes for the
 #                                         # sources in SPLIT_SOURCES (default: the-stack-v2)
 #   PEER_WEIGHTS="w1 w2 w3 w4 w5" peer_recipe …   # other weights, in the sources' order
+# bench_tokenizer NAME: sets TOK (the tokenizer.json's path) and EOS for gpt2, qwen3, llama3 or
+# llama2 (the last two fetched by config/tokenizers/fetch.sh). Needs ROOT (the repository).
+bench_tokenizer() {
+  case "$1" in
+    gpt2) TOK="$ROOT/config/tokenizers/gpt2/tokenizer.json"; EOS="<|endoftext|>" ;;
+    qwen3) TOK="$ROOT/config/tokenizers/qwen3/tokenizer.json"; EOS="<|endoftext|>" ;;
+    llama3) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama3)"; EOS="<|end_of_text|>" ;;
+    llama2) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama2)"; EOS="</s>" ;;
+    *) echo "unknown tokenizer $1" >&2; exit 2 ;;
+  esac
+}
+
+# dsprep_bin: sets BIN to DSPREP_BIN, or builds the release dsprep here and uses it.
+dsprep_bin() {
+  if [ -z "${DSPREP_BIN:-}" ]; then
+    (cd "$ROOT" && cargo build --release -p dsprep --quiet)
+  fi
+  BIN="${DSPREP_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep}"
+}
+
 peer_recipe() {
   printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "%s"\n[packing]\nseq_len = %s\n' "$TOK" "${EOS:-<|endoftext|>}" "$1"
   printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\nunit = "%s"\n' "$2" "${MIX_UNIT:-documents}"

@@ -24,6 +24,8 @@ if [ -z "${DSPREP_TOKENIZE_BENCH:-}" ]; then
 fi
 BENCH="${DSPREP_TOKENIZE_BENCH:-${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/tokenize_bench}"
 
+# shellcheck source=tests/bench/peer_recipe.sh
+source "$ROOT/tests/bench/peer_recipe.sh"
 cp "$ROOT/tests/bench/data/c4-en-1000.json.gz" "$WORK/prose.json.gz"
 python3 - "$WORK/code.json.gz" "$CODE_MB" <<'PY'
 import gzip, json, pathlib, sys, sysconfig
@@ -43,20 +45,11 @@ with gzip.open(out, "wt", encoding="utf-8") as f:
         f.write(json.dumps({"text": d}) + "\n")
 PY
 
-tokenizer() {  # name -> path
-  case "$1" in
-    gpt2) TOK="$ROOT/config/tokenizers/gpt2/tokenizer.json" ;;
-    qwen3) TOK="$ROOT/config/tokenizers/qwen3/tokenizer.json" ;;
-    llama3) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama3)" ;;
-    llama2) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama2)" ;;
-    *) echo "unknown tokenizer $1" >&2; exit 2 ;;
-  esac
-}
 
 tag() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(tokenizer=sys.argv[1], text=sys.argv[2], round=int(sys.argv[3])); print(json.dumps(r))' "$@"; }
 
 for name in $NAMES; do
-  tokenizer "$name"
+  bench_tokenizer "$name"
   for text in prose code; do
     for round in $(seq "$ROUNDS"); do
       taskset -c "$CORE" "$BENCH" --tokenizer "$TOK" --text-dir "$WORK/$text.json.gz" \

@@ -19,25 +19,12 @@ PEER_TOKENS="${PEER_TOKENS:-15000000}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-if [ -z "${DSPREP_BIN:-}" ]; then
-  (cd "$ROOT" && cargo build --release -p dsprep --quiet)
-fi
-BIN="${DSPREP_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/dsprep}"
 # shellcheck source=tests/bench/peer_recipe.sh
 source "$ROOT/tests/bench/peer_recipe.sh"
-
-tokenizer() {  # name -> path and EOS
-  case "$1" in
-    gpt2) TOK="$ROOT/config/tokenizers/gpt2/tokenizer.json"; EOS="<|endoftext|>" ;;
-    qwen3) TOK="$ROOT/config/tokenizers/qwen3/tokenizer.json"; EOS="<|endoftext|>" ;;
-    llama3) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama3)"; EOS="<|end_of_text|>" ;;
-    llama2) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama2)"; EOS="</s>" ;;
-    *) echo "unknown tokenizer $1" >&2; exit 2 ;;
-  esac
-}
+dsprep_bin   # BIN: DSPREP_BIN, or a release build made here
 
 for name in $NAMES; do
-  tokenizer "$name"
+  bench_tokenizer "$name"
   export TOK EOS
   peer_recipe 2048 10000 > "$WORK/recipe.toml"
   /usr/bin/time -f '%M %e %U %S' -o "$WORK/time" \
