@@ -758,6 +758,10 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(o200k) = fetched_tokenizer("o200k") {
         tokenizers.push(("o200k", o200k, "<|endoftext|>", "fast path"));
     }
+    // SentencePiece-style BPE with byte fallback (Mistral 7B's file): its own fast path.
+    if let Some(llama2) = fetched_tokenizer("llama2") {
+        tokenizers.push(("llama2", llama2, "</s>", "SentencePiece-style BPE"));
+    }
     for (name, tokenizer, eos, scanner) in tokenizers {
         let dir = tmp.path().join(name);
         std::fs::create_dir(&dir).unwrap();
