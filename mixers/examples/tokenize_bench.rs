@@ -8,6 +8,8 @@
 //! Reads JSON-lines gzip files (`.json.gz`, field `text`, one document per row) and plain text
 //! files (cut into ~4 KB documents at line ends), encodes every document with `encode_doc` on
 //! N threads (documents dealt round-robin), and prints one JSON line. Only encoding is timed.
+//! `--rounds R` encodes everything R times, each round on new threads (so with cold piece
+//! caches), and reports the median round: for profiles longer than one pass.
 
 use std::error::Error;
 use std::io::{BufRead, BufReader};
@@ -26,6 +28,7 @@ struct Args {
     engine: String,
     threads: usize,
     max_bytes: usize,
+    rounds: usize,
 }
 
 fn parse_args() -> Result<Args, Box<dyn Error>> {
@@ -34,6 +37,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
     let mut engine = "fast".to_string();
     let mut threads = 1;
     let mut max_mb = 20.0;
+    let mut rounds = 1;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -43,6 +47,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             "--engine" => engine = value()?,
             "--threads" => threads = value()?.parse()?,
             "--max-mb" => max_mb = value()?.parse()?,
+            "--rounds" => rounds = value()?.parse()?,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -55,6 +60,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         engine,
         threads: threads.max(1),
         max_bytes: (max_mb * 1e6) as usize,
+        rounds: rounds.max(1),
     })
 }
 
@@ -110,6 +116,60 @@ fn read_docs(path: &Path, docs: &mut Vec<String>) -> Result<(), Box<dyn Error>> 
     Ok(())
 }
 
+/// This thread's time on a CPU so far, in seconds (Linux `/proc/thread-self/schedstat`; 0 where
+/// there is none): what a run costs when other work shares the cores.
+fn thread_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+        })
+        .map_or(0.0, |ns| ns / 1e9)
+}
+
+/// Encode every document once on `threads` new threads; (seconds, tokens, CPU seconds).
+fn encode_round(
+    stage: &TokenizeStage,
+    docs: &[String],
+    threads: usize,
+) -> Result<(f64, usize, f64), Box<dyn Error>> {
+    let started = Instant::now();
+    let per_thread: Vec<Result<(usize, f64), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let cpu = thread_cpu_seconds();
+                    let mut ids = Vec::new();
+                    let mut tokens = 0;
+                    for doc in docs.iter().skip(t).step_by(threads) {
+                        ids.clear();
+                        stage.encode_doc(doc, &mut ids).map_err(|e| e.to_string())?;
+                        tokens += ids.len();
+                    }
+                    Ok((tokens, thread_cpu_seconds() - cpu))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a thread panicked".to_string()))
+            })
+            .collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let (mut tokens, mut cpu) = (0, 0.0);
+    for result in per_thread {
+        let (counted, spent) = result?;
+        tokens += counted;
+        cpu += spent;
+    }
+    Ok((seconds, tokens, cpu))
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let json = std::fs::read(&args.tokenizer)?;
@@ -147,36 +207,18 @@ fn main() -> Result<(), Box<dyn Error>> {
     });
     let bytes: usize = docs.iter().map(String::len).sum();
 
-    let started = Instant::now();
-    let per_thread: Vec<Result<usize, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..args.threads)
-            .map(|t| {
-                let (stage, docs) = (&stage, &docs);
-                scope.spawn(move || {
-                    let mut ids = Vec::new();
-                    let mut tokens = 0;
-                    for doc in docs.iter().skip(t).step_by(args.threads) {
-                        ids.clear();
-                        stage.encode_doc(doc, &mut ids).map_err(|e| e.to_string())?;
-                        tokens += ids.len();
-                    }
-                    Ok(tokens)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a thread panicked".to_string()))
-            })
-            .collect()
-    });
-    let seconds = started.elapsed().as_secs_f64();
+    let (mut rounds, mut cpu_rounds) = (Vec::new(), Vec::new());
     let mut tokens = 0;
-    for result in per_thread {
-        tokens += result?;
+    for _ in 0..args.rounds {
+        let (seconds, counted, cpu) = encode_round(&stage, &docs, args.threads)?;
+        rounds.push(seconds);
+        cpu_rounds.push(cpu);
+        tokens = counted;
     }
+    rounds.sort_by(f64::total_cmp);
+    cpu_rounds.sort_by(f64::total_cmp);
+    let seconds = rounds[rounds.len() / 2];
+    let cpu_seconds = cpu_rounds[cpu_rounds.len() / 2];
     let line = serde_json::json!({
         "engine": args.engine,
         "threads": args.threads,
@@ -185,6 +227,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         "tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": tokens as f64 / seconds,
+        "cpu_seconds": cpu_seconds,
+        "tokens_per_cpu_s": tokens as f64 / cpu_seconds,
         "mb_per_s": bytes as f64 / 1e6 / seconds,
         "build_seconds": build_seconds,
         "tokenizer": args.tokenizer.display().to_string(),

@@ -29,11 +29,12 @@ tok = gigatoken.Tokenizer(a.tokenizer)
 tok.encode_batch_list(["warm up"], parallel=False)
 build = time.perf_counter() - t0
 tokens = 0
-started = time.perf_counter()
+started, cpu_started = time.perf_counter(), time.thread_time()
 for i in range(0, len(docs), a.batch):
     for ids in tok.encode_batch_list(docs[i:i + a.batch], parallel=False):
         tokens += len(ids)
-seconds = time.perf_counter() - started
+seconds, cpu_seconds = time.perf_counter() - started, time.thread_time() - cpu_started
 print(json.dumps({"engine": "gigatoken", "docs": len(docs), "bytes": text_bytes, "tokens": tokens,
                   "seconds": seconds, "tokens_per_s": tokens / seconds,
+                  "cpu_seconds": cpu_seconds, "tokens_per_cpu_s": tokens / cpu_seconds,
                   "mb_per_s": text_bytes / 1e6 / seconds, "build_seconds": build}))
