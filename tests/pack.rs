@@ -802,3 +802,81 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
         );
     }
 }
+
+/// The engine cache (DSPREP_ENGINE_CACHE): the first pack keeps the fast engine's tables in one
+/// file named by the tokenizer's sha256, the next takes them from there, a damaged entry is
+/// ignored (the engine line says why) and replaced, `off` keeps nothing; the bytes packed are the
+/// same every time.
+#[test]
+fn the_engine_cache_is_kept_used_and_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("engines");
+    let pack_with = |value: &Path, out: &str| -> (String, Vec<(String, Vec<u8>)>) {
+        let out = tmp.path().join(out);
+        let quickstart = quickstart();
+        let args = pack_args(&quickstart, &out, &[]);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"))
+            .args(&args)
+            .env("DSPREP_ENGINE_CACHE", value)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("tokenizer engine: fast path: "))
+            .unwrap_or_else(|| panic!("no fast-path engine line in {stdout}"))
+            .to_string();
+        (line, dir_bytes(&out))
+    };
+    let sha = hex_sha256(&std::fs::read(gpt2_tokenizer()).unwrap());
+    let entry = cache.join(format!("{sha}.engine"));
+
+    let (first, bytes) = pack_with(&cache, "first");
+    assert!(!first.contains("engine cache"), "{first}");
+    let names: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, [format!("{sha}.engine")]);
+    let sound = std::fs::read(&entry).unwrap();
+    assert!(sound.starts_with(b"dsprep-engine-cache/1 "));
+
+    let (second, second_bytes) = pack_with(&cache, "second");
+    assert!(
+        second.ends_with("(tables from the engine cache)"),
+        "{second}"
+    );
+    assert!(second_bytes == bytes, "packed from the cache: other bytes");
+
+    let mut damaged = sound.clone();
+    let at = damaged.len() - 10;
+    damaged[at] ^= 0x20;
+    std::fs::write(&entry, &damaged).unwrap();
+    let (third, third_bytes) = pack_with(&cache, "third");
+    assert!(
+        third.ends_with(
+            "; engine cache entry ignored: payload does not match its sha256 (corrupt or cut short)"
+        ),
+        "{third}"
+    );
+    assert!(third_bytes == bytes, "past a damaged entry: other bytes");
+    let replaced = std::fs::read(&entry).unwrap();
+    assert!(replaced.starts_with(b"dsprep-engine-cache/1 ") && replaced != damaged);
+
+    let (off, off_bytes) = pack_with(Path::new("off"), "off");
+    assert!(!off.contains("engine cache"), "{off}");
+    assert!(off_bytes == bytes);
+
+    // A cache that cannot be written (a file where its directory would be) costs nothing.
+    let blocked = tmp.path().join("a-file");
+    std::fs::write(&blocked, b"not a directory").unwrap();
+    let (line, blocked_bytes) = pack_with(&blocked.join("engines"), "blocked");
+    assert!(!line.contains("engine cache"), "{line}");
+    assert!(blocked_bytes == bytes);
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}

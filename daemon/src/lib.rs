@@ -16,4 +16,5 @@ pub mod progress;
 pub mod serve;
 pub mod sources;
 pub mod tap;
+pub mod tokenizer_cache;
 pub mod verify;

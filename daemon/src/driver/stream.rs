@@ -8,10 +8,12 @@ use super::inputs::source_shards;
 use super::pretokenize::{Pretokenized, TokenizePool};
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, SourceContext};
+use crate::tokenizer_cache::EngineCacheDir;
 use anyhow::{Context, anyhow};
 use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::{MixUnit, Recipe};
+use dsprep_mixers::tokenize::EngineCache;
 use dsprep_mixers::{DocStream, EngineChoice, Mixer, Shuffler, TokenizeStage};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,11 +53,14 @@ pub fn load_recipe_with(
             tokenizer_path.display()
         )
     })?;
-    let stage = TokenizeStage::from_json_bytes_with(
+    // The fast engine's tables come from the engine cache when it holds this file's.
+    let engine_cache = EngineCacheDir::from_env();
+    let stage = TokenizeStage::from_json_bytes_cached(
         &tokenizer_json,
         &recipe.tokenizer,
         &tokenizer_path.display().to_string(),
         engine,
+        engine_cache.as_ref().map(|c| c as &dyn EngineCache),
     )
     .with_context(|| format!("recipe {}", path.display()))?;
     let mut loaded = LoadedRecipe {

@@ -12,17 +12,18 @@
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
+use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 use tokenizers::utils::SysRegex;
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::added::{AddedSplitter, Segment};
-use super::byte_vocab::{self, ByteVocab};
+use super::byte_vocab::{self, ByteVocab, VocabTables};
 use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, Refusal};
+use super::pipeline::{self, AddedSpec, Refusal};
 
 /// fancy-regex searches take scratch space from a pool inside the regex; threads sharing one
 /// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
@@ -111,20 +112,44 @@ impl Cut {
     }
 }
 
+/// Everything the byte-level engine is built from, read from a `tokenizer.json` by
+/// [`ByteLevelBpe::learn`]: plain data, the form the engine cache ([`super::engine_cache`]) keeps.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ByteLevelTables {
+    nfc: bool,
+    pattern: String,
+    keep_matches: bool,
+    keep_gaps: bool,
+    added: Vec<AddedSpec>,
+    vocab: VocabTables,
+}
+
 impl ByteLevelBpe {
-    /// The fast engine for `tokenizer`, or why it would not reproduce HF's ids.
-    pub fn build(tokenizer: &Tokenizer) -> Result<Self, Refusal> {
-        // The cheap configuration checks first; the vocabulary proof walks every token.
+    /// What the engine for `tokenizer` is built from, or why it would not reproduce HF's ids.
+    pub fn learn(tokenizer: &Tokenizer) -> Result<ByteLevelTables, Refusal> {
+        // The cheap configuration checks first; the vocabulary is read last.
         let pipeline = pipeline::analyse(tokenizer)?;
-        let raw_added = AddedSplitter::new(&pipeline.added, false)?;
-        let normalized_added = AddedSplitter::new(&pipeline.added, true)?;
+        Ok(ByteLevelTables {
+            nfc: pipeline.nfc,
+            pattern: pipeline.split.pattern,
+            keep_matches: pipeline.split.keep_matches,
+            keep_gaps: pipeline.split.keep_gaps,
+            added: pipeline.added,
+            vocab: byte_vocab::read(pipeline.bpe)?,
+        })
+    }
+
+    /// The engine from its tables (fresh from [`Self::learn`], or from the engine cache).
+    pub fn from_tables(tables: &ByteLevelTables) -> Result<Self, Refusal> {
+        let raw_added = AddedSplitter::new(&tables.added, false)?;
+        let normalized_added = AddedSplitter::new(&tables.added, true)?;
         let regexes = (0..REGEX_COPIES)
-            .map(|_| SysRegex::new(&pipeline.split.pattern))
+            .map(|_| SysRegex::new(&tables.pattern))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
-        let scanner = Scanner::for_pattern(&pipeline.split.pattern)
+        let scanner = Scanner::for_pattern(&tables.pattern)
             .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
-        let vocab = byte_vocab::build(pipeline.bpe)?;
+        let vocab = ByteVocab::from_tables(&tables.vocab)?;
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
              {} merges{}; normalizer {}; {} added tokens; pre-tokenizer regex {:?}{}; piece \
@@ -136,9 +161,9 @@ impl ByteLevelBpe {
             } else {
                 ""
             },
-            if pipeline.nfc { "NFC" } else { "none" },
-            pipeline.added.len(),
-            pipeline.split.pattern,
+            if tables.nfc { "NFC" } else { "none" },
+            tables.added.len(),
+            tables.pattern,
             match &scanner {
                 Some(scanner) => format!(", scanned by dsprep's {} scanner", scanner.name()),
                 None => String::new(),
@@ -148,11 +173,11 @@ impl ByteLevelBpe {
         Ok(Self {
             raw_added,
             normalized_added,
-            nfc: pipeline.nfc,
+            nfc: tables.nfc,
             regexes,
             scanner,
-            keep_matches: pipeline.split.keep_matches,
-            keep_gaps: pipeline.split.keep_gaps,
+            keep_matches: tables.keep_matches,
+            keep_gaps: tables.keep_gaps,
             vocab,
             cache_owner: piece_cache::new_owner(),
             description,

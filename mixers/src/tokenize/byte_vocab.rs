@@ -5,6 +5,7 @@
 //! would take its unknown-token path) and that the merges name tokens of the vocabulary.
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
 use tokenizers::models::bpe::BPE;
 
 use super::merges::Merges;
@@ -18,6 +19,40 @@ pub(crate) struct ByteVocab {
     pub merges: Merges,
     pub ignore_merges: bool,
     pub num_tokens: usize,
+}
+
+/// What [`build`] reads from HF's model, as plain data: the form the engine cache
+/// ([`super::engine_cache`]) keeps, and what [`ByteVocab::from_tables`] builds the engine's
+/// vocabulary from.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct VocabTables {
+    /// Token bytes and id, for `ignore_merges` vocabularies; empty otherwise.
+    pub whole: Vec<(Vec<u8>, u32)>,
+    /// The 256 bytes' ids.
+    pub byte_ids: Vec<u32>,
+    /// The merges in rank order: left id, right id, merged id.
+    pub merges: Vec<(u32, u32, u32)>,
+    pub ignore_merges: bool,
+    pub num_tokens: usize,
+}
+
+impl ByteVocab {
+    /// The vocabulary from its tables (fresh from [`read`], or from the engine cache).
+    pub fn from_tables(tables: &VocabTables) -> Result<Self, Refusal> {
+        let byte_ids: [u32; 256] = tables.byte_ids.as_slice().try_into().map_err(|_| {
+            Refusal::new(format!(
+                "{} byte ids where there are 256 bytes",
+                tables.byte_ids.len()
+            ))
+        })?;
+        Ok(Self {
+            whole: tables.whole.iter().cloned().collect(),
+            byte_ids,
+            merges: Merges::new(tables.merges.iter().copied()),
+            ignore_merges: tables.ignore_merges,
+            num_tokens: tables.num_tokens,
+        })
+    }
 }
 
 /// GPT-2's byte ↔ printable-character table that byte-level BPE vocabularies are written in
@@ -49,7 +84,7 @@ fn token_bytes(token: &str, char_to_byte: &FxHashMap<char, u8>) -> Option<Vec<u8
 }
 
 /// Read the vocabulary and merges of HF's byte-level BPE model.
-pub(crate) fn build(bpe: &BPE) -> Result<ByteVocab, Refusal> {
+pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
     let char_to_byte: FxHashMap<char, u8> = byte_to_char()
         .iter()
         .enumerate()
@@ -57,7 +92,7 @@ pub(crate) fn build(bpe: &BPE) -> Result<ByteVocab, Refusal> {
         .collect();
     let vocab = bpe.get_vocab();
     let mut seen_ids: FxHashSet<u32> = FxHashSet::default();
-    let mut whole: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
+    let mut whole = Vec::new();
     for (token, &id) in &vocab {
         if !seen_ids.insert(id) {
             return Err(Refusal::new(format!(
@@ -67,19 +102,19 @@ pub(crate) fn build(bpe: &BPE) -> Result<ByteVocab, Refusal> {
         if bpe.ignore_merges
             && let Some(bytes) = token_bytes(token, &char_to_byte)
         {
-            whole.insert(bytes, id);
+            whole.push((bytes, id));
         }
     }
     // Every byte needs a token, else HF's per-character lookup takes its unknown-token path.
     let table = byte_to_char();
-    let mut byte_ids = [0u32; 256];
+    let mut byte_ids = vec![0u32; 256];
     for (b, c) in table.iter().enumerate() {
         byte_ids[b] = *vocab.get(&c.to_string()).ok_or_else(|| {
             Refusal::new(format!("byte 0x{b:02X} has no token in the vocabulary"))
         })?;
     }
     let merges = merge_table(bpe, &vocab)?;
-    Ok(ByteVocab {
+    Ok(VocabTables {
         whole,
         byte_ids,
         merges,
@@ -92,7 +127,7 @@ pub(crate) fn build(bpe: &BPE) -> Result<ByteVocab, Refusal> {
 pub(crate) fn merge_table(
     bpe: &BPE,
     vocab: &std::collections::HashMap<String, u32>,
-) -> Result<Merges, Refusal> {
+) -> Result<Vec<(u32, u32, u32)>, Refusal> {
     let merges = serialized_merges(bpe)?;
     let id = |token: &str, index: usize| {
         vocab.get(token).copied().ok_or_else(|| {
@@ -106,7 +141,7 @@ pub(crate) fn merge_table(
         let merged = format!("{left}{right}");
         table.push((id(left, index)?, id(right, index)?, id(&merged, index)?));
     }
-    Ok(Merges::new(table))
+    Ok(table)
 }
 
 /// HF keeps its merges private; its serializer is the public view of the merge map. (Through

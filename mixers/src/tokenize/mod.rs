@@ -14,17 +14,23 @@ mod byte_level;
 mod byte_vocab;
 mod char_classes;
 mod cl100k_split;
+mod engine_cache;
 mod gpt2_split;
 mod merges;
 mod piece_cache;
 mod pipeline;
 mod sentencepiece;
 
+use std::sync::OnceLock;
+
 use crate::recipe::{TokenRef, TokenizerSpec};
 use byte_level::ByteLevelBpe;
+use engine_cache::{CachedEngine, EngineTables};
 use sentencepiece::SentencePieceBpe;
 use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
+
+pub use engine_cache::EngineCache;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizeError {
@@ -62,13 +68,23 @@ enum FastEngine {
 }
 
 impl FastEngine {
-    /// The engine for the tokenizer's kind of BPE, or why it would not reproduce HF's ids.
-    fn build(tokenizer: &Tokenizer) -> Result<Self, pipeline::Refusal> {
+    /// What the engine for the tokenizer's kind of BPE is built from, or why it would not
+    /// reproduce HF's ids.
+    fn learn(tokenizer: &Tokenizer) -> Result<EngineTables, pipeline::Refusal> {
         if pipeline::has_byte_fallback(tokenizer) {
-            SentencePieceBpe::build(tokenizer).map(|e| Self::SentencePiece(Box::new(e)))
+            SentencePieceBpe::learn(tokenizer).map(EngineTables::SentencePiece)
         } else {
-            ByteLevelBpe::build(tokenizer).map(|e| Self::ByteLevel(Box::new(e)))
+            ByteLevelBpe::learn(tokenizer).map(EngineTables::ByteLevel)
         }
+    }
+
+    fn from_tables(tables: &EngineTables) -> Result<Self, pipeline::Refusal> {
+        Ok(match tables {
+            EngineTables::ByteLevel(t) => Self::ByteLevel(Box::new(ByteLevelBpe::from_tables(t)?)),
+            EngineTables::SentencePiece(t) => {
+                Self::SentencePiece(Box::new(SentencePieceBpe::from_tables(t)?))
+            }
+        })
     }
 
     fn description(&self) -> &str {
@@ -87,14 +103,44 @@ impl FastEngine {
 }
 
 pub struct TokenizeStage {
-    tokenizer: Tokenizer,
-    /// `Some` when the fast path runs; HF `tokenizer` is still kept for `decode` and ids.
+    /// HF's tokenizer, parsed from `json` when first needed: at once unless the fast engine
+    /// came from the engine cache, and then only for `decode` (or a BOS/EOS the cache cannot
+    /// resolve).
+    hf: OnceLock<Tokenizer>,
+    json: Vec<u8>,
+    origin: String,
+    /// `Some` when the fast path runs.
     fast: Option<FastEngine>,
     engine_description: String,
     bos: Option<u32>,
     eos: u32,
     vocab_size: u32,
     sha256: String,
+}
+
+/// The ids a recipe's BOS/EOS may name, and the vocabulary size: read from HF's tokenizer, or
+/// from an engine-cache entry without it.
+enum Vocabulary<'a> {
+    Hf(&'a Tokenizer),
+    Cached(&'a CachedEngine),
+}
+
+impl Vocabulary<'_> {
+    /// `Some(Some(id))` found, `Some(None)` not in the vocabulary, `None` the cache cannot say.
+    fn find(&self, token: &TokenRef) -> Option<Option<u32>> {
+        match (self, token) {
+            (Self::Hf(hf), TokenRef::Id(id)) => Some(hf.id_to_token(*id).map(|_| *id)),
+            (Self::Hf(hf), TokenRef::Text(text)) => Some(hf.token_to_id(text)),
+            (Self::Cached(entry), TokenRef::Id(id)) => (*id < entry.dense_ids
+                || entry.added.iter().any(|(_, added)| added == id))
+            .then_some(Some(*id)),
+            (Self::Cached(entry), TokenRef::Text(text)) => entry
+                .added
+                .iter()
+                .find(|(content, _)| content == text)
+                .map(|(_, id)| Some(*id)),
+        }
+    }
 }
 
 impl TokenizeStage {
@@ -115,55 +161,111 @@ impl TokenizeStage {
         origin: &str,
         choice: EngineChoice,
     ) -> Result<Self, TokenizeError> {
-        let tokenizer = Tokenizer::from_bytes(json).map_err(|e| TokenizeError::Parse {
+        Self::from_json_bytes_cached(json, spec, origin, choice, None)
+    }
+
+    /// As [`Self::from_json_bytes_with`], reading the fast engine's tables from `cache` when it
+    /// holds a sound entry for this file, and keeping them there when it does not. The ids are
+    /// the same either way; the engine line says which it was.
+    pub fn from_json_bytes_cached(
+        json: &[u8],
+        spec: &TokenizerSpec,
+        origin: &str,
+        choice: EngineChoice,
+        cache: Option<&dyn EngineCache>,
+    ) -> Result<Self, TokenizeError> {
+        let sha256 = hex::encode(Sha256::digest(json));
+        let mut stage = Self {
+            hf: OnceLock::new(),
+            json: json.to_vec(),
             origin: origin.to_string(),
+            fast: None,
+            engine_description: String::new(),
+            bos: None,
+            eos: 0,
+            vocab_size: 0,
+            sha256,
+        };
+        let cache = cache.filter(|_| choice == EngineChoice::Auto);
+        let mut ignored = None;
+        if let Some(cache) = cache
+            && let Some(bytes) = cache.load(&stage.sha256)
+        {
+            match stage.use_cache_entry(&bytes, spec) {
+                Ok(true) => return Ok(stage),
+                Ok(false) => {}
+                Err(why) => ignored = Some(why),
+            }
+        }
+        let hf = stage.hf()?;
+        let (vocab_size, dense_ids) = vocab_extent(hf, origin)?;
+        let (bos, eos) = resolve_specials(&Vocabulary::Hf(hf), spec, origin)?;
+        let (fast, mut description) = match choice {
+            EngineChoice::Hf => (None, "HF tokenizers (engine Hf was asked for)".to_string()),
+            EngineChoice::Auto => {
+                match FastEngine::learn(hf).and_then(|t| Ok((FastEngine::from_tables(&t)?, t))) {
+                    Ok((fast, tables)) => {
+                        let description = fast.description().to_string();
+                        if let Some(cache) = cache {
+                            let entry = CachedEngine {
+                                tokenizer_sha256: stage.sha256.clone(),
+                                built_by: engine_cache::built_by(),
+                                vocab_size,
+                                dense_ids,
+                                added: hf
+                                    .get_added_tokens_decoder()
+                                    .into_iter()
+                                    .map(|(id, token)| (token.content, id))
+                                    .collect(),
+                                engine: tables,
+                            };
+                            if let Ok(bytes) = engine_cache::to_bytes(&entry) {
+                                cache.store(&stage.sha256, &bytes);
+                            }
+                        }
+                        (Some(fast), description)
+                    }
+                    Err(refusal) => (None, format!("HF tokenizers: {refusal}")),
+                }
+            }
+        };
+        if let Some(why) = ignored {
+            description.push_str(&format!("; engine cache entry ignored: {why}"));
+        }
+        (stage.fast, stage.engine_description) = (fast, description);
+        (stage.bos, stage.eos, stage.vocab_size) = (bos, eos, vocab_size);
+        Ok(stage)
+    }
+
+    /// Take the engine from a cache entry: `Ok(true)` done, `Ok(false)` the entry is sound but
+    /// cannot resolve the recipe's BOS/EOS without HF (build as usual), `Err` why it is ignored.
+    fn use_cache_entry(&mut self, bytes: &[u8], spec: &TokenizerSpec) -> Result<bool, String> {
+        let entry = engine_cache::from_bytes(bytes, &self.sha256)?;
+        let vocabulary = Vocabulary::Cached(&entry);
+        let found = |token: &TokenRef| vocabulary.find(token).flatten();
+        let (Some(eos), bos) = (found(&spec.eos), spec.bos.as_ref().map(found)) else {
+            return Ok(false);
+        };
+        if bos == Some(None) {
+            return Ok(false);
+        }
+        let fast = FastEngine::from_tables(&entry.engine).map_err(|r| r.to_string())?;
+        self.engine_description = format!("{} (tables from the engine cache)", fast.description());
+        self.fast = Some(fast);
+        (self.bos, self.eos, self.vocab_size) = (bos.flatten(), eos, entry.vocab_size);
+        Ok(true)
+    }
+
+    /// HF's tokenizer, parsed now if it has not been.
+    fn hf(&self) -> Result<&Tokenizer, TokenizeError> {
+        if let Some(hf) = self.hf.get() {
+            return Ok(hf);
+        }
+        let parsed = Tokenizer::from_bytes(&self.json).map_err(|e| TokenizeError::Parse {
+            origin: self.origin.clone(),
             message: e.to_string(),
         })?;
-        // Ids run from 0 to the largest id in the vocabulary, added tokens included.
-        let max_id = tokenizer
-            .get_vocab(true)
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0);
-        let vocab_size = u64::from(max_id) + 1;
-        let vocab_size = u32::try_from(vocab_size).map_err(|_| TokenizeError::VocabTooLarge {
-            origin: origin.to_string(),
-            vocab_size,
-        })?;
-        let resolve = |field: &'static str, token: &TokenRef| -> Result<u32, TokenizeError> {
-            let found = match token {
-                TokenRef::Id(id) => tokenizer.id_to_token(*id).map(|_| *id),
-                TokenRef::Text(text) => tokenizer.token_to_id(text),
-            };
-            found.ok_or_else(|| TokenizeError::UnknownToken {
-                field,
-                token: token.clone(),
-                origin: origin.to_string(),
-            })
-        };
-        let eos = resolve("eos", &spec.eos)?;
-        let bos = spec.bos.as_ref().map(|b| resolve("bos", b)).transpose()?;
-        let sha256 = hex::encode(Sha256::digest(json));
-        let (fast, engine_description) = match choice {
-            EngineChoice::Hf => (None, "HF tokenizers (engine Hf was asked for)".to_string()),
-            EngineChoice::Auto => match FastEngine::build(&tokenizer) {
-                Ok(fast) => {
-                    let description = fast.description().to_string();
-                    (Some(fast), description)
-                }
-                Err(refusal) => (None, format!("HF tokenizers: {refusal}")),
-            },
-        };
-        Ok(Self {
-            tokenizer,
-            fast,
-            engine_description,
-            bos,
-            eos,
-            vocab_size,
-            sha256,
-        })
+        Ok(self.hf.get_or_init(|| parsed))
     }
 
     /// Append the ids of one document (`[BOS] text-ids EOS`) to `out`. On error `out` is left
@@ -174,7 +276,7 @@ impl TokenizeStage {
         let encoded = match &self.fast {
             Some(fast) => fast.encode(text, out),
             None => self
-                .tokenizer
+                .hf()?
                 .encode_fast(text, false)
                 .map(|encoding| out.extend_from_slice(encoding.get_ids()))
                 .map_err(|e| e.to_string()),
@@ -191,7 +293,7 @@ impl TokenizeStage {
     }
 
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        self.tokenizer
+        self.hf()?
             .decode(ids, false)
             .map_err(|e| TokenizeError::Decode(e.to_string()))
     }
@@ -220,4 +322,44 @@ impl TokenizeStage {
     pub fn sha256(&self) -> &str {
         &self.sha256
     }
+}
+
+/// One more than the largest id (added tokens included), and the first id without a token.
+fn vocab_extent(hf: &Tokenizer, origin: &str) -> Result<(u32, u32), TokenizeError> {
+    let mut ids: Vec<u32> = hf.get_vocab(true).into_values().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let max_id = ids.last().copied().unwrap_or(0);
+    let vocab_size = u64::from(max_id) + 1;
+    let vocab_size = u32::try_from(vocab_size).map_err(|_| TokenizeError::VocabTooLarge {
+        origin: origin.to_string(),
+        vocab_size,
+    })?;
+    let dense_ids = ids
+        .iter()
+        .enumerate()
+        .take_while(|&(i, &id)| i as u64 == u64::from(id))
+        .count();
+    Ok((vocab_size, dense_ids as u32))
+}
+
+/// The recipe's BOS and EOS as ids.
+fn resolve_specials(
+    vocabulary: &Vocabulary<'_>,
+    spec: &TokenizerSpec,
+    origin: &str,
+) -> Result<(Option<u32>, u32), TokenizeError> {
+    let resolve = |field: &'static str, token: &TokenRef| -> Result<u32, TokenizeError> {
+        vocabulary
+            .find(token)
+            .flatten()
+            .ok_or_else(|| TokenizeError::UnknownToken {
+                field,
+                token: token.clone(),
+                origin: origin.to_string(),
+            })
+    };
+    let eos = resolve("eos", &spec.eos)?;
+    let bos = spec.bos.as_ref().map(|b| resolve("bos", b)).transpose()?;
+    Ok((bos, eos))
 }

@@ -41,7 +41,7 @@ pub(crate) struct PieceSplit {
 
 /// An added token as the fast path matches it: `pattern` is what HF's tries hold (normalized
 /// content for `normalized` tokens), `skip` mirrors HF's `encode_special_tokens`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct AddedSpec {
     pub id: u32,
     pub pattern: String,

@@ -19,6 +19,7 @@
 //! per thread ([`super::piece_cache`]), keyed by their raw bytes (a space stands for "▁").
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 use tokenizers::models::bpe::BPE;
 
@@ -26,7 +27,7 @@ use super::added::{AddedSplitter, Segment};
 use super::byte_vocab::{merge_table, serialized_merges};
 use super::merges::Merges;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, METASPACE, Refusal};
+use super::pipeline::{self, AddedSpec, METASPACE, Refusal};
 
 /// No token for a character.
 const NONE: u32 = u32::MAX;
@@ -69,14 +70,32 @@ pub(crate) struct SentencePieceBpe {
     description: String,
 }
 
+/// Everything the SentencePiece-style engine is built from, read from a `tokenizer.json` by
+/// [`SentencePieceBpe::learn`]: plain data, the form the engine cache ([`super::engine_cache`])
+/// keeps.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SentencePieceTables {
+    added: Vec<AddedSpec>,
+    /// `<0xNN>` ids of the 256 bytes.
+    bytes: Vec<u32>,
+    /// "▁"'s id.
+    metaspace: u32,
+    /// Every one-character token but "▁": the character and its id.
+    chars: Vec<(char, u32)>,
+    /// The merges in rank order: left id, right id, merged id.
+    merges: Vec<(u32, u32, u32)>,
+    /// See [`Joins`].
+    before_metaspace: Vec<char>,
+    num_tokens: usize,
+}
+
 impl SentencePieceBpe {
-    /// The engine for `tokenizer`, or why it would not reproduce HF's ids.
-    pub fn build(tokenizer: &Tokenizer) -> Result<Self, Refusal> {
+    /// What the engine for `tokenizer` is built from, or why it would not reproduce HF's ids.
+    pub fn learn(tokenizer: &Tokenizer) -> Result<SentencePieceTables, Refusal> {
         let pipeline = pipeline::analyse_sentencepiece(tokenizer)?;
-        let added = AddedSplitter::new(&pipeline.added, false)?;
         let bpe: &BPE = pipeline.bpe;
         let vocab = bpe.get_vocab();
-        let mut bytes = [NONE; 256];
+        let mut bytes = vec![NONE; 256];
         for (b, id) in bytes.iter_mut().enumerate() {
             let name = format!("<0x{b:02X}>");
             *id = *vocab.get(&name).ok_or_else(|| {
@@ -88,43 +107,75 @@ impl SentencePieceBpe {
         let metaspace = *vocab
             .get(&METASPACE.to_string())
             .ok_or_else(|| Refusal::new("\"▁\" has no token in the vocabulary".to_string()))?;
+        let chars = vocab
+            .iter()
+            .filter_map(|(token, &id)| {
+                let mut it = token.chars();
+                match (it.next(), it.next()) {
+                    (Some(c), None) if c != METASPACE => Some((c, id)),
+                    _ => None,
+                }
+            })
+            .collect();
+        let merge_list = serialized_merges(bpe)?;
+        Ok(SentencePieceTables {
+            added: pipeline.added,
+            bytes,
+            metaspace,
+            chars,
+            merges: merge_table(bpe, &vocab)?,
+            before_metaspace: Joins::from_merges(&merge_list)
+                .before_metaspace
+                .into_iter()
+                .collect(),
+            num_tokens: vocab.len(),
+        })
+    }
+
+    /// The engine from its tables (fresh from [`Self::learn`], or from the engine cache).
+    pub fn from_tables(tables: &SentencePieceTables) -> Result<Self, Refusal> {
+        let added = AddedSplitter::new(&tables.added, false)?;
+        let bytes: [u32; 256] = tables.bytes.as_slice().try_into().map_err(|_| {
+            Refusal::new(format!(
+                "{} byte fallback ids where there are 256 bytes",
+                tables.bytes.len()
+            ))
+        })?;
         let mut ascii = [NONE; 128];
         let mut chars = FxHashMap::default();
-        for (token, &id) in &vocab {
-            let mut it = token.chars();
-            if let (Some(c), None) = (it.next(), it.next()) {
-                if c.is_ascii() {
-                    ascii[c as usize] = id;
-                } else {
-                    chars.insert(c, id);
-                }
+        for &(c, id) in &tables.chars {
+            if c.is_ascii() {
+                ascii[c as usize] = id;
+            } else {
+                chars.insert(c, id);
             }
         }
         // HF's normalizer wrote each space as "▁" before the model saw it.
-        ascii[usize::from(b' ')] = metaspace;
-        let merge_list = serialized_merges(bpe)?;
-        let joins = Joins::from_merges(&merge_list);
-        let merges = merge_table(bpe, &vocab)?;
+        ascii[usize::from(b' ')] = tables.metaspace;
+        chars.insert(METASPACE, tables.metaspace);
+        let joins = Joins {
+            before_metaspace: tables.before_metaspace.iter().copied().collect(),
+        };
+        let merges = Merges::new(tables.merges.iter().copied());
         let mut cut_after_ascii = [false; 128];
         for (c, cut) in cut_after_ascii.iter_mut().enumerate() {
             let c = char::from(c as u8);
             *cut = joins.may_cut_after(c, ascii[c as usize] != NONE || c == ' ');
         }
+        let mut before_metaspace: Vec<char> = joins.before_metaspace.iter().copied().collect();
+        before_metaspace.sort_unstable();
         let description = format!(
             "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
              HF's merges ({} tokens, {} merges; normalizer Prepend \"▁\" + Replace \" \" → \"▁\"; \
              {} added tokens; pieces cut before each \"▁\" that follows a character no merge joins \
              to \"▁\"{}; piece cache {} MiB per thread)",
-            vocab.len(),
+            tables.num_tokens,
             merges.len(),
-            pipeline.added.len(),
-            if joins.before_metaspace.iter().all(|&c| c == METASPACE) {
+            tables.added.len(),
+            if before_metaspace.iter().all(|&c| c == METASPACE) {
                 String::new()
             } else {
-                format!(
-                    ", not after {:?}",
-                    joins.before_metaspace.iter().collect::<Vec<_>>()
-                )
+                format!(", not after {before_metaspace:?}")
             },
             piece_cache::CACHE_BYTES >> 20,
         );

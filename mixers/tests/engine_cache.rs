@@ -1,0 +1,284 @@
+//! The engine cache: a fast engine built from a cache entry gives exactly the ids, BOS/EOS and
+//! vocabulary size of one built from the file (and of HF), on real C4 rows, for every tokenizer
+//! of the fast path; an entry that is corrupt, cut short, for another file or unable to resolve
+//! the recipe's tokens is ignored (the engine line says why), the engine is built from the file,
+//! and a sound entry takes the bad one's place.
+
+#[path = "../../tests/support/fetched_tokenizer.rs"]
+mod support;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+
+use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
+use dsprep_mixers::tokenize::{EngineCache, EngineChoice, TokenizeStage};
+
+/// Entries in memory, counting stores.
+#[derive(Default)]
+struct MemoryCache {
+    entries: RefCell<HashMap<String, Vec<u8>>>,
+    stores: RefCell<usize>,
+}
+
+impl EngineCache for MemoryCache {
+    fn load(&self, tokenizer_sha256: &str) -> Option<Vec<u8>> {
+        self.entries.borrow().get(tokenizer_sha256).cloned()
+    }
+    fn store(&self, tokenizer_sha256: &str, entry: &[u8]) {
+        *self.stores.borrow_mut() += 1;
+        self.entries
+            .borrow_mut()
+            .insert(tokenizer_sha256.to_string(), entry.to_vec());
+    }
+}
+
+fn spec(eos: &str, bos: Option<TokenRef>) -> TokenizerSpec {
+    TokenizerSpec {
+        path: "tokenizer.json".into(),
+        eos: TokenRef::Text(eos.into()),
+        bos,
+    }
+}
+
+fn stage(json: &[u8], spec: &TokenizerSpec, cache: Option<&MemoryCache>) -> TokenizeStage {
+    TokenizeStage::from_json_bytes_cached(
+        json,
+        spec,
+        "test",
+        EngineChoice::Auto,
+        cache.map(|c| c as &dyn EngineCache),
+    )
+    .expect("tokenizer builds")
+}
+
+fn c4_rows(n: usize) -> Vec<String> {
+    let path = "../tests/bench/data/c4-en-1000.json.gz";
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(path).expect("bench rows"));
+    BufReader::new(gz)
+        .lines()
+        .take(n)
+        .map(|line| {
+            let row: serde_json::Value = serde_json::from_str(&line.expect("line")).expect("json");
+            row["text"].as_str().expect("text").to_string()
+        })
+        .collect()
+}
+
+fn ids(stage: &TokenizeStage, rows: &[String]) -> Vec<Vec<u32>> {
+    rows.iter()
+        .map(|text| {
+            let mut ids = Vec::new();
+            stage.encode_doc(text, &mut ids).expect("encodes");
+            ids
+        })
+        .collect()
+}
+
+/// (name, path, eos, bos) for every tokenizer of the fast path that is here.
+fn tokenizers() -> Vec<(&'static str, String, &'static str, Option<TokenRef>)> {
+    let mut list = vec![
+        (
+            "gpt2",
+            "../config/tokenizers/gpt2/tokenizer.json".to_string(),
+            "<|endoftext|>",
+            None,
+        ),
+        (
+            "qwen3",
+            "../config/tokenizers/qwen3/tokenizer.json".to_string(),
+            "<|endoftext|>",
+            Some(TokenRef::Text("<|im_start|>".into())),
+        ),
+    ];
+    if let Some(path) = support::fetched_tokenizer("llama3") {
+        list.push((
+            "llama3",
+            path.display().to_string(),
+            "<|end_of_text|>",
+            Some(TokenRef::Id(128_000)),
+        ));
+    }
+    if let Some(path) = support::fetched_tokenizer("llama2") {
+        list.push((
+            "llama2",
+            path.display().to_string(),
+            "</s>",
+            Some(TokenRef::Text("<s>".into())),
+        ));
+    }
+    list
+}
+
+#[test]
+fn an_engine_from_the_cache_gives_the_same_ids() {
+    let rows = c4_rows(300);
+    for (name, path, eos, bos) in tokenizers() {
+        let json = std::fs::read(&path).expect("tokenizer");
+        let spec = spec(eos, bos);
+        let cache = MemoryCache::default();
+        let built = stage(&json, &spec, Some(&cache));
+        assert_eq!(
+            *cache.stores.borrow(),
+            1,
+            "{name}: the first build keeps its tables"
+        );
+        assert!(
+            !built.engine_description().contains("engine cache"),
+            "{name}: {}",
+            built.engine_description()
+        );
+        let cached = stage(&json, &spec, Some(&cache));
+        assert_eq!(*cache.stores.borrow(), 1, "{name}: a hit writes nothing");
+        assert!(
+            cached
+                .engine_description()
+                .ends_with("(tables from the engine cache)"),
+            "{name}: {}",
+            cached.engine_description()
+        );
+        let hf = TokenizeStage::from_json_bytes_with(&json, &spec, "test", EngineChoice::Hf)
+            .expect("HF builds");
+        let expected = ids(&hf, &rows);
+        assert_eq!(ids(&built, &rows), expected, "{name}: built");
+        assert_eq!(ids(&cached, &rows), expected, "{name}: from the cache");
+        for stage in [&built, &cached] {
+            assert_eq!(stage.eos_id(), hf.eos_id(), "{name}");
+            assert_eq!(stage.bos_id(), hf.bos_id(), "{name}");
+            assert_eq!(stage.vocab_size(), hf.vocab_size(), "{name}");
+            assert_eq!(stage.sha256(), hf.sha256(), "{name}");
+        }
+        assert_eq!(cached.bos_id().is_some(), spec.bos.is_some(), "{name}");
+        // decode parses HF's tokenizer when first asked.
+        assert_eq!(
+            cached.decode(&expected[0]).expect("decodes"),
+            hf.decode(&expected[0]).expect("decodes"),
+            "{name}"
+        );
+    }
+}
+
+/// The entry kept for GPT-2, and the cache holding it.
+fn gpt2_cache() -> (Vec<u8>, String, MemoryCache) {
+    let json = std::fs::read("../config/tokenizers/gpt2/tokenizer.json").expect("gpt2");
+    let cache = MemoryCache::default();
+    let built = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
+    let sha = built.sha256().to_string();
+    (json, sha, cache)
+}
+
+fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
+    cache.entries.borrow()[sha].clone()
+}
+
+#[test]
+fn a_damaged_entry_is_ignored_and_replaced() {
+    let (json, sha, cache) = gpt2_cache();
+    let sound = entry(&cache, &sha);
+    let rows = c4_rows(50);
+    let expected = ids(&stage(&json, &spec("<|endoftext|>", None), None), &rows);
+    let mut flipped = sound.clone();
+    let at = flipped.len() / 2;
+    flipped[at] ^= 0x01;
+    let damaged: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "a flipped byte",
+            flipped,
+            "payload does not match its sha256",
+        ),
+        (
+            "cut short",
+            sound[..sound.len() - 100].to_vec(),
+            "payload does not match its sha256",
+        ),
+        ("empty", Vec::new(), "no header line"),
+        (
+            "another format",
+            [b"dsprep-engine-cache/0".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/0\", this build reads \"dsprep-engine-cache/1\"",
+        ),
+    ];
+    for (what, bytes, why) in damaged {
+        cache.entries.borrow_mut().insert(sha.clone(), bytes);
+        let stage = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
+        let line = stage.engine_description();
+        assert!(
+            line.contains(&format!("engine cache entry ignored: {why}")),
+            "{what}: {line}"
+        );
+        assert!(line.starts_with("fast path"), "{what}: {line}");
+        assert_eq!(ids(&stage, &rows), expected, "{what}");
+        assert_eq!(
+            entry(&cache, &sha),
+            sound,
+            "{what}: a sound entry replaces it"
+        );
+    }
+}
+
+#[test]
+fn an_entry_for_another_file_is_ignored() {
+    let (_, gpt2_sha, cache) = gpt2_cache();
+    let qwen3 = std::fs::read("../config/tokenizers/qwen3/tokenizer.json").expect("qwen3");
+    let qwen3_sha = stage(&qwen3, &spec("<|endoftext|>", None), None)
+        .sha256()
+        .to_string();
+    let gpt2_entry = entry(&cache, &gpt2_sha);
+    cache
+        .entries
+        .borrow_mut()
+        .insert(qwen3_sha.clone(), gpt2_entry);
+    let stage = stage(&qwen3, &spec("<|endoftext|>", None), Some(&cache));
+    let line = stage.engine_description();
+    assert!(
+        line.contains(&format!(
+            "engine cache entry ignored: entry is for tokenizer sha256 {gpt2_sha}, not {qwen3_sha}"
+        )),
+        "{line}"
+    );
+    assert!(line.starts_with("fast path"), "{line}");
+    let hf = TokenizeStage::from_json_bytes_with(
+        &qwen3,
+        &spec("<|endoftext|>", None),
+        "test",
+        EngineChoice::Hf,
+    )
+    .expect("HF builds");
+    assert_eq!(stage.vocab_size(), hf.vocab_size());
+    assert_eq!(stage.eos_id(), hf.eos_id());
+}
+
+/// A BOS the entry cannot resolve (an ordinary token, not an added one) is looked up in HF's
+/// tokenizer, parsed for it; an unknown EOS is the same error with or without an entry.
+#[test]
+fn tokens_the_entry_cannot_resolve_go_to_hf() {
+    let (json, _, cache) = gpt2_cache();
+    let plain = spec("<|endoftext|>", Some(TokenRef::Text("hello".into())));
+    let stage = stage(&json, &plain, Some(&cache));
+    assert_eq!(stage.bos_id(), Some(31_373));
+    assert!(
+        !stage.engine_description().contains("engine cache"),
+        "{}",
+        stage.engine_description()
+    );
+    let unknown = spec("<|no such token|>", None);
+    let cached = TokenizeStage::from_json_bytes_cached(
+        &json,
+        &unknown,
+        "test",
+        EngineChoice::Auto,
+        Some(&cache),
+    )
+    .err()
+    .expect("unknown eos")
+    .to_string();
+    let uncached = TokenizeStage::from_json_bytes(&json, &unknown, "test")
+        .err()
+        .expect("unknown eos")
+        .to_string();
+    assert_eq!(cached, uncached);
+    assert_eq!(
+        cached,
+        "tokenizer.eos: token \"<|no such token|>\" is not in the vocabulary of test"
+    );
+}
