@@ -4,7 +4,7 @@
 
 mod support;
 
-use dsprep_client::protocol::{PROTOCOL_VERSION, ReplyHeader, Request, RequestKind, Status};
+use dsprep_client::protocol::{Owner, PROTOCOL_VERSION, ReplyHeader, Request, RequestKind, Status};
 use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset};
 use std::path::Path;
 use std::time::Duration;
@@ -220,7 +220,7 @@ fn a_killed_rank_restarts_and_gets_the_same_bytes_from_its_step() {
 fn a_slow_rank_holds_the_pipeline_back_and_memory_stays_bounded() {
     let tmp = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(tmp.path(), &quickstart(), 2, 1, 3);
-    let mut fast = client(&daemon.endpoint, 0, 2);
+    let mut fast = client_in_session(&daemon.endpoint, 0, FAST_SESSION, 10);
     for step in 0..3 {
         assert!(fast.batch_at(step).unwrap().is_some());
     }
@@ -229,8 +229,9 @@ fn a_slow_rank_holds_the_pipeline_back_and_memory_stays_bounded() {
     assert_eq!(daemon.metric("dsprep_steps{kind=\"produced\"}"), 3.0);
     assert_eq!(daemon.metric("dsprep_steps{kind=\"held\"}"), 3.0);
     // A step beyond the window is refused with a typed error rather than parked.
+    // (Asked by hand in the fast trainer's session: rank 0 is its.)
     let mut raw = RawRank::connect(&daemon.endpoint);
-    let (header, message) = raw.ask(&request(0, 2, 10));
+    let (header, message) = raw.ask(&owned(request(0, 2, 10), FAST_SESSION));
     assert_eq!(header.status, Status::StepAhead);
     assert_eq!(
         message,
@@ -251,6 +252,32 @@ fn a_slow_rank_holds_the_pipeline_back_and_memory_stays_bounded() {
     }
     assert_eq!(daemon.metric("dsprep_rank_step{rank=\"0\"}"), 51.0);
     assert_eq!(daemon.metric("dsprep_rank_lag_steps{rank=\"1\"}"), 2.0);
+}
+
+const FAST_SESSION: u64 = 0x5e55_1017;
+
+/// `request` sent by trainer session `session` (its global rank is its data-parallel rank).
+fn owned(request: Request, session: u64) -> Request {
+    Request {
+        owner: Some(Owner {
+            global_rank: request.rank,
+            session,
+        }),
+        ..request
+    }
+}
+
+/// Ask until the daemon no longer answers "rank owned" (a trainer's release is on its way from
+/// another socket), at most 5 s.
+fn ask_once_released(raw: &mut RawRank, request: &Request) -> (ReplyHeader, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (header, message) = raw.ask(request);
+        if header.status != Status::RankOwned || std::time::Instant::now() > deadline {
+            return (header, message);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A rank speaking the wire protocol by hand, to see the daemon's replies unfiltered.
@@ -359,15 +386,17 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!(h.status, Status::LayoutMismatch);
 
     // Both ranks move on to step 11: steps below 3 (8 of history) are dropped.
+    const R0: u64 = 0xa0;
     let (mut r0, mut r1) = (
-        client(&daemon.endpoint, 0, 2),
+        client_in_session(&daemon.endpoint, 0, R0, 10),
         client(&daemon.endpoint, 1, 2),
     );
     for step in 0..12 {
         r0.batch_at(step).unwrap();
         r1.batch_at(step).unwrap();
     }
-    let (h, m) = raw.ask(&request(0, 2, 1));
+    // Rank 0 is R0's: asked by hand in its session.
+    let (h, m) = raw.ask(&owned(request(0, 2, 1), R0));
     assert_eq!(h.status, Status::StepGone);
     assert_eq!(
         m,
@@ -375,7 +404,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     );
 
     // The typed errors reach the Rust client as typed errors.
-    let mut stale = client(&daemon.endpoint, 0, 2);
+    let mut stale = client_in_session(&daemon.endpoint, 0, R0, 10);
     assert!(matches!(stale.batch_at(0), Err(ClientError::StepGone(_))));
     let config = ClientConfig {
         recipe_hash: Some("ab".repeat(32)),
@@ -387,8 +416,11 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
         .unwrap_err();
     assert!(matches!(err, ClientError::RecipeMismatch(_)), "{err}");
 
-    // After all that, a good request is answered with the right bytes.
-    let (h, _) = raw.ask(&request(1, 2, 5));
+    // After all that, a good request is answered with the right bytes. Rank 1's trainer exits
+    // first (its client releases the rank): a request without an owner, as this one and every
+    // version 1 or 2 request is, may not read a rank a trainer holds.
+    drop(r1);
+    let (h, _) = ask_once_released(&mut raw, &request(1, 2, 5));
     assert_eq!(
         (h.status, h.step, h.rank, h.first_window),
         (Status::Ok, 5, 1, 11)
@@ -417,6 +449,64 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!(
         daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
         3.0
+    );
+}
+
+/// An old client (protocol version 1, no owner) on one connection asks for ranks 0 and 1 far
+/// ahead while two trainers pull: it used to move their positions, so the daemon dropped the
+/// steps they held and the honest rank 0 got "step gone". Now it is refused, naming the rank and
+/// the upgrade, and moves nothing: both trainers get the packed stream's bytes, step after step.
+#[test]
+fn an_old_client_cannot_move_a_trainers_place_in_the_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = packed(tmp.path());
+    let daemon = Daemon::start(tmp.path(), &quickstart(), 2, 1, 4);
+    let (mut r0, mut r1) = (
+        client_in_session(&daemon.endpoint, 0, 0x70, 10),
+        client_in_session(&daemon.endpoint, 1, 0x71, 10),
+    );
+    let tokens = |b: dsprep_client::ServedBatch| b.tokens().as_bytes().to_vec();
+    assert!(tokens(r0.batch_at(0).unwrap().unwrap()) == expected(&dataset, 2, 1, 0, 0..1));
+    assert!(tokens(r1.batch_at(0).unwrap().unwrap()) == expected(&dataset, 2, 1, 1, 0..1));
+    let mut stale = RawRank::connect(&daemon.endpoint);
+    for step in 0..30 {
+        for rank in 0..2 {
+            let old = Request {
+                version: 1,
+                ..request(rank, 2, step)
+            };
+            let (h, m) = stale.ask(&old);
+            assert_eq!((h.version, h.status), (1, Status::RankOwned), "{m}");
+            assert!(
+                m.starts_with(&format!(
+                    "data-parallel rank {rank} belongs to a trainer process (rank {rank}, session \
+                     {:016x}, which asked",
+                    0x70 + rank
+                )),
+                "{m}"
+            );
+            assert!(
+                m.ends_with(
+                    "this request speaks protocol version 1, which carries no owner: upgrade the \
+                     client to a dsprep client of protocol version 3"
+                ),
+                "{m}"
+            );
+        }
+    }
+    for step in 1..30 {
+        assert!(
+            tokens(r0.batch_at(step).unwrap().unwrap())
+                == expected(&dataset, 2, 1, 0, step..step + 1)
+        );
+        assert!(
+            tokens(r1.batch_at(step).unwrap().unwrap())
+                == expected(&dataset, 2, 1, 1, step..step + 1)
+        );
+    }
+    assert_eq!(
+        daemon.metric("dsprep_replies_total{status=\"rank_owned\"}"),
+        60.0
     );
 }
 

@@ -104,8 +104,10 @@ fn predict(frames: &[Vec<u8>], real_hash: &[u8; 32], honest: Owner) -> Expect {
         {
             Expect::Reply(Status::RankOwned, id)
         }
-        // No owner (v1, v2, session 0), or another global rank: served as a tensor-parallel
-        // peer would be. That is the protocol (it guards against mistakes, not attackers).
+        // Another global rank: served as a tensor-parallel peer would be (the protocol guards
+        // against mistakes, not attackers). No owner (v1, v2, session 0): refused while a trainer
+        // holds the rank, which the honest one does only while it pulls, so this cannot say
+        // which. Either way such a frame is never sent: `message` gives it the wrong hash.
         _ => Expect::Servable,
     }
 }

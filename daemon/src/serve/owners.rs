@@ -4,23 +4,82 @@
 //! it can change anything the daemon holds, until the owner has been silent for the owner
 //! timeout; then the new session takes the rank over (a restarted trainer).
 //!
-//! Version 3 requests carry the owner (PROTOCOL.md "One owner per rank"); older ones are served
-//! without the check. A client that exits cleanly releases its rank at once. Bounded: at most [`MAX_OWNERS`] ranks are tracked; when full, owners silent
-//! past the timeout are forgotten first.
+//! Version 3 requests carry the owner (PROTOCOL.md "One owner per rank"). Versions 1 and 2 carry
+//! none (nor does a v3 request with session 0), so such a request is held to the same rule by its
+//! connection: the data-parallel rank it reads is its connection's while it asks, it is refused a
+//! rank a trainer holds (with the advice to upgrade), and a trainer that asks for the rank takes
+//! it over at once. A client that exits cleanly releases its rank at once. Bounded: at most [`MAX_OWNERS`] ranks are tracked;
+//! when full, owners silent past the timeout are forgotten first.
 
 use dsprep_client::protocol::Owner;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// Global ranks tracked at most.
 pub const MAX_OWNERS: usize = 1 << 16;
 
+/// Who asks for a rank.
+#[derive(Clone, Copy, Debug)]
+pub enum Claimant {
+    /// A version 3 client: its global rank and session.
+    Trainer(Owner),
+    /// A version 1 or 2 client, known by its connection (a hash of its ZeroMQ identity).
+    OldClient { connection: u64, version: u16 },
+}
+
+impl Claimant {
+    /// The claimant of a request with `owner` (v3), else of its `version` and connection.
+    pub fn of(owner: Option<Owner>, version: u16, identity: &[u8]) -> Self {
+        match owner {
+            Some(owner) => Self::Trainer(owner),
+            None => {
+                let mut hasher = DefaultHasher::new();
+                identity.hash(&mut hasher);
+                Self::OldClient {
+                    connection: hasher.finish(),
+                    version,
+                }
+            }
+        }
+    }
+
+    fn key(self, rank: u32) -> Holder {
+        match self {
+            Self::Trainer(owner) => Holder::Rank(owner.global_rank),
+            Self::OldClient { .. } => Holder::Connection(rank),
+        }
+    }
+
+    fn session(self) -> u64 {
+        match self {
+            Self::Trainer(owner) => owner.session,
+            Self::OldClient { connection, .. } => connection,
+        }
+    }
+}
+
+/// What an entry of the table is kept under.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Holder {
+    /// A global rank, owned by a v3 session.
+    Rank(u32),
+    /// A data-parallel rank read by an old client's connection.
+    Connection(u32),
+}
+
+struct Entry {
+    session: u64,
+    /// The data-parallel rank asked for.
+    rank: u32,
+    last: Instant,
+}
+
 /// The owners of global ranks, as the serving loop (one thread) sees them.
 pub struct Owners {
     timeout: Duration,
-    /// Per global rank: the owning session and when it last asked.
-    table: RefCell<HashMap<u32, (u64, Instant)>>,
+    table: RefCell<HashMap<Holder, Entry>>,
 }
 
 impl Owners {
@@ -31,53 +90,114 @@ impl Owners {
         }
     }
 
-    /// `owner` asks (for data-parallel rank `rank`) at `now`: Ok if the global rank is its (or
-    /// free, or its owner silent past the timeout: it is taken over), else the refusal's message.
-    pub fn claim(&self, owner: Owner, rank: u32, now: Instant) -> Result<(), String> {
+    /// `who` asks for data-parallel rank `rank` at `now`: Ok if the rank is its (or free, or
+    /// its owner silent past the timeout: it is taken over), else the refusal's message.
+    pub fn claim(&self, who: Claimant, rank: u32, now: Instant) -> Result<(), String> {
         let mut table = self.table.borrow_mut();
-        if let Some(&(session, last)) = table.get(&owner.global_rank) {
-            let silent = now.saturating_duration_since(last);
-            if session != owner.session && silent < self.timeout {
-                return Err(format!(
-                    "rank {} (data-parallel rank {rank}) belongs to another trainer process \
-                     (session {session:016x}, which asked {:.1} s ago): were two trainers \
-                     started with the same RANK? A restarted trainer takes the rank over once \
-                     the other has been silent for {} s",
-                    owner.global_rank,
-                    silent.as_secs_f64(),
-                    self.timeout.as_secs()
-                ));
+        let active = |entry: &Entry| now.saturating_duration_since(entry.last) < self.timeout;
+        let key = who.key(rank);
+        if let Some(entry) = table.get(&key)
+            && entry.session != who.session()
+            && active(entry)
+        {
+            return Err(self.refusal(who, rank, key, entry, now));
+        }
+        match who {
+            // A trainer's claim outranks an ownerless connection's: it takes the rank over.
+            Claimant::Trainer(_) => {
+                table.remove(&Holder::Connection(rank));
             }
-        } else if table.len() >= MAX_OWNERS {
-            table.retain(|_, (_, last)| now.saturating_duration_since(*last) < self.timeout);
+            // An ownerless connection may not read a rank any trainer holds (a scan, paid only
+            // by ownerless requests).
+            Claimant::OldClient { .. } => {
+                let trainer = table.iter().find(|(holder, entry)| {
+                    matches!(holder, Holder::Rank(_)) && entry.rank == rank && active(entry)
+                });
+                if let Some((&holder, entry)) = trainer {
+                    return Err(self.refusal(who, rank, holder, entry, now));
+                }
+            }
+        }
+        if !table.contains_key(&key) && table.len() >= MAX_OWNERS {
+            table.retain(|_, entry| active(entry));
             if table.len() >= MAX_OWNERS {
                 return Err(format!(
                     "the daemon already tracks {MAX_OWNERS} trainer ranks, all active"
                 ));
             }
         }
-        table.insert(owner.global_rank, (owner.session, now));
+        table.insert(
+            key,
+            Entry {
+                session: who.session(),
+                rank,
+                last: now,
+            },
+        );
         Ok(())
+    }
+
+    /// Why `who` may not have `rank`: `holder` (`entry`) has it.
+    fn refusal(
+        &self,
+        who: Claimant,
+        rank: u32,
+        holder: Holder,
+        entry: &Entry,
+        now: Instant,
+    ) -> String {
+        let silent = now.saturating_duration_since(entry.last).as_secs_f64();
+        let timeout = self.timeout.as_secs();
+        let no_owner = |version: u16| {
+            if version < 3 {
+                format!(
+                    "this request speaks protocol version {version}, which carries no owner: \
+                     upgrade the client to a dsprep client of protocol version 3"
+                )
+            } else {
+                "this request carries no owner (session 0): have the client send its session"
+                    .to_string()
+            }
+        };
+        match (who, holder) {
+            (Claimant::Trainer(owner), _) => format!(
+                "rank {} (data-parallel rank {rank}) belongs to another trainer process \
+                 (session {:016x}, which asked {silent:.1} s ago): were two trainers \
+                 started with the same RANK? A restarted trainer takes the rank over once \
+                 the other has been silent for {timeout} s",
+                owner.global_rank, entry.session,
+            ),
+            (Claimant::OldClient { version, .. }, Holder::Rank(global)) => format!(
+                "data-parallel rank {rank} belongs to a trainer process (rank {global}, session \
+                 {:016x}, which asked {silent:.1} s ago); {}",
+                entry.session,
+                no_owner(version)
+            ),
+            (Claimant::OldClient { version, .. }, Holder::Connection(_)) => format!(
+                "data-parallel rank {rank} is being read by another connection, which asked \
+                 {silent:.1} s ago (a second reader would move its place in the stream); {}, \
+                 or wait until the other has been silent for {timeout} s",
+                no_owner(version)
+            ),
+        }
     }
 
     /// The owner is done with its rank (a clean exit): the rank is free at once.
     pub fn release(&self, owner: Owner) {
         let mut table = self.table.borrow_mut();
-        if table
-            .get(&owner.global_rank)
-            .is_some_and(|&(s, _)| s == owner.session)
-        {
-            table.remove(&owner.global_rank);
+        let key = Holder::Rank(owner.global_rank);
+        if table.get(&key).is_some_and(|e| e.session == owner.session) {
+            table.remove(&key);
         }
     }
 
-    /// The owner asked again (a parked request answered): it is not silent.
-    pub fn touch(&self, owner: Owner, now: Instant) {
+    /// `who` asked again for `rank` (a parked request answered): it is not silent.
+    pub fn touch(&self, who: Claimant, rank: u32, now: Instant) {
         let mut table = self.table.borrow_mut();
-        if let Some((session, last)) = table.get_mut(&owner.global_rank)
-            && *session == owner.session
+        if let Some(entry) = table.get_mut(&who.key(rank))
+            && entry.session == who.session()
         {
-            *last = now;
+            entry.last = now;
         }
     }
 }
@@ -86,11 +206,25 @@ impl Owners {
 mod tests {
     use super::*;
 
-    fn owner(global_rank: u32, session: u64) -> Owner {
-        Owner {
+    fn owner(global_rank: u32, session: u64) -> Claimant {
+        Claimant::Trainer(Owner {
             global_rank,
             session,
+        })
+    }
+
+    fn old(connection: u64) -> Claimant {
+        Claimant::OldClient {
+            connection,
+            version: 1,
         }
+    }
+
+    fn release(owners: &Owners, who: Claimant) {
+        let Claimant::Trainer(owner) = who else {
+            panic!("only trainers release")
+        };
+        owners.release(owner);
     }
 
     #[test]
@@ -116,7 +250,7 @@ mod tests {
             owners.claim(owner(4, 8), 1, t0).is_ok(),
             "a tensor-parallel peer: its own rank"
         );
-        owners.touch(owner(3, 7), t0 + Duration::from_secs(12));
+        owners.touch(owner(3, 7), 1, t0 + Duration::from_secs(12));
         assert!(
             owners
                 .claim(owner(3, 8), 1, t0 + Duration::from_secs(21))
@@ -134,14 +268,14 @@ mod tests {
                 .is_err(),
             "and kept"
         );
-        owners.release(owner(3, 7));
+        release(&owners, owner(3, 7));
         assert!(
             owners
                 .claim(owner(3, 7), 1, t0 + Duration::from_secs(23))
                 .is_err(),
             "not its to release"
         );
-        owners.release(owner(3, 8));
+        release(&owners, owner(3, 8));
         assert!(
             owners
                 .claim(owner(3, 7), 1, t0 + Duration::from_secs(23))
@@ -165,5 +299,74 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(owners.table.borrow().len(), 1);
+    }
+
+    /// An old client (no owner) on one connection asks for ranks 0 and 1 while trainers hold
+    /// them: refused, so it moves nothing. A trainer takes a rank over from such a connection.
+    #[test]
+    fn ownerless_requests_are_held_to_one_owner_by_their_connection() {
+        let owners = Owners::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert!(owners.claim(owner(0, 7), 0, t0).is_ok());
+        assert!(owners.claim(owner(1, 9), 1, t0).is_ok());
+        let err = owners
+            .claim(old(42), 0, t0 + Duration::from_secs(1))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "data-parallel rank 0 belongs to a trainer process (rank 0, session \
+             0000000000000007, which asked 1.0 s ago); this request speaks protocol version 1, \
+             which carries no owner: upgrade the client to a dsprep client of protocol version 3"
+        );
+        assert!(owners.claim(old(42), 1, t0).is_err());
+        assert!(owners.claim(old(42), 2, t0).is_ok(), "a free rank is its");
+        assert!(
+            owners
+                .claim(old(42), 2, t0 + Duration::from_secs(3))
+                .is_ok(),
+            "and stays its"
+        );
+        let err = owners
+            .claim(old(43), 2, t0 + Duration::from_secs(4))
+            .unwrap_err();
+        assert!(
+            err.starts_with("data-parallel rank 2 is being read by another connection"),
+            "{err}"
+        );
+        owners.touch(old(42), 2, t0 + Duration::from_secs(5));
+        assert!(
+            owners
+                .claim(old(43), 2, t0 + Duration::from_secs(14))
+                .is_err()
+        );
+        assert!(
+            owners
+                .claim(old(43), 2, t0 + Duration::from_secs(15))
+                .is_ok(),
+            "taken over once the first is silent"
+        );
+        assert!(
+            owners
+                .claim(owner(2, 11), 2, t0 + Duration::from_secs(16))
+                .is_ok(),
+            "a trainer takes the rank over at once"
+        );
+        assert!(
+            owners
+                .claim(old(43), 2, t0 + Duration::from_secs(16))
+                .is_err()
+        );
+        // Tensor-parallel peers of one data-parallel rank keep their own global ranks.
+        assert!(
+            owners
+                .claim(owner(3, 12), 2, t0 + Duration::from_secs(16))
+                .is_ok()
+        );
+        // A silent trainer's rank is an ownerless connection's to read.
+        assert!(
+            owners
+                .claim(old(43), 1, t0 + Duration::from_secs(10))
+                .is_ok()
+        );
     }
 }

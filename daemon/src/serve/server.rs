@@ -3,7 +3,7 @@
 //! A malformed or hostile message gets a typed error reply and never stops the loop.
 
 use super::metrics::Metrics;
-use super::owners::Owners;
+use super::owners::{Claimant, Owners};
 use super::progress::{Gate, LaneProgress};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
@@ -216,9 +216,8 @@ impl Server {
             }
             return; // no reply
         }
-        if let Some(owner) = request.owner
-            && let Err(msg) = self.owners.claim(owner, request.rank, Instant::now())
-        {
+        let claimant = Claimant::of(request.owner, request.version, &identity);
+        if let Err(msg) = self.owners.claim(claimant, request.rank, Instant::now()) {
             // Refused before the store sees it: nothing the daemon holds moves.
             self.reply_error(&identity, &request, Status::RankOwned, &msg);
             return;
@@ -236,9 +235,8 @@ impl Server {
     }
 
     fn answer(&self, identity: Vec<u8>, request: Request, parked: &mut Vec<Parked>) {
-        if let Some(owner) = request.owner {
-            self.owners.touch(owner, Instant::now());
-        }
+        let claimant = Claimant::of(request.owner, request.version, &identity);
+        self.owners.touch(claimant, request.rank, Instant::now());
         let local_rank = request.rank - self.layout.first_rank;
         match self.store.lookup(local_rank, request.step) {
             Lookup::Ready(step, num_steps) => match &self.gate {
