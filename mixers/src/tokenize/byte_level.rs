@@ -153,7 +153,7 @@ impl ByteLevelBpe {
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
              {} merges{}; normalizer {}; {} added tokens; pre-tokenizer regex {:?}{}; piece \
-             cache {} MiB per thread)",
+             cache {} KiB per thread)",
             vocab.num_tokens,
             vocab.merges.len(),
             if vocab.ignore_merges {
@@ -168,7 +168,7 @@ impl ByteLevelBpe {
                 Some(scanner) => format!(", scanned by dsprep's {} scanner", scanner.name()),
                 None => String::new(),
             },
-            piece_cache::CACHE_BYTES >> 20,
+            piece_cache::CACHE_BYTES >> 10,
         );
         Ok(Self {
             raw_added,

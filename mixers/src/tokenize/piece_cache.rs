@@ -2,10 +2,13 @@
 //! ([`CACHE_BYTES`] per thread, allocated on the thread's first document, never grown).
 //!
 //! Most pieces of a text are words met before (" the", "\n", "    return"), and a hit skips the
-//! merge loop. The cache is direct-mapped: a piece hashes to one 64-byte slot holding its bytes
-//! and ids inline, so a lookup is one hash and one cache line, and a new piece simply replaces
-//! what was in its slot. Pieces longer than [`MAX_KEY`] bytes or of more than [`MAX_IDS`] ids are
-//! not cached (they are rare and cheap to miss). The ids never depend on the cache: it only holds
+//! merge loop. The cache is direct-mapped: a piece hashes to one slot holding its bytes and ids
+//! inline, so a lookup is one hash and one cache line, and a new piece simply replaces what was
+//! in its slot. Short pieces (at most [`SHORT_KEY`] bytes and [`SHORT_IDS`] ids: most of the
+//! pieces of prose) have a table of their own with 16-byte slots, small enough to stay in a
+//! core's L2 beside everything else; the rest have 64-byte slots. Pieces longer than [`MAX_KEY`]
+//! bytes or of more than [`MAX_IDS`] ids (or short ones of more than [`SHORT_IDS`]) are not
+//! cached (they are rare and cheap to miss). The ids never depend on the cache: it only holds
 //! what the merge loop gave for the same bytes, for the one engine that owns it (a thread that
 //! switches engines clears it first).
 
@@ -17,8 +20,45 @@ pub(crate) const MAX_KEY: usize = 32;
 /// Most ids a cached piece may have.
 pub(crate) const MAX_IDS: usize = 7;
 const SLOT_BITS: u32 = 16;
-/// Memory of one thread's cache: 65,536 slots of 64 bytes (4 MiB).
-pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slot>();
+/// Longest piece of the short table, in bytes.
+pub(crate) const SHORT_KEY: usize = 6;
+/// Most ids of a piece in the short table.
+pub(crate) const SHORT_IDS: usize = 2;
+const SHORT_BITS: u32 = 14;
+/// Memory of one thread's cache: 65,536 slots of 64 bytes (4 MiB) and 16,384 short slots of 16
+/// bytes (256 KiB).
+pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slot>()
+    + (1 << SHORT_BITS) * std::mem::size_of::<ShortSlot>();
+
+/// A short piece: `key` is its bytes (little-endian), its id count at bits 48..56 and its length
+/// at bits 56..64 (0: empty).
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct ShortSlot {
+    key: u64,
+    ids: [u32; SHORT_IDS],
+}
+
+const SHORT_EMPTY: ShortSlot = ShortSlot {
+    key: 0,
+    ids: [0; SHORT_IDS],
+};
+
+/// Bits of a short slot's key that hold the id count.
+const SHORT_COUNT: u64 = 0xFF << 48;
+
+/// A short piece's bytes and length as a short slot's key (id count zero).
+#[inline]
+fn short_key(key: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..key.len()].copy_from_slice(key);
+    u64::from_le_bytes(word) | ((key.len() as u64) << 56)
+}
+
+#[inline]
+fn short_slot_of(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHORT_BITS)) as usize
+}
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -42,6 +82,7 @@ const EMPTY: Slot = Slot {
 pub(crate) struct PieceCache {
     owner: u64,
     slots: Box<[Slot]>,
+    short: Box<[ShortSlot]>,
     /// Symbols of the piece being merged (reused: no allocation per piece).
     pub symbols: Vec<u32>,
     /// A piece's key where it is not a slice of the text (reused likewise).
@@ -68,6 +109,7 @@ pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) ->
         let cache = slot.get_or_insert_with(|| PieceCache::new(owner));
         if cache.owner != owner {
             cache.slots.fill(EMPTY);
+            cache.short.fill(SHORT_EMPTY);
             cache.owner = owner;
         }
         f(cache)
@@ -99,6 +141,7 @@ impl PieceCache {
         Self {
             owner,
             slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
+            short: vec![SHORT_EMPTY; 1 << SHORT_BITS].into_boxed_slice(),
             symbols: Vec::new(),
             key: Vec::new(),
         }
@@ -110,6 +153,12 @@ impl PieceCache {
         if key.is_empty() || key.len() > MAX_KEY {
             return None;
         }
+        if key.len() <= SHORT_KEY {
+            let wanted = short_key(key);
+            let slot = &self.short[short_slot_of(wanted)];
+            return (slot.key & !SHORT_COUNT == wanted)
+                .then(|| &slot.ids[..((slot.key & SHORT_COUNT) >> 48) as usize]);
+        }
         let padded = padded(key);
         let slot = &self.slots[slot_of(&padded, key.len())];
         (usize::from(slot.key_len) == key.len() && slot.key == padded)
@@ -120,6 +169,15 @@ impl PieceCache {
     #[inline]
     pub fn insert(&mut self, key: &[u8], ids: &[u32]) {
         if key.is_empty() || key.len() > MAX_KEY || ids.len() > MAX_IDS {
+            return;
+        }
+        if key.len() <= SHORT_KEY {
+            if ids.len() <= SHORT_IDS {
+                let key = short_key(key);
+                let slot = &mut self.short[short_slot_of(key)];
+                slot.key = key | ((ids.len() as u64) << 48);
+                slot.ids[..ids.len()].copy_from_slice(ids);
+            }
             return;
         }
         let padded = padded(key);
@@ -136,9 +194,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slot_is_a_cache_line_and_the_cap_is_4_mib() {
+    fn a_slot_is_a_cache_line_and_the_cap_is_4_and_a_quarter_mib() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);
-        assert_eq!(CACHE_BYTES, 4 << 20);
+        assert_eq!(std::mem::size_of::<ShortSlot>(), 16);
+        assert_eq!(CACHE_BYTES, (4 << 20) + (256 << 10));
     }
 
     #[test]
@@ -155,8 +214,17 @@ mod tests {
         assert_eq!(cache.get(&long), None);
         cache.insert(b"many", &[1; MAX_IDS + 1]);
         assert_eq!(cache.get(b"many"), None);
-        cache.insert(b"eight", &[7; MAX_IDS]);
-        assert_eq!(cache.get(b"eight"), Some(&[7; MAX_IDS][..]));
+        cache.insert(b"seven!!", &[7; MAX_IDS]);
+        assert_eq!(cache.get(b"seven!!"), Some(&[7; MAX_IDS][..]));
+        // Short pieces: up to SHORT_IDS ids, the length part of the key.
+        cache.insert(b"ab", &[1, 2]);
+        cache.insert(b"ab\0", &[3]);
+        assert_eq!(cache.get(b"ab"), Some(&[1, 2][..]));
+        assert_eq!(cache.get(b"ab\0"), Some(&[3][..]));
+        cache.insert(b"abc", &[1, 2, 3]);
+        assert_eq!(cache.get(b"abc"), None);
+        cache.insert(b"sixsix", &[6]);
+        assert_eq!(cache.get(b"sixsix"), Some(&[6][..]));
     }
 
     #[test]

@@ -168,7 +168,7 @@ impl SentencePieceBpe {
             "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
              HF's merges ({} tokens, {} merges; normalizer Prepend \"▁\" + Replace \" \" → \"▁\"; \
              {} added tokens; pieces cut before each \"▁\" that follows a character no merge joins \
-             to \"▁\"{}; piece cache {} MiB per thread)",
+             to \"▁\"{}; piece cache {} KiB per thread)",
             tables.num_tokens,
             merges.len(),
             tables.added.len(),
@@ -177,7 +177,7 @@ impl SentencePieceBpe {
             } else {
                 format!(", not after {before_metaspace:?}")
             },
-            piece_cache::CACHE_BYTES >> 20,
+            piece_cache::CACHE_BYTES >> 10,
         );
         Ok(Self {
             added,
