@@ -4,11 +4,12 @@
 //! Most pieces of a text are words met before (" the", "\n", "    return"), and a hit skips the
 //! merge loop. The cache is direct-mapped: a piece hashes to one slot holding its bytes and ids
 //! inline, so a lookup is one hash and one cache line, and a new piece simply replaces what was
-//! in its slot. Short pieces (at most [`SHORT_KEY`] bytes and [`SHORT_IDS`] ids: most of the
-//! pieces of prose) have a table of their own with 16-byte slots, small enough to stay in a
-//! core's L2 beside everything else; the rest have 64-byte slots. Pieces longer than [`MAX_KEY`]
-//! bytes or of more than [`MAX_IDS`] ids (or short ones of more than [`SHORT_IDS`]) are not
-//! cached (they are rare and cheap to miss). The ids never depend on the cache: it only holds
+//! in its slot. Three tables by piece length, each with slots just large enough for its pieces,
+//! so that the whole cache (2.25 MiB) stays in a core's L2 beside everything else: short pieces
+//! (at most [`SHORT_KEY`] bytes and [`SHORT_IDS`] ids: most of the pieces of prose) in 16-byte
+//! slots, medium ones (at most [`MEDIUM_KEY`] bytes and [`MEDIUM_IDS`] ids) in 32-byte slots,
+//! the rest in 64-byte slots. Pieces longer than [`MAX_KEY`] bytes, or of more ids than their
+//! table holds, are not cached (they are rare and cheap to miss). The ids never depend on the cache: it only holds
 //! what the merge loop gave for the same bytes, for the one engine that owns it (a thread that
 //! switches engines clears it first).
 
@@ -19,16 +20,56 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) const MAX_KEY: usize = 32;
 /// Most ids a cached piece may have.
 pub(crate) const MAX_IDS: usize = 7;
-const SLOT_BITS: u32 = 16;
+const SLOT_BITS: u32 = 14;
 /// Longest piece of the short table, in bytes.
 pub(crate) const SHORT_KEY: usize = 6;
 /// Most ids of a piece in the short table.
 pub(crate) const SHORT_IDS: usize = 2;
 const SHORT_BITS: u32 = 14;
-/// Memory of one thread's cache: 65,536 slots of 64 bytes (4 MiB) and 16,384 short slots of 16
-/// bytes (256 KiB).
+/// Longest piece of the medium table, in bytes.
+pub(crate) const MEDIUM_KEY: usize = 16;
+/// Most ids of a piece in the medium table.
+pub(crate) const MEDIUM_IDS: usize = 3;
+const MEDIUM_BITS: u32 = 15;
+/// Memory of one thread's cache: 16,384 short slots of 16 bytes (256 KiB), 32,768 medium slots
+/// of 32 bytes (1 MiB) and 16,384 slots of 64 bytes (1 MiB).
 pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slot>()
-    + (1 << SHORT_BITS) * std::mem::size_of::<ShortSlot>();
+    + (1 << SHORT_BITS) * std::mem::size_of::<ShortSlot>()
+    + (1 << MEDIUM_BITS) * std::mem::size_of::<MediumSlot>();
+
+/// A piece of `SHORT_KEY + 1 ..= MEDIUM_KEY` bytes: its bytes zero-padded, its ids, and its
+/// length (0: empty) and id count in `meta`'s low two bytes.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct MediumSlot {
+    key: [u64; 2],
+    ids: [u32; MEDIUM_IDS],
+    meta: u32,
+}
+
+const MEDIUM_EMPTY: MediumSlot = MediumSlot {
+    key: [0; 2],
+    ids: [0; MEDIUM_IDS],
+    meta: 0,
+};
+
+#[inline]
+fn medium_key(key: &[u8]) -> [u64; 2] {
+    let mut bytes = [0u8; 16];
+    bytes[..key.len()].copy_from_slice(key);
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&bytes[..8]);
+    hi.copy_from_slice(&bytes[8..]);
+    [u64::from_le_bytes(lo), u64::from_le_bytes(hi)]
+}
+
+#[inline]
+fn medium_slot_of(key: [u64; 2], len: usize) -> usize {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let h = ((key[0] ^ len as u64).wrapping_mul(K).rotate_left(23) ^ key[1]).wrapping_mul(K);
+    (h >> (64 - MEDIUM_BITS)) as usize
+}
 
 /// A short piece: `key` is its bytes (little-endian), its id count at bits 48..56 and its length
 /// at bits 56..64 (0: empty).
@@ -83,6 +124,7 @@ pub(crate) struct PieceCache {
     owner: u64,
     slots: Box<[Slot]>,
     short: Box<[ShortSlot]>,
+    medium: Box<[MediumSlot]>,
     /// Symbols of the piece being merged (reused: no allocation per piece).
     pub symbols: Vec<u32>,
     /// A piece's key where it is not a slice of the text (reused likewise).
@@ -110,6 +152,7 @@ pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) ->
         if cache.owner != owner {
             cache.slots.fill(EMPTY);
             cache.short.fill(SHORT_EMPTY);
+            cache.medium.fill(MEDIUM_EMPTY);
             cache.owner = owner;
         }
         f(cache)
@@ -142,6 +185,7 @@ impl PieceCache {
             owner,
             slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
             short: vec![SHORT_EMPTY; 1 << SHORT_BITS].into_boxed_slice(),
+            medium: vec![MEDIUM_EMPTY; 1 << MEDIUM_BITS].into_boxed_slice(),
             symbols: Vec::new(),
             key: Vec::new(),
         }
@@ -158,6 +202,12 @@ impl PieceCache {
             let slot = &self.short[short_slot_of(wanted)];
             return (slot.key & !SHORT_COUNT == wanted)
                 .then(|| &slot.ids[..((slot.key & SHORT_COUNT) >> 48) as usize]);
+        }
+        if key.len() <= MEDIUM_KEY {
+            let wanted = medium_key(key);
+            let slot = &self.medium[medium_slot_of(wanted, key.len())];
+            return (slot.meta & 0xFF == key.len() as u32 && slot.key == wanted)
+                .then(|| &slot.ids[..(slot.meta >> 8) as usize]);
         }
         let padded = padded(key);
         let slot = &self.slots[slot_of(&padded, key.len())];
@@ -180,6 +230,16 @@ impl PieceCache {
             }
             return;
         }
+        if key.len() <= MEDIUM_KEY {
+            if ids.len() <= MEDIUM_IDS {
+                let wanted = medium_key(key);
+                let slot = &mut self.medium[medium_slot_of(wanted, key.len())];
+                slot.key = wanted;
+                slot.meta = key.len() as u32 | ((ids.len() as u32) << 8);
+                slot.ids[..ids.len()].copy_from_slice(ids);
+            }
+            return;
+        }
         let padded = padded(key);
         let slot = &mut self.slots[slot_of(&padded, key.len())];
         slot.key_len = key.len() as u8;
@@ -194,10 +254,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slot_is_a_cache_line_and_the_cap_is_4_and_a_quarter_mib() {
+    fn slots_fit_their_lines_and_the_cap_is_2_and_a_quarter_mib() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(std::mem::size_of::<MediumSlot>(), 32);
         assert_eq!(std::mem::size_of::<ShortSlot>(), 16);
-        assert_eq!(CACHE_BYTES, (4 << 20) + (256 << 10));
+        assert_eq!(CACHE_BYTES, (2 << 20) + (256 << 10));
     }
 
     #[test]
@@ -214,8 +275,22 @@ mod tests {
         assert_eq!(cache.get(&long), None);
         cache.insert(b"many", &[1; MAX_IDS + 1]);
         assert_eq!(cache.get(b"many"), None);
-        cache.insert(b"seven!!", &[7; MAX_IDS]);
-        assert_eq!(cache.get(b"seven!!"), Some(&[7; MAX_IDS][..]));
+        cache.insert(b"seventeen bytes!!", &[7; MAX_IDS]);
+        assert_eq!(cache.get(b"seventeen bytes!!"), Some(&[7; MAX_IDS][..]));
+        // Medium pieces: up to MEDIUM_IDS ids.
+        cache.insert(b"seven!!", &[1, 2, 3]);
+        assert_eq!(cache.get(b"seven!!"), Some(&[1, 2, 3][..]));
+        cache.insert(b"sixteen bytes!!!", &[4]);
+        assert_eq!(cache.get(b"sixteen bytes!!!"), Some(&[4][..]));
+        cache.insert(b"seven!!\0", &[5]);
+        assert_eq!(cache.get(b"seven!!\0"), Some(&[5][..]));
+        assert_eq!(
+            cache.get(b"seven!!"),
+            Some(&[1, 2, 3][..]),
+            "length is part of the key"
+        );
+        cache.insert(b"four ids", &[1, 2, 3, 4]);
+        assert_eq!(cache.get(b"four ids"), None);
         // Short pieces: up to SHORT_IDS ids, the length part of the key.
         cache.insert(b"ab", &[1, 2]);
         cache.insert(b"ab\0", &[3]);
