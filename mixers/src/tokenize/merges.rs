@@ -65,47 +65,47 @@ impl Merges {
     }
 
     fn merge_by_scan(&self, symbols: &mut Vec<u32>) {
-        // Ranks of the pairs (i, i+1); u32::MAX where the pair is not a merge.
-        let mut ranks = [u32::MAX; SCAN_LIMIT];
-        let mut made = [0u32; SCAN_LIMIT];
+        // Per pair (i, i+1): its rank above its merged id, u64::MAX where it is not a merge. The
+        // smallest is the lowest rank; equal values are the same pair, and the scan keeps the
+        // leftmost. Symbols and pairs shift left by hand: at these lengths a loop beats memmove.
+        let mut pairs = [u64::MAX; SCAN_LIMIT];
         let pair = |symbols: &[u32], i: usize| {
-            self.get(symbols[i], symbols[i + 1])
-                .unwrap_or((u32::MAX, 0))
+            self.table
+                .get(&key(symbols[i], symbols[i + 1]))
+                .copied()
+                .unwrap_or(u64::MAX)
         };
-        for i in 0..symbols.len().saturating_sub(1) {
-            (ranks[i], made[i]) = pair(symbols, i);
+        let mut n = symbols.len();
+        for (i, slot) in pairs.iter_mut().enumerate().take(n.saturating_sub(1)) {
+            *slot = pair(symbols, i);
         }
-        loop {
-            let n = symbols.len();
-            if n < 2 {
-                return;
-            }
-            // The lowest rank, leftmost on a tie.
+        while n >= 2 {
             let mut best = 0;
             for i in 1..n - 1 {
-                if ranks[i] < ranks[best] {
+                if pairs[i] < pairs[best] {
                     best = i;
                 }
             }
-            if ranks[best] == u32::MAX {
-                return;
+            if pairs[best] == u64::MAX {
+                break;
             }
-            symbols[best] = made[best];
-            symbols.remove(best + 1);
-            if best + 2 < n {
-                ranks.copy_within(best + 2..n - 1, best + 1);
-                made.copy_within(best + 2..n - 1, best + 1);
+            symbols[best] = pairs[best] as u32;
+            for j in best + 1..n - 1 {
+                symbols[j] = symbols[j + 1];
+                pairs[j] = pairs[j + 1];
             }
-            ranks[n - 2] = u32::MAX;
-            if best + 1 < n - 1 {
-                (ranks[best], made[best]) = pair(symbols, best);
+            n -= 1;
+            pairs[n - 1] = u64::MAX;
+            if best + 1 < n {
+                pairs[best] = pair(symbols, best);
             } else {
-                ranks[best] = u32::MAX;
+                pairs[best] = u64::MAX;
             }
             if best > 0 {
-                (ranks[best - 1], made[best - 1]) = pair(symbols, best - 1);
+                pairs[best - 1] = pair(symbols, best - 1);
             }
         }
+        symbols.truncate(n);
     }
 
     /// HF's loop: a min-heap of (rank, position), symbols linked both ways, stale entries skipped.
