@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 use tokenizers::utils::SysRegex;
-use unicode_normalization_alignments::UnicodeNormalization;
+use unicode_normalization_alignments::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 use super::added::{AddedSplitter, Segment};
 use super::byte_vocab::{self, ByteVocab, VocabTables};
@@ -71,9 +71,11 @@ pub(crate) struct ByteLevelBpe {
 }
 
 /// HF's NFC: `unicode-normalization-alignments` (Unicode 9 tables), which HF's
-/// `NormalizedString::nfc` collects the characters of. ASCII is its own NFC.
+/// `NormalizedString::nfc` collects the characters of. A text the same crate's quick check
+/// (UAX #15) finds in NFC is its own NFC, which most text is: ASCII, and any text without
+/// combining marks or characters NFC replaces.
 pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
-    if text.is_ascii() {
+    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
         Cow::Borrowed(text)
     } else {
         Cow::Owned(text.nfc().map(|(c, _)| c).collect())
@@ -321,6 +323,21 @@ mod tests {
     fn nfc_composes_like_hf() {
         assert_eq!(nfc("e\u{301}"), "\u{e9}");
         assert!(matches!(nfc("plain ascii"), Cow::Borrowed(_)));
+        assert!(matches!(
+            nfc("caf\u{e9} \u{201c}quoted\u{201d} \u{4e2d}"),
+            Cow::Borrowed(_)
+        ));
+        // Singletons NFC replaces (Ohm, Angstrom, EN QUAD), a mark to compose, marks to reorder.
+        for (text, composed) in [
+            ("\u{2126}", "\u{3a9}"),
+            ("\u{212b}", "\u{c5}"),
+            ("\u{2000}", "\u{2002}"),
+            ("a\u{308}", "\u{e4}"),
+            ("a\u{323}\u{302}", "\u{1ead}"),
+            ("a\u{302}\u{323}", "\u{1ead}"),
+        ] {
+            assert_eq!(nfc(text), composed, "{text:?}");
+        }
         let mut hf = tokenizers::NormalizedString::from("Cafe\u{301} \u{212b} \u{1100}\u{1161}");
         tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf).expect("nfc");
         assert_eq!(nfc("Cafe\u{301} \u{212b} \u{1100}\u{1161}"), hf.get());
