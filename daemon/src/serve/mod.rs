@@ -7,28 +7,26 @@
 //! thread answers `/metrics`; with CURVE, a ZAP handler thread admits the allowed clients
 //! (`auth.rs`). Graceful shutdown on SIGINT/SIGTERM.
 
+pub mod args;
 pub mod auth;
 pub mod endpoint;
-mod lane_chain;
-mod lane_checkpoints;
-mod lanes;
 mod metrics;
 mod nodes;
 mod owners;
+mod placement;
 mod producer;
-mod progress;
 mod server;
 pub mod store;
 
+pub use args::ServeArgs;
 pub use nodes::{NodeOrigin, NodePlace};
 
-use crate::checkpoint::{CheckpointDir, RunIdentity};
-use crate::driver::pipeline::{self, PipelineConfig};
+use crate::checkpoint::{CheckpointDir, LaneCheckpoints, RunIdentity};
+use crate::driver::pipeline::{PipelineConfig, step_chunk_text_bytes};
 use crate::driver::{Locator, build_stream, load_recipe_with};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
-use lane_checkpoints::LaneCheckpoints;
 use metrics::Metrics;
 use producer::{Checkpointing, Ended, Producer, Start};
 use server::{Layout, Server};
@@ -86,14 +84,6 @@ pub struct CurveFiles {
 }
 
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        options.world_size >= 1 && options.micro_batch >= 1,
-        "--world-size and --micro-batch must be at least 1"
-    );
-    anyhow::ensure!(
-        options.checkpoint_every >= 1,
-        "--checkpoint-every must be at least 1"
-    );
     // Who may connect, checked before the recipe is loaded: a refused setting fails fast.
     let curve = match &options.curve {
         Some(files) => Some(auth::CurveServer::load(
@@ -242,14 +232,10 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
             Arc::clone(&shutdown),
             context.clone(),
         );
+        let step_tokens = global_batch * u64::from(layout.window_tokens);
         let config = PipelineConfig {
-            threads: options.threads,
             shuffle_fill: Some(shuffle_fill),
-            snapshot: None,
-            // About half a step of text per chunk (~4 bytes per token): snapshots, hence
-            // checkpoints, can be taken at least twice per step.
-            chunk_text_bytes: (global_batch as usize * layout.window_tokens as usize * 2)
-                .clamp(16 << 10, pipeline::CHUNK_TEXT_BYTES),
+            ..PipelineConfig::new(options.threads, step_chunk_text_bytes(step_tokens, 1))
         };
         std::thread::Builder::new()
             .name("dsprep-producer".into())
@@ -284,7 +270,7 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                             .run(*stream, start),
                         }
                     }),
-                    Work::Lanes(lanes) => lanes::LaneProducer {
+                    Work::Lanes(lanes) => nodes::lanes::LaneProducer {
                         loaded: &loaded,
                         inputs: &lanes.inputs,
                         slice: lanes.slice.clone(),
@@ -292,7 +278,6 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
                         metrics: &metrics,
                         progress: lanes.progress.clone(),
                         threads: config.threads,
-                        chunk_text_bytes: config.chunk_text_bytes,
                         dtype,
                         wake: &wake,
                         resume,
@@ -436,13 +421,13 @@ fn starting_point(
     store: &StepStore,
     checkpoints: Option<&Checkpointing>,
 ) -> anyhow::Result<Option<Start>> {
-    let (true, Some(c)) = (resume, checkpoints) else {
+    let Some(c) = checkpoints.filter(|_| resume) else {
         return Ok(Some(Start {
             step: 0,
             resume: None,
         }));
     };
-    let Ok(step) = store.wait_first_request() else {
+    let Some(step) = placement::first_request(resume, store) else {
         return Ok(None);
     };
     tracing::info!("the first request is for step {step}");

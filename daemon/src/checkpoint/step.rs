@@ -1,16 +1,13 @@
-//! Checkpoint files: the pipeline's state (`dsprep_mixers::checkpoint`) with what this run must
-//! match to continue from it (recipe hash, global batch, the shard lists), written atomically
-//! into a state directory as `step-<step>.ckpt`, the last K kept.
+//! The daemon's checkpoints: the pipeline's state with what this run must match to continue
+//! from it (recipe hash, global batch, the shard lists), as `step-<step>.ckpt` in the state
+//! directory ([`super::CheckpointStore`]'s policy: atomic, the newest K kept).
 //!
 //! A checkpoint taken after window `W` serves every step from `ceil(W / global_batch)`: the
 //! windows in between are recomputed and dropped on resume. A torn or corrupt file fails its
 //! checksum and the previous one is used, with a warning.
 
-use crate::files::{sync_dir, write_atomic};
-use anyhow::{Context, bail};
-use dsprep_mixers::checkpoint::{self, PipelineState};
+use super::{CheckpointStore, Header, Loaded};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
 
 /// What a run must match to continue from a checkpoint, and where in the stream it is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,111 +106,26 @@ impl RunIdentity {
     }
 }
 
-/// A checkpoint read back and checked.
-pub struct Loaded {
-    pub path: PathBuf,
-    pub meta: CheckpointMeta,
-    pub state: PipelineState,
-}
+/// The daemon's state directory: `step-<step>.ckpt`, the step being the first it serves.
+pub type CheckpointDir = CheckpointStore<CheckpointMeta>;
 
-/// The state directory.
-pub struct CheckpointDir {
-    dir: PathBuf,
-    keep: usize,
+impl Header for CheckpointMeta {
+    const PREFIX: &'static str = "step-";
+    const DIGITS: usize = 12;
+    fn position(&self) -> u64 {
+        self.step
+    }
 }
 
 impl CheckpointDir {
-    /// Open (and create) `dir`, keeping the last `keep` checkpoints.
-    pub fn open(dir: &Path, keep: usize) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            keep: keep.max(1),
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-
-    fn file_for(&self, step: u64) -> PathBuf {
-        self.dir.join(format!("step-{step:012}.ckpt"))
-    }
-
-    /// The checkpoint files, by step, oldest first.
-    pub fn list(&self) -> anyhow::Result<Vec<(u64, PathBuf)>> {
-        let entries = std::fs::read_dir(&self.dir)
-            .with_context(|| format!("cannot list {}", self.dir.display()))?;
-        let mut found = Vec::new();
-        for entry in entries {
-            let path = entry?.path();
-            let step = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_prefix("step-")?.strip_suffix(".ckpt")?.parse().ok());
-            if let Some(step) = step {
-                found.push((step, path));
-            }
-        }
-        found.sort();
-        Ok(found)
-    }
-
-    /// Write a checkpoint (atomically), then drop all but the last `keep`. Returns its path.
-    pub fn write(&self, meta: &CheckpointMeta, state: &PipelineState) -> anyhow::Result<PathBuf> {
-        let path = self.file_for(meta.step);
-        let bytes = checkpoint::encode(meta, state);
-        write_atomic(&path, &bytes)
-            .with_context(|| format!("cannot write checkpoint {}", path.display()))?;
-        // The checkpoint is in place: failing to drop an old one only costs disk space.
-        if let Err(e) = self.prune() {
-            tracing::warn!("old checkpoints in {} stay: {e:#}", self.dir.display());
-        }
-        Ok(path)
-    }
-
-    /// Remove all but the last `keep` checkpoints.
-    fn prune(&self) -> anyhow::Result<()> {
-        let all = self.list()?;
-        if all.len() > self.keep {
-            for (_, old) in &all[..all.len() - self.keep] {
-                std::fs::remove_file(old)
-                    .with_context(|| format!("cannot remove old checkpoint {}", old.display()))?;
-            }
-            sync_dir(&self.dir);
-        }
-        Ok(())
-    }
-
-    /// Read and check one checkpoint file.
-    pub fn read(path: &Path) -> anyhow::Result<(CheckpointMeta, PipelineState)> {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        checkpoint::decode(&bytes).with_context(|| format!("checkpoint {}", path.display()))
-    }
-
     /// The newest usable checkpoint that serves `step` (its step ≤ `step`), or `None` when the
-    /// stream must start from its beginning. Corrupt files are skipped with a warning; a sound
-    /// checkpoint that does not belong to this run is an error that says what differs.
-    pub fn newest_for(&self, step: u64, run: &RunIdentity) -> anyhow::Result<Option<Loaded>> {
-        for (at, path) in self.list()?.into_iter().rev() {
-            if at > step {
-                continue;
-            }
-            match Self::read(&path) {
-                Ok((meta, state)) => {
-                    if let Some(why) = run.mismatch(&meta) {
-                        bail!("cannot resume from checkpoint {}: {why}", path.display());
-                    }
-                    return Ok(Some(Loaded { path, meta, state }));
-                }
-                Err(e) => {
-                    tracing::warn!("CHECKPOINT UNUSABLE, falling back to an older one: {e:#}")
-                }
-            }
-        }
-        Ok(None)
+    /// stream must start from its beginning (see [`CheckpointStore::newest_at_or_below`]).
+    pub fn newest_for(
+        &self,
+        step: u64,
+        run: &RunIdentity,
+    ) -> anyhow::Result<Option<Loaded<CheckpointMeta>>> {
+        self.newest_at_or_below(step, |meta| run.mismatch(meta))
     }
 
     /// Refuse a run that does not match the newest sound checkpoint, before anything starts.

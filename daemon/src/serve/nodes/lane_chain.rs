@@ -18,8 +18,7 @@
 //! anyway for a synchronous training step.
 
 use super::progress::{Gate, LaneProgress, READ_EVERY};
-use super::store::{StepChain, StepData, StepStore};
-use crate::driver::lanes::Stopped;
+use crate::serve::store::{StepChain, StepData, StepStore};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::chain::{self, Hash};
 use dsprep_mixers::lanes::{NodeSlice, block_lane};
@@ -53,7 +52,15 @@ pub enum Linked {
     Yes,
     /// The stream ends before this step (another node's lane ran out): it is never served.
     BeyondEnd,
+    /// The daemon is stopping.
+    Stopped,
 }
+
+/// The daemon stopped while waiting on another node: ends [`LaneChain::link_step`] with
+/// [`Linked::Stopped`], never leaves it.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped")]
+struct Stopped;
 
 impl LaneChain {
     pub fn new(
@@ -76,6 +83,13 @@ impl LaneChain {
     /// Fill `step.chain` from its own digests (`step.digests`, this node's part of the step) and
     /// the other nodes' (from their files), after writing its own for them.
     pub fn link_step(&mut self, step: &mut StepData, store: &StepStore) -> anyhow::Result<Linked> {
+        match self.link(step, store) {
+            Err(e) if e.is::<Stopped>() => Ok(Linked::Stopped),
+            linked => linked,
+        }
+    }
+
+    fn link(&mut self, step: &mut StepData, store: &StepStore) -> anyhow::Result<Linked> {
         let g = self.slice.global_batch;
         let part = self.slice.windows_per_step();
         let first = step.step * g;
