@@ -28,18 +28,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 const CHUNK_DOCS: usize = 128;
 /// Text bytes per chunk at most (a chunk closes once it passes this), unless configured.
 pub const CHUNK_TEXT_BYTES: usize = 256 * 1024;
-/// The smallest chunk a daemon sizes by its steps ([`step_chunk_text_bytes`]).
+/// A daemon's smallest chunk: 16 KiB of text per step, shared by the streams that make the step,
+/// and never below 1 KiB.
 const MIN_STEP_CHUNK_TEXT_BYTES: usize = 16 << 10;
+const MIN_CHUNK_TEXT_BYTES: usize = 1 << 10;
 
 /// A daemon's chunk size: about half of one stream's share of a step's text (`step_tokens`
-/// shared by `streams` lanes, 1 without lanes; ~4 bytes per token), between 16 KiB and
-/// [`CHUNK_TEXT_BYTES`], so that snapshots, hence checkpoints, can be taken at least about twice
-/// per step. Chunking decides where snapshots can fall, never the bytes.
+/// shared by `streams` lanes, 1 without lanes; ~4 bytes per token), so that snapshots, hence
+/// checkpoints, can be taken at least about twice per step; at least a stream's share of 16 KiB
+/// (and 1 KiB), at most [`CHUNK_TEXT_BYTES`]. Chunking decides where snapshots can fall, never
+/// the bytes.
 pub fn step_chunk_text_bytes(step_tokens: u64, streams: u32) -> usize {
-    let text = step_tokens.saturating_mul(2) / u64::from(streams.max(1));
+    let streams = streams.max(1);
+    let text = step_tokens.saturating_mul(2) / u64::from(streams);
+    let floor = (MIN_STEP_CHUNK_TEXT_BYTES / streams as usize).max(MIN_CHUNK_TEXT_BYTES);
     usize::try_from(text)
         .unwrap_or(usize::MAX)
-        .clamp(MIN_STEP_CHUNK_TEXT_BYTES, CHUNK_TEXT_BYTES)
+        .clamp(floor, CHUNK_TEXT_BYTES)
 }
 
 pub struct PipelineConfig {
@@ -373,4 +378,19 @@ fn reorder_into(
         waiting.keys().collect::<Vec<_>>()
     );
     Ok(Flow::Continue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemons_chunk_about_half_a_streams_share_of_a_step() {
+        // A step of 4 windows of 513 tokens: the floor, 16 KiB for one stream, 2 KiB of 8 lanes.
+        assert_eq!(step_chunk_text_bytes(4 * 513, 1), 16 << 10);
+        assert_eq!(step_chunk_text_bytes(4 * 513, 8), 2 << 10);
+        assert_eq!(step_chunk_text_bytes(4 * 513, 64), 1 << 10);
+        assert_eq!(step_chunk_text_bytes(64 * 513, 1), 64 * 513 * 2);
+        assert_eq!(step_chunk_text_bytes(512 * 2049, 8), CHUNK_TEXT_BYTES);
+    }
 }
