@@ -25,7 +25,7 @@ use dsprep_client::format::{
 };
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::SourceCounters;
-use dsprep_mixers::mixer::share;
+use dsprep_mixers::mixer::{share, target_shares};
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, PackedWindow};
 use failure::failed;
@@ -326,7 +326,7 @@ fn source_stats(
     tokens_per_source: &[u64],
     counters: &[SourceCounters],
 ) -> Vec<SourceStats> {
-    let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
+    let targets = target_shares(&recipe.phase_weights()[0]);
     let num_docs: u64 = docs_per_source.iter().sum();
     let num_tokens: u64 = tokens_per_source.iter().sum();
     recipe
@@ -336,7 +336,7 @@ fn source_stats(
         .map(|(i, spec)| SourceStats {
             name: spec.name.clone(),
             weight: spec.weight,
-            target_fraction: spec.weight / total_weight,
+            target_fraction: targets[i],
             realized_fraction: share(docs_per_source[i], num_docs),
             realized_token_fraction: share(tokens_per_source[i], num_tokens),
             documents: docs_per_source[i],
