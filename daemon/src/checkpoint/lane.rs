@@ -6,6 +6,7 @@
 //! A lane's checkpoint does not depend on the node count, the world size or the global batch, so
 //! any node that runs the lane later (the same node restarted, or another node count) resumes it.
 
+use super::step::recipe_mismatch;
 use super::{CheckpointStore, Header, Loaded};
 use dsprep_mixers::checkpoint::PipelineState;
 use serde::{Deserialize, Serialize};
@@ -71,13 +72,8 @@ impl LaneCheckpoints {
         self.store(lane)?.newest_at_or_below(windows, |meta| {
             if meta.lane != lane {
                 Some(format!("it is lane {}'s, not lane {lane}'s", meta.lane))
-            } else if meta.recipe_hash != self.recipe_hash {
-                Some(format!(
-                    "it was written for recipe {}, this recipe is {}",
-                    meta.recipe_hash, self.recipe_hash
-                ))
             } else {
-                None
+                recipe_mismatch(&meta.recipe_hash, &self.recipe_hash)
             }
         })
     }

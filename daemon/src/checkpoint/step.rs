@@ -58,12 +58,8 @@ impl RunIdentity {
 
     /// Why this run cannot continue from `meta`, if it cannot.
     pub fn mismatch(&self, meta: &CheckpointMeta) -> Option<String> {
-        if meta.recipe_hash != self.recipe_hash {
-            return Some(format!(
-                "it was written for recipe {}, this recipe is {}: the recipe (or a default it \
-                 fills in) has changed",
-                meta.recipe_hash, self.recipe_hash
-            ));
+        if let Some(why) = recipe_mismatch(&meta.recipe_hash, &self.recipe_hash) {
+            return Some(why);
         }
         if meta.global_batch != self.global_batch {
             return Some(format!(
@@ -78,32 +74,49 @@ impl RunIdentity {
                 meta.global_batch
             ));
         }
-        if meta.shards.len() != self.shards.len() {
+        shards_mismatch(&meta.shards, &self.shards)
+    }
+}
+
+/// Why a checkpoint of recipe `had` does not belong to a run of recipe `has`, if it does not
+/// (every kind of checkpoint says it this way).
+pub fn recipe_mismatch(had: &str, has: &str) -> Option<String> {
+    (had != has).then(|| {
+        format!(
+            "it was written for recipe {had}, this recipe is {has}: the recipe (or a default it \
+             fills in) has changed"
+        )
+    })
+}
+
+/// Why a checkpoint that read the shards `had` (per source, in reading order) cannot continue a
+/// run that reads `has`, if it cannot.
+pub fn shards_mismatch(had: &[Vec<String>], has: &[Vec<String>]) -> Option<String> {
+    if had.len() != has.len() {
+        return Some(format!(
+            "it has {} sources, the recipe {}",
+            had.len(),
+            has.len()
+        ));
+    }
+    for (source, (had, has)) in had.iter().zip(has).enumerate() {
+        if had != has {
+            let first = had
+                .iter()
+                .zip(has)
+                .position(|(a, b)| a != b)
+                .unwrap_or(had.len().min(has.len()));
             return Some(format!(
-                "it has {} sources, the recipe {}",
-                meta.shards.len(),
-                self.shards.len()
+                "source {source}'s shards differ from the checkpoint's (it listed {} shards, now \
+                 {}; first difference at position {first}: {:?} vs {:?})",
+                had.len(),
+                has.len(),
+                had.get(first),
+                has.get(first)
             ));
         }
-        for (source, (had, has)) in meta.shards.iter().zip(&self.shards).enumerate() {
-            if had != has {
-                let first = had
-                    .iter()
-                    .zip(has)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(had.len().min(has.len()));
-                return Some(format!(
-                    "source {source}'s shards differ from the checkpoint's (it listed {} shards, \
-                     now {}; first difference at position {first}: {:?} vs {:?})",
-                    had.len(),
-                    has.len(),
-                    had.get(first),
-                    has.get(first)
-                ));
-            }
-        }
-        None
     }
+    None
 }
 
 /// The daemon's state directory: `step-<step>.ckpt`, the step being the first it serves.
