@@ -2,10 +2,9 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use dsprep::pack::{self, PackOptions};
-use dsprep::serve::ServeOptions;
+use dsprep::pack::{self, PackArgs, PackCommand};
+use dsprep::serve::{ServeArgs, ServeOptions};
 use dsprep::tap::TapOptions;
-use dsprep_mixers::EngineChoice;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,129 +24,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a recipe and write memory-mappable token shards.
-    Pack {
-        /// The recipe (TOML).
-        #[arg(long)]
-        recipe: PathBuf,
-        /// Output directory; written under a temporary name and renamed when complete.
-        #[arg(long)]
-        out: PathBuf,
-        /// Tokenizer threads (default: every core). The output does not depend on it.
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Target size of one token shard, MiB.
-        #[arg(long, default_value_t = 256)]
-        shard_mib: u64,
-        /// Replace an existing output directory.
-        #[arg(long)]
-        force: bool,
-        /// Seconds between checkpoints in OUT.partial; a killed pack continues from the last one
-        /// when run again with the same recipe and output.
-        #[arg(long, default_value_t = 60)]
-        checkpoint_secs: u64,
-        /// Start over instead of continuing an interrupted pack to the same output.
-        #[arg(long)]
-        fresh: bool,
-        /// No progress display.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
-        /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
-        tokenizer_engine: String,
-        /// For a recipe with [lanes]: pack only this part's lanes into OUT.lanes/ (a Slurm array
-        /// task). Default with --parts absent: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN when
-        /// SLURM_ARRAY_TASK_COUNT is set, else every lane and the finish in one run.
-        #[arg(long, requires = "parts")]
-        part: Option<u32>,
-        /// How many parts the lanes are split into (see --part).
-        #[arg(long, requires = "part")]
-        parts: Option<u32>,
-        /// Put the lanes in OUT.lanes/ (packed by every part) together into OUT.
-        #[arg(long, conflicts_with_all = ["part", "parts"])]
-        finish: bool,
-        /// A frozen plan of this recipe (`dsprep plan --out`): list nothing, read the files it
-        /// names (give every part of a job the same plan).
-        #[arg(long)]
-        plan: Option<PathBuf>,
-    },
+    Pack(PackArgs),
     /// Serve every data-parallel rank its batches over ZeroMQ (the loader daemon).
-    Serve {
-        #[arg(long)]
-        recipe: PathBuf,
-        #[arg(long)]
-        world_size: u32,
-        /// Windows per rank per step; a global step is world size × micro batch windows.
-        #[arg(long)]
-        micro_batch: u32,
-        /// ipc://PATH (default) or tcp://HOST:PORT; a non-loopback host needs CURVE
-        /// (--curve-secret-key and --curve-allow) or --insecure-tcp.
-        #[arg(long, default_value = "ipc://dsprep.sock")]
-        endpoint: String,
-        /// Allow a non-loopback tcp:// endpoint without CURVE: it is not authenticated, so any
-        /// host that can reach it reads the token stream and can move what the daemon holds.
-        #[arg(long)]
-        insecure_tcp: bool,
-        /// Serve with CURVE: the daemon's secret key file (NAME.key_secret from `dsprep keygen`);
-        /// its clients are given NAME.key.
-        #[arg(long, requires = "curve_allow")]
-        curve_secret_key: Option<PathBuf>,
-        /// With CURVE: a directory of the public key files (NAME.key) of the clients let in; any
-        /// other client is refused.
-        #[arg(long, requires = "curve_secret_key")]
-        curve_allow: Option<PathBuf>,
-        /// A trainer rank belongs to the process that first asks for it; another process asking
-        /// for it is refused until the owner has been silent this many seconds.
-        #[arg(long, default_value_t = 10)]
-        owner_timeout: u64,
-        /// Steps the pipeline may run ahead of the slowest rank (bounds memory).
-        #[arg(long, default_value_t = 8)]
-        prefetch: u64,
-        /// Tokenizer threads (default: every core).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Prometheus endpoint, loopback (port 0 picks one); "off" disables it. Beyond loopback
-        /// it needs --metrics-token-file or --insecure-metrics.
-        #[arg(long, default_value = "127.0.0.1:9187")]
-        metrics: String,
-        /// A file holding a bearer token /metrics requires (Prometheus' `authorization:
-        /// credentials_file`); without it a request gets 401.
-        #[arg(long)]
-        metrics_token_file: Option<PathBuf>,
-        /// Allow --metrics beyond loopback without a token: any host that reaches it reads the
-        /// daemon's counters.
-        #[arg(long)]
-        insecure_metrics: bool,
-        /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
-        /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
-        tokenizer_engine: String,
-        /// Directory for checkpoints (exact resume); none: no checkpoints.
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        /// Write a checkpoint every N steps produced, and on SIGINT/SIGTERM.
-        #[arg(long, default_value_t = 500)]
-        checkpoint_every: u64,
-        /// Checkpoints kept in --state-dir. Keep enough to reach back to the trainers' own
-        /// checkpoint interval: the daemon runs up to --prefetch steps ahead of them.
-        #[arg(long, default_value_t = 4)]
-        keep_checkpoints: usize,
-        /// "latest": continue from --state-dir. The daemon starts at the step the trainers ask
-        /// for first, from the newest checkpoint at or below it.
-        #[arg(long, value_parser = ["latest"], requires = "state_dir")]
-        resume: Option<String>,
-        /// This daemon's node (0-based), for a recipe with [lanes] served by one daemon per node.
-        /// Default: SLURM_NODEID, else NODE_RANK or GROUP_RANK (torchrun), else 0.
-        #[arg(long, requires = "nodes")]
-        node_rank: Option<u32>,
-        /// How many node daemons serve the job. Default: SLURM_NNODES, else NNODES, else 1.
-        #[arg(long, requires = "node_rank")]
-        nodes: Option<u32>,
-        /// A frozen plan of this recipe (`dsprep plan --out`): list nothing, read the files it
-        /// names (give every node daemon of a job the same plan).
-        #[arg(long)]
-        plan: Option<PathBuf>,
-    },
+    Serve(ServeArgs),
     /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
     Tap {
         #[arg(long, default_value = "ipc://dsprep.sock")]
@@ -277,142 +156,17 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Pack {
-            recipe,
-            out,
-            threads,
-            shard_mib,
-            force,
-            quiet,
-            tokenizer_engine,
-            checkpoint_secs,
-            fresh,
-            part,
-            parts,
-            finish,
-            plan,
-        } => {
-            let threads = default_threads(threads)?;
-            let options = PackOptions {
-                checkpoint_secs,
-                fresh,
-                recipe,
-                out,
-                threads,
-                shard_bytes: shard_mib << 20,
-                force,
-                progress: !quiet,
-                engine: engine_choice(&tokenizer_engine),
-                plan,
-            };
-            let parts = match (part, parts) {
-                (Some(part), Some(parts)) => Some(pack::Parts { part, parts }),
-                _ => None,
-            };
-            let from_slurm = slurm_array_parts()?;
-            if finish || parts.is_some() || from_slurm.is_some() {
-                let loaded = dsprep::driver::load_recipe_with(
-                    &options.recipe,
-                    options.engine,
-                    options.plan.as_deref(),
-                )?;
-                if finish {
-                    pack::print_summary(&pack::finish(&options, &loaded)?);
-                    return Ok(());
-                }
-                // An array task's environment makes a part only of a recipe with lanes.
-                let from_slurm = from_slurm.filter(|_| loaded.recipe.lanes.is_some());
-                if let Some(parts) = parts.or(from_slurm) {
-                    let report = pack::pack_part(&options, &loaded, parts)?;
-                    println!(
-                        "part {} of {}: packed lanes {:?}{} ({} input bytes) into {} in {:.2} s; \
-                         run `dsprep pack --finish` with the same --recipe and --out once every \
-                         part is done",
-                        report.parts.part,
-                        report.parts.parts,
-                        report.packed,
-                        if report.kept.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" (kept {:?}, complete from an earlier run)", report.kept)
-                        },
-                        report.input_bytes,
-                        report.lanes_dir.display(),
-                        report.wall.as_secs_f64()
-                    );
-                    return Ok(());
-                }
-            }
-            let report = pack::pack(&options)?;
-            pack::print_summary(&report);
-        }
-        Command::Serve {
-            recipe,
-            world_size,
-            micro_batch,
-            endpoint,
-            insecure_tcp,
-            curve_secret_key,
-            curve_allow,
-            owner_timeout,
-            prefetch,
-            threads,
-            metrics,
-            metrics_token_file,
-            insecure_metrics,
-            tokenizer_engine,
-            state_dir,
-            checkpoint_every,
-            keep_checkpoints,
-            resume,
-            node_rank,
-            nodes,
-            plan,
-        } => {
-            let node = dsprep::serve::NodePlace::resolve(node_rank, nodes, |name| {
-                std::env::var(name).ok()
-            })?;
-            let metrics =
-                match metrics.as_str() {
-                    "off" => None,
-                    addr => Some(addr.parse().with_context(|| {
-                        format!("--metrics {addr:?} is not HOST:PORT or \"off\"")
-                    })?),
-                };
+        Command::Pack(args) => match pack::command(&PackCommand::try_from(args)?)? {
+            pack::Packed::Whole(report) => pack::print_summary(&report),
+            pack::Packed::Part(report) => pack::print_part(&report),
+        },
+        Command::Serve(args) => {
+            let options = ServeOptions::try_from(args)?;
             let shutdown = Arc::new(AtomicBool::new(false));
             for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(signal, Arc::clone(&shutdown))
                     .context("cannot install signal handlers")?;
             }
-            let threads = default_threads(threads)?;
-            let engine = engine_choice(&tokenizer_engine);
-            let options = ServeOptions {
-                recipe,
-                world_size,
-                micro_batch,
-                endpoint,
-                insecure_tcp,
-                curve: match (curve_secret_key, curve_allow) {
-                    (Some(secret_key), Some(allow_dir)) => Some(dsprep::serve::CurveFiles {
-                        secret_key,
-                        allow_dir,
-                    }),
-                    _ => None,
-                },
-                owner_timeout: std::time::Duration::from_secs(owner_timeout),
-                prefetch,
-                threads,
-                metrics,
-                metrics_token: metrics_token_file,
-                insecure_metrics,
-                engine,
-                state_dir,
-                checkpoint_every,
-                keep_checkpoints,
-                resume: resume.is_some(),
-                node,
-                plan,
-            };
             dsprep::serve::serve(&options, shutdown)?;
         }
         Command::Tap {
@@ -576,48 +330,4 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The part of a Slurm array task (`SLURM_ARRAY_TASK_ID` counted from `SLURM_ARRAY_TASK_MIN`,
-/// of `SLURM_ARRAY_TASK_COUNT`), when it runs in one.
-fn slurm_array_parts() -> anyhow::Result<Option<pack::Parts>> {
-    let var = |name: &str| -> anyhow::Result<Option<u32>> {
-        match std::env::var(name) {
-            Ok(v) => v
-                .trim()
-                .parse()
-                .map(Some)
-                .with_context(|| format!("{name}={v:?} is not a whole number")),
-            Err(_) => Ok(None),
-        }
-    };
-    let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID")?, var("SLURM_ARRAY_TASK_COUNT")?)
-    else {
-        return Ok(None);
-    };
-    let min = var("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-    Ok(Some(pack::Parts {
-        part: id.saturating_sub(min),
-        parts: count,
-    }))
-}
-
-/// `--threads`: at least 1; by default every core.
-fn default_threads(threads: Option<usize>) -> anyhow::Result<usize> {
-    match threads {
-        Some(0) => anyhow::bail!("--threads must be at least 1"),
-        Some(n) => Ok(n),
-        None => Ok(std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)),
-    }
-}
-
-/// `--tokenizer-engine` (clap has already restricted it to "auto" or "hf").
-fn engine_choice(name: &str) -> EngineChoice {
-    if name == "hf" {
-        EngineChoice::Hf
-    } else {
-        EngineChoice::Auto
-    }
 }

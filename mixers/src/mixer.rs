@@ -112,6 +112,16 @@ fn is_zero_u64(n: &u64) -> bool {
 
 /// A source's share of the stream, `part / total` (0 for an empty stream): the ledger's one
 /// formula (pack summary, manifest, `/metrics`).
+/// Each weight's share of their sum (0 for all when the sum is 0): a mix's target shares, the one
+/// place they are computed.
+pub fn target_shares(weights: &[f64]) -> Vec<f64> {
+    let total: f64 = weights.iter().sum();
+    weights
+        .iter()
+        .map(|w| if total > 0.0 { w / total } else { 0.0 })
+        .collect()
+}
+
 pub fn share(part: u64, total: u64) -> f64 {
     if total == 0 {
         0.0

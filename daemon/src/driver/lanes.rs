@@ -1,23 +1,21 @@
 //! The lanes of a recipe with `[lanes]` (the arithmetic is `dsprep_mixers::lanes`): each
 //! source's input listed once (or taken from the frozen plan) and dealt to the lanes by size — a
 //! local parquet file by row group, any other file whole — and one lane built into its own
-//! document stream and run through the threaded pipeline and a packer. `dsprep pack` (all lanes, or a part's) and the node daemons of
-//! `dsprep serve` (their own lanes) run lanes with these functions, so they read the same units.
+//! document stream (run by `run.rs`, as every stream is). `dsprep pack` (all lanes, or a
+//! part's) and the node daemons of `dsprep serve` (their own lanes) build lanes with these
+//! functions, so they read the same units.
 
 use super::inputs::{ShardSize, shard_sizes, source_shards, source_units};
-use super::pipeline::{self, PipelineConfig, ProducedDoc};
 use super::pretokenize::Pretokenized;
-use super::stream::{LoadedRecipe, Locator, mix_stream};
+use super::stream::{LoadedRecipe, mix_stream};
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, Shard, SourceContext};
 use anyhow::{anyhow, bail};
-use dsprep_mixers::checkpoint::PipelineState;
-use dsprep_mixers::doc::{DocPos, SourceCounters};
+use dsprep_mixers::DocStream;
 use dsprep_mixers::lanes::{LaneShares, deal_units, lane_buffer_size, lane_seed, lane_shares};
 use dsprep_mixers::ledger::PhasePoints;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::{LanesSpec, MixUnit};
-use dsprep_mixers::{DocStream, PackedWindow, Packer, PackerState};
 use std::sync::Arc;
 
 /// A recipe's input, listed once and dealt to its lanes.
@@ -266,73 +264,5 @@ impl LaneInputs {
             });
         }
         out
-    }
-}
-
-/// A sink that has no more use for windows: the run stops quietly (not an error).
-#[derive(Debug, thiserror::Error)]
-#[error("stopped")]
-pub struct Stopped;
-
-/// What a lane's run leaves behind.
-pub struct LaneRun {
-    pub counters: Vec<SourceCounters>,
-    /// Tokens of the last window that did not fill (dropped).
-    pub leftover_tokens: u64,
-    /// Whether the sink stopped the run before the lane's end.
-    pub stopped: bool,
-}
-
-/// Run one lane's stream through the pipeline and a packer (a fresh one, or one continuing from
-/// `packer`): `on_doc(source, start_tokens, tokens)` for every document in stream order (where
-/// it starts in the lane's own stream, and its length), `on_window` for every
-/// complete window, `on_state` with the whole state after a chunk whose snapshot was asked for
-/// (`config.snapshot`). `on_window` returning [`Stopped`] ends the run early without an error.
-pub fn run_packed(
-    loaded: &LoadedRecipe,
-    stream: DocStream<Pretokenized>,
-    config: &PipelineConfig,
-    packer: Option<PackerState>,
-    mut on_doc: impl FnMut(ProducedDoc),
-    mut on_window: impl FnMut(PackedWindow) -> anyhow::Result<()>,
-    mut on_state: impl FnMut(PipelineState),
-) -> anyhow::Result<LaneRun> {
-    let window_tokens = loaded.recipe.packing.window_tokens();
-    let mut packer = match packer {
-        None => Packer::new(window_tokens),
-        Some(state) => Packer::from_state(window_tokens, state)
-            .ok_or_else(|| anyhow!("the checkpoint's packer state does not fit this recipe"))?,
-    };
-    let locator = Locator::new(stream.mixer());
-    let locate = |pos: &DocPos| locator.locate(pos);
-    let mut windows = Vec::new();
-    let run = pipeline::run(stream, &loaded.stage, config, &locate, |chunk| {
-        for doc in chunk.docs() {
-            on_doc(doc.produced(packer.position_tokens()));
-            packer.push_doc(doc.tokens, doc.source, &mut windows);
-        }
-        for window in windows.drain(..) {
-            on_window(window)?;
-        }
-        if let Some(state) = chunk.state {
-            on_state(PipelineState {
-                stream: *state,
-                packer: packer.state(),
-            });
-        }
-        Ok(())
-    });
-    match run {
-        Ok(counters) => Ok(LaneRun {
-            counters,
-            leftover_tokens: packer.leftover().len() as u64,
-            stopped: false,
-        }),
-        Err(e) if e.downcast_ref::<Stopped>().is_some() => Ok(LaneRun {
-            counters: Vec::new(),
-            leftover_tokens: 0,
-            stopped: true,
-        }),
-        Err(e) => Err(e),
     }
 }

@@ -1,5 +1,6 @@
 //! The threaded driver that `dsprep pack` and `dsprep serve` both sit on: the recipe built into a
-//! document stream (`stream.rs`), the reader → tokenizers → in-order sink threads
+//! document stream (`stream.rs`), the one run path of a stream — restore, pipeline, packer,
+//! snapshots, a sink (`run.rs`) — over the reader → tokenizers → in-order sink threads
 //! (`pipeline.rs`), the lanes of a partitioned recipe (`lanes.rs`), each source's input from a
 //! listing or from the frozen plan (`inputs.rs`, `frozen_plan.rs`), sources that tokenize ahead
 //! for a mix in tokens (`pretokenize.rs`).
@@ -9,6 +10,7 @@ pub mod inputs;
 pub mod lanes;
 pub mod pipeline;
 pub mod pretokenize;
+pub mod run;
 pub mod stream;
 
 pub use stream::{

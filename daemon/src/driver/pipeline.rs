@@ -11,9 +11,11 @@
 //! - Bounded: at most `max_in_flight` chunks exist between the reader and the sink (a permit is
 //!   taken before a chunk is made and returned once the sink has consumed it in order), so the
 //!   reorder buffer and both channels stay bounded even when one thread is slow on a huge document.
+//! - A sink's [`Flow::Stop`] ends the run the same way, without an error.
 //! - Errors stop everything: a failing sink or tokenizer drops its channel ends, every other
 //!   thread sees a closed channel and returns; a reader error is reported after the join.
 
+use super::run::Flow;
 use anyhow::{Context, anyhow};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
@@ -26,6 +28,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 const CHUNK_DOCS: usize = 128;
 /// Text bytes per chunk at most (a chunk closes once it passes this), unless configured.
 pub const CHUNK_TEXT_BYTES: usize = 256 * 1024;
+/// A daemon's smallest chunk: 16 KiB of text per step, shared by the streams that make the step,
+/// and never below 1 KiB.
+const MIN_STEP_CHUNK_TEXT_BYTES: usize = 16 << 10;
+const MIN_CHUNK_TEXT_BYTES: usize = 1 << 10;
+
+/// A daemon's chunk size: about half of one stream's share of a step's text (`step_tokens`
+/// shared by `streams` lanes, 1 without lanes; ~4 bytes per token), so that snapshots, hence
+/// checkpoints, can be taken at least about twice per step; at least a stream's share of 16 KiB
+/// (and 1 KiB), at most [`CHUNK_TEXT_BYTES`]. Chunking decides where snapshots can fall, never
+/// the bytes.
+pub fn step_chunk_text_bytes(step_tokens: u64, streams: u32) -> usize {
+    let streams = streams.max(1);
+    let text = step_tokens.saturating_mul(2) / u64::from(streams);
+    let floor = (MIN_STEP_CHUNK_TEXT_BYTES / streams as usize).max(MIN_CHUNK_TEXT_BYTES);
+    usize::try_from(text)
+        .unwrap_or(usize::MAX)
+        .clamp(floor, CHUNK_TEXT_BYTES)
+}
 
 pub struct PipelineConfig {
     /// Tokenizer threads.
@@ -41,6 +61,17 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// `threads` tokenizing, chunks of `chunk_text_bytes`, no metrics (snapshots are the run's:
+    /// `driver::run`).
+    pub fn new(threads: usize, chunk_text_bytes: usize) -> Self {
+        Self {
+            threads,
+            shuffle_fill: None,
+            snapshot: None,
+            chunk_text_bytes,
+        }
+    }
+
     fn max_in_flight(&self) -> usize {
         4 * self.threads + 2
     }
@@ -132,15 +163,16 @@ impl TokenizedChunk {
 
 type WorkerResult = anyhow::Result<TokenizedChunk>;
 
-/// Run the pipeline to the end of the stream, handing tokenized chunks to `sink` in order.
-/// Returns each source's counters.
+/// Run the pipeline to the end of the stream, handing tokenized chunks to `sink` in order, until
+/// the sink answers [`Flow::Stop`]. Returns each source's counters, or `None` when the sink
+/// stopped the run.
 pub fn run<S: DocSource>(
     stream: DocStream<S>,
     stage: &TokenizeStage,
     config: &PipelineConfig,
     locate: &(dyn Fn(&DocPos) -> String + Sync),
-    sink: impl FnMut(TokenizedChunk) -> anyhow::Result<()>,
-) -> anyhow::Result<Vec<SourceCounters>> {
+    sink: impl FnMut(TokenizedChunk) -> anyhow::Result<Flow>,
+) -> anyhow::Result<Option<Vec<SourceCounters>>> {
     let threads = config.threads.max(1);
     let capacity = config.max_in_flight();
     let (doc_tx, doc_rx) = bounded::<DocChunk>(capacity);
@@ -181,8 +213,10 @@ pub fn run<S: DocSource>(
             .map_err(|_| anyhow!("the reader thread panicked"))?;
         // A reader error explains a short stream: report it before anything the sink saw.
         let counters = read?;
-        sunk?;
-        Ok(counters)
+        Ok(match sunk? {
+            Flow::Continue => Some(counters),
+            Flow::Stop => None,
+        })
     })
 }
 
@@ -318,18 +352,22 @@ fn tokenize_chunks(
     }
 }
 
+/// Hand chunks to `sink` in sequence order; a stop drops the channels, and every other thread
+/// sees them closed and returns.
 fn reorder_into(
-    mut sink: impl FnMut(TokenizedChunk) -> anyhow::Result<()>,
+    mut sink: impl FnMut(TokenizedChunk) -> anyhow::Result<Flow>,
     tok_rx: Receiver<WorkerResult>,
     permit_tx: Sender<()>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Flow> {
     let mut waiting = BTreeMap::new();
     let mut next = 0u64;
     for result in tok_rx {
         let chunk = result?;
         waiting.insert(chunk.seq, chunk);
         while let Some(chunk) = waiting.remove(&next) {
-            sink(chunk)?;
+            if sink(chunk)? == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
             next += 1;
             let _ = permit_tx.send(());
         }
@@ -339,5 +377,20 @@ fn reorder_into(
         "internal error: chunks {:?} arrived without their predecessors",
         waiting.keys().collect::<Vec<_>>()
     );
-    Ok(())
+    Ok(Flow::Continue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemons_chunk_about_half_a_streams_share_of_a_step() {
+        // A step of 4 windows of 513 tokens: the floor, 16 KiB for one stream, 2 KiB of 8 lanes.
+        assert_eq!(step_chunk_text_bytes(4 * 513, 1), 16 << 10);
+        assert_eq!(step_chunk_text_bytes(4 * 513, 8), 2 << 10);
+        assert_eq!(step_chunk_text_bytes(4 * 513, 64), 1 << 10);
+        assert_eq!(step_chunk_text_bytes(64 * 513, 1), 64 * 513 * 2);
+        assert_eq!(step_chunk_text_bytes(512 * 2049, 8), CHUNK_TEXT_BYTES);
+    }
 }

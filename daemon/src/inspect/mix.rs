@@ -199,13 +199,7 @@ fn phase_spans(m: &Manifest, phases: &PhaseLedger, lanes: bool) -> Vec<Span> {
             .iter()
             .map(|s| phase["weights"][&s.name].as_f64().unwrap_or(0.0))
             .collect();
-        let total: f64 = weights.iter().sum();
-        targets.push(
-            weights
-                .iter()
-                .map(|w| if total > 0.0 { w / total } else { 0.0 })
-                .collect(),
-        );
+        targets.push(dsprep_mixers::mixer::target_shares(&weights));
     }
     let froms: Vec<u64> = (0..points.len())
         .map(|k| phases.began(k).0.unwrap_or(points[k]))

@@ -17,8 +17,9 @@ use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
 };
-use crate::driver::lanes::{LaneInputs, deal_inputs, run_packed};
-use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig};
+use crate::driver::lanes::{LaneInputs, deal_inputs};
+use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig, ProducedDoc};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::driver::{LoadedRecipe, hub_client};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Manifest;
@@ -221,6 +222,29 @@ fn pack_dealt_part(
     Ok(report)
 }
 
+/// A lane's windows into its packed directory, with its documents and tokens per source.
+struct LaneSink {
+    writer: PackWriter,
+    docs: Vec<u64>,
+    tokens: Vec<u64>,
+}
+
+impl WindowSink for LaneSink {
+    fn keeps_snapshots(&self) -> bool {
+        false // a lane of a pack has no checkpoints
+    }
+
+    fn document(&mut self, doc: ProducedDoc) {
+        self.docs[doc.source as usize] += 1;
+        self.tokens[doc.source as usize] += doc.tokens;
+    }
+
+    fn window(&mut self, window: PackedWindow, _: &Snapshots) -> anyhow::Result<Flow> {
+        self.writer.write_window(&window)?;
+        Ok(Flow::Continue)
+    }
+}
+
 fn pack_lane(
     options: &PackOptions,
     loaded: &LoadedRecipe,
@@ -231,32 +255,25 @@ fn pack_lane(
     let began = Instant::now();
     let (dtype, per_shard) = output_layout(loaded, options);
     let stream = inputs.stream(loaded, info.lane, options.threads)?;
-    let mut writer = PackWriter::create(out, dtype, per_shard, None)?;
+    let writer = PackWriter::create(out, dtype, per_shard, None)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();
     if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
         return Err(failed(writer, &partial, None, e));
     }
     let n = loaded.recipe.sources.len();
-    let (mut docs, mut tokens) = (vec![0u64; n], vec![0u64; n]);
-    let config = PipelineConfig {
-        threads: options.threads,
-        shuffle_fill: None,
-        snapshot: None,
-        chunk_text_bytes: CHUNK_TEXT_BYTES,
+    let mut sink = LaneSink {
+        writer,
+        docs: vec![0u64; n],
+        tokens: vec![0u64; n],
     };
-    let run = run_packed(
-        loaded,
-        stream,
-        &config,
-        None,
-        |doc| {
-            docs[doc.source as usize] += 1;
-            tokens[doc.source as usize] += doc.tokens;
-        },
-        |window| writer.write_window(&window),
-        |_| {},
-    );
+    let config = PipelineConfig::new(options.threads, CHUNK_TEXT_BYTES);
+    let run = run_stream(loaded, stream, StreamStart::Fresh, config, &mut sink);
+    let LaneSink {
+        writer,
+        docs,
+        tokens,
+    } = sink;
     let run = match run {
         Ok(run) => run,
         Err(e) => return Err(failed(writer, &partial, None, e)),

@@ -1,6 +1,7 @@
 //! `dsprep pack`: runs the pipeline over a recipe and writes a packed directory (format v1, see
 //! FORMAT.md). Parse → validate → list shards → run → write manifest → rename.
 
+pub mod args;
 mod failure;
 mod lanes;
 mod ledger;
@@ -8,10 +9,12 @@ mod output;
 mod resume;
 mod summary;
 
+pub use args::{PackArgs, PackCommand};
 pub use lanes::{PartReport, Parts, finish, pack_part};
-pub use summary::print_summary;
+pub use summary::{print_part, print_summary};
 
-use crate::driver::pipeline::{self, PipelineConfig};
+use crate::driver::pipeline::{self, PipelineConfig, ProducedDoc};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::driver::{LoadedRecipe, Locator, build_stream, load_recipe_with};
 use crate::files::sha256_file;
 use crate::progress::Progress;
@@ -21,18 +24,16 @@ use dsprep_client::format::{
     self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
 };
 use dsprep_mixers::checkpoint::PipelineState;
-use dsprep_mixers::doc::{DocPos, SourceCounters};
-use dsprep_mixers::mixer::share;
+use dsprep_mixers::doc::SourceCounters;
+use dsprep_mixers::mixer::{share, target_shares};
 use dsprep_mixers::recipe::Recipe;
-use dsprep_mixers::{EngineChoice, Packer};
+use dsprep_mixers::{EngineChoice, PackedWindow};
 use failure::failed;
 use ledger::PackLedger;
 use output::PackWriter;
 use output::WriterProgress;
 use resume::PackCheckpoint;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default target size of one token shard.
@@ -69,6 +70,31 @@ pub struct PackReport {
     pub continued_from: Option<u64>,
 }
 
+/// What a `dsprep pack` run did.
+pub enum Packed {
+    /// The whole recipe, or the finish of its lanes.
+    Whole(Box<PackReport>),
+    /// A part of its lanes.
+    Part(PartReport),
+}
+
+/// Run `dsprep pack` as asked: the whole recipe, a part of its lanes, or the finish. An array
+/// task's environment makes a part only of a recipe with lanes.
+pub fn command(command: &PackCommand) -> anyhow::Result<Packed> {
+    let options = &command.options;
+    if command.finish || command.parts.is_some() || command.slurm.is_some() {
+        let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
+        if command.finish {
+            return Ok(Packed::Whole(Box::new(finish(options, &loaded)?)));
+        }
+        let from_slurm = command.slurm.filter(|_| loaded.recipe.lanes.is_some());
+        if let Some(parts) = command.parts.or(from_slurm) {
+            return Ok(Packed::Part(pack_part(options, &loaded, parts)?));
+        }
+    }
+    Ok(Packed::Whole(Box::new(pack(options)?)))
+}
+
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
     let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
@@ -76,7 +102,6 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         return lanes::pack_all(options, &loaded, started);
     }
     let recipe = &loaded.recipe;
-    let stage = &loaded.stage;
     let stream = build_stream(&loaded, options.threads)?;
     let locator = Locator::new(stream.mixer());
     let input_lists: Vec<(String, Vec<Shard>)> = stream
@@ -123,9 +148,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     } else {
         resume::load(&partial, &meta)
     };
-    let mut stream = stream;
-    let mut packer = Packer::new(window_tokens);
-    let (mut writer, continued_from) = match interrupted {
+    let (writer, start, continued_from) = match interrupted {
         Some((saved, state)) => {
             let ledger = (saved.writer.ledger.clone())
                 .and_then(|counts| PackLedger::resume(recipe, counts))
@@ -145,17 +168,6 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
                 &saved.writer,
                 Some(ledger),
             )?;
-            let restored = stream
-                .restore(&state.stream)
-                .with_context(|| format!("continue the interrupted pack in {}", partial.display()))
-                .and_then(|()| {
-                    Packer::from_state(window_tokens, state.packer)
-                        .context("the checkpoint's packer state does not fit this recipe")
-                });
-            packer = match restored {
-                Ok(packer) => packer,
-                Err(e) => return Err(failed(writer, &partial, Some(saved.writer.num_windows), e)),
-            };
             tracing::info!(
                 "continuing the interrupted pack in {} at window {}",
                 partial.display(),
@@ -163,7 +175,11 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             );
             let from = saved.writer.num_windows;
             meta = saved;
-            (writer, Some(from))
+            let start = StreamStart::Restore {
+                state: Box::new(state),
+                what: format!("continue the interrupted pack in {}", partial.display()),
+            };
+            (writer, start, Some(from))
         }
         None => {
             let ledger = PackLedger::new(recipe);
@@ -171,70 +187,39 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
                 return Err(failed(writer, &partial, None, e));
             }
-            (writer, None)
+            (writer, StreamStart::Fresh, None)
         }
     };
-    let progress = Progress::new("pack", options.progress);
-    let mut windows = Vec::new();
-    let mut first_window = None;
-    let mut num_docs: u64 = meta.docs_per_source.iter().sum();
-    let mut num_tokens: u64 = meta.tokens_per_source.iter().sum();
-    let locate = |pos: &DocPos| locator.locate(pos);
-    let snapshot = Arc::new(AtomicBool::new(false));
-    let config = PipelineConfig {
-        threads: options.threads,
-        shuffle_fill: None,
-        snapshot: Some(Arc::clone(&snapshot)),
-        chunk_text_bytes: pipeline::CHUNK_TEXT_BYTES,
+    let mut sink = PackSink {
+        num_docs: meta.docs_per_source.iter().sum(),
+        num_tokens: meta.tokens_per_source.iter().sum(),
+        meta,
+        writer,
+        progress: Progress::new("pack", options.progress),
+        started,
+        first_window: None,
+        checkpoint_every: Duration::from_secs(options.checkpoint_secs),
+        last_checkpoint: Instant::now(),
+        checkpointed: continued_from,
     };
-    let checkpoint_every = Duration::from_secs(options.checkpoint_secs);
-    let mut last_checkpoint = Instant::now();
-    // Windows up to the newest checkpoint in the partial directory: what a failure keeps.
-    let mut checkpointed = continued_from;
-    let run = pipeline::run(stream, stage, &config, &locate, |chunk| {
-        for doc in chunk.docs() {
-            packer.push_doc(doc.tokens, doc.source, &mut windows);
-            meta.docs_per_source[doc.source as usize] += 1;
-            meta.tokens_per_source[doc.source as usize] += doc.tokens.len() as u64;
-        }
-        num_docs += chunk.num_docs() as u64;
-        num_tokens += chunk.num_tokens();
-        for window in windows.drain(..) {
-            writer.write_window(&window)?;
-        }
-        if let Some(state) = chunk.state {
-            meta.writer = writer.sync()?;
-            let state = PipelineState {
-                stream: *state,
-                packer: packer.state(),
-            };
-            resume::write(writer.partial_dir(), &meta, &state)?;
-            checkpointed = Some(meta.writer.num_windows);
-            last_checkpoint = Instant::now();
-        }
-        if last_checkpoint.elapsed() >= checkpoint_every {
-            snapshot.store(true, Ordering::Release);
-        }
-        if first_window.is_none() && writer.num_windows() > 0 {
-            first_window = Some(started.elapsed());
-        }
-        let rate = num_tokens as f64 / started.elapsed().as_secs_f64().max(1e-9);
-        progress.update(|| {
-            format!(
-                "{num_docs} docs · {num_tokens} tokens · {:.0}k tokens/s · {} windows",
-                rate / 1e3,
-                writer.num_windows()
-            )
-        });
-        Ok(())
-    });
-    let counters = match run {
-        Ok(counters) => counters,
+    let config = PipelineConfig::new(options.threads, pipeline::CHUNK_TEXT_BYTES);
+    let run = run_stream(&loaded, stream, start, config, &mut sink);
+    let PackSink {
+        meta,
+        writer,
+        progress,
+        first_window,
+        checkpointed,
+        ..
+    } = sink;
+    let run = match run {
+        Ok(run) => run,
         Err(e) => {
             progress.finish();
             return Err(failed(writer, &partial, checkpointed, e));
         }
     };
+    let counters = run.counters;
     let (docs_per_source, tokens_per_source) = (&meta.docs_per_source, &meta.tokens_per_source);
     progress.finish();
     let inputs = match join_hashing(hashing) {
@@ -243,13 +228,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     };
 
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
-    let manifest = match new_manifest(
-        &loaded,
-        dtype,
-        packer.leftover().len() as u64,
-        inputs,
-        sources,
-    ) {
+    let manifest = match new_manifest(&loaded, dtype, run.leftover_tokens, inputs, sources) {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
     };
@@ -263,6 +242,63 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         engine: loaded.stage.engine_description(),
         continued_from,
     })
+}
+
+/// The pack's sink: windows into the output, a checkpoint into the partial directory with every
+/// snapshot (asked for every `checkpoint_every`), counts and progress.
+struct PackSink {
+    meta: PackCheckpoint,
+    writer: PackWriter,
+    progress: Progress,
+    started: Instant,
+    num_docs: u64,
+    num_tokens: u64,
+    first_window: Option<Duration>,
+    checkpoint_every: Duration,
+    last_checkpoint: Instant,
+    /// Windows up to the newest checkpoint in the partial directory: what a failure keeps.
+    checkpointed: Option<u64>,
+}
+
+impl WindowSink for PackSink {
+    fn document(&mut self, doc: ProducedDoc) {
+        self.meta.docs_per_source[doc.source as usize] += 1;
+        self.meta.tokens_per_source[doc.source as usize] += doc.tokens;
+        self.num_docs += 1;
+        self.num_tokens += doc.tokens;
+    }
+
+    fn window(&mut self, window: PackedWindow, _: &Snapshots) -> anyhow::Result<Flow> {
+        self.writer.write_window(&window)?;
+        Ok(Flow::Continue)
+    }
+
+    fn snapshot(&mut self, state: PipelineState) -> anyhow::Result<()> {
+        self.meta.writer = self.writer.sync()?;
+        resume::write(self.writer.partial_dir(), &self.meta, &state)?;
+        self.checkpointed = Some(self.meta.writer.num_windows);
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+
+    fn chunk_end(&mut self, _: bool, snapshots: &Snapshots) -> anyhow::Result<Flow> {
+        if self.last_checkpoint.elapsed() >= self.checkpoint_every {
+            snapshots.ask();
+        }
+        if self.first_window.is_none() && self.writer.num_windows() > 0 {
+            self.first_window = Some(self.started.elapsed());
+        }
+        let (num_docs, num_tokens) = (self.num_docs, self.num_tokens);
+        let rate = num_tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+        let windows = self.writer.num_windows();
+        self.progress.update(|| {
+            format!(
+                "{num_docs} docs · {num_tokens} tokens · {:.0}k tokens/s · {windows} windows",
+                rate / 1e3,
+            )
+        });
+        Ok(Flow::Continue)
+    }
 }
 
 /// The token dtype of this recipe's output, and whole windows per token shard (at least one)
@@ -290,7 +326,7 @@ fn source_stats(
     tokens_per_source: &[u64],
     counters: &[SourceCounters],
 ) -> Vec<SourceStats> {
-    let total_weight: f64 = recipe.sources.iter().map(|s| s.weight).sum();
+    let targets = target_shares(&recipe.phase_weights()[0]);
     let num_docs: u64 = docs_per_source.iter().sum();
     let num_tokens: u64 = tokens_per_source.iter().sum();
     recipe
@@ -300,7 +336,7 @@ fn source_stats(
         .map(|(i, spec)| SourceStats {
             name: spec.name.clone(),
             weight: spec.weight,
-            target_fraction: spec.weight / total_weight,
+            target_fraction: targets[i],
             realized_fraction: share(docs_per_source[i], num_docs),
             realized_token_fraction: share(tokens_per_source[i], num_tokens),
             documents: docs_per_source[i],

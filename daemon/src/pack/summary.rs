@@ -141,3 +141,22 @@ fn print_phases(m: &Manifest) {
         print!("{}", ledger_rows(&names, &lines));
     }
 }
+
+/// What a part packed, and what to run next.
+pub fn print_part(report: &super::PartReport) {
+    println!(
+        "part {} of {}: packed lanes {:?}{} ({} input bytes) into {} in {:.2} s; run `dsprep \
+         pack --finish` with the same --recipe and --out once every part is done",
+        report.parts.part,
+        report.parts.parts,
+        report.packed,
+        if report.kept.is_empty() {
+            String::new()
+        } else {
+            format!(" (kept {:?}, complete from an earlier run)", report.kept)
+        },
+        report.input_bytes,
+        report.lanes_dir.display(),
+        report.wall.as_secs_f64()
+    );
+}

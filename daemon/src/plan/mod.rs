@@ -171,11 +171,9 @@ fn phase_table(recipe: &Recipe) -> String {
     out.push('\n');
     for (k, phase) in weights.iter().enumerate() {
         let (from, to) = (starts[k], starts.get(k + 1).copied());
-        let total: f64 = phase.iter().sum();
         let to_text = to.map_or("the end".to_string(), |t| t.to_string());
         let _ = write!(out, "  {k:<8} {from:>15} {to_text:>15}");
-        for &w in phase {
-            let share = if total > 0.0 { w / total } else { 0.0 };
+        for share in dsprep_mixers::mixer::target_shares(phase) {
             let cell = match to {
                 Some(to) => format!("{:.0} ({:.1}%)", share * (to - from) as f64, 100.0 * share),
                 None => format!("{:.1}%", 100.0 * share),

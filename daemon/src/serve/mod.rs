@@ -7,28 +7,26 @@
 //! thread answers `/metrics`; with CURVE, a ZAP handler thread admits the allowed clients
 //! (`auth.rs`). Graceful shutdown on SIGINT/SIGTERM.
 
+pub mod args;
 pub mod auth;
 pub mod endpoint;
-mod lane_chain;
-mod lane_checkpoints;
-mod lanes;
 mod metrics;
 mod nodes;
 mod owners;
+mod placement;
 mod producer;
-mod progress;
 mod server;
 pub mod store;
 
+pub use args::ServeArgs;
 pub use nodes::{NodeOrigin, NodePlace};
 
-use crate::checkpoint::{CheckpointDir, RunIdentity};
-use crate::driver::pipeline::{self, PipelineConfig};
+use crate::checkpoint::{CheckpointDir, LaneCheckpoints, RunIdentity};
+use crate::driver::pipeline::{PipelineConfig, step_chunk_text_bytes};
 use crate::driver::{Locator, build_stream, load_recipe_with};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
-use lane_checkpoints::LaneCheckpoints;
 use metrics::Metrics;
 use producer::{Checkpointing, Ended, Producer, Start};
 use server::{Layout, Server};
@@ -85,301 +83,349 @@ pub struct CurveFiles {
     pub allow_dir: PathBuf,
 }
 
+/// Serve `options` until a shutdown (SIGINT/SIGTERM sets `shutdown`) or the end of the data.
 pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        options.world_size >= 1 && options.micro_batch >= 1,
-        "--world-size and --micro-batch must be at least 1"
-    );
-    anyhow::ensure!(
-        options.checkpoint_every >= 1,
-        "--checkpoint-every must be at least 1"
-    );
-    // Who may connect, checked before the recipe is loaded: a refused setting fails fast.
-    let curve = match &options.curve {
-        Some(files) => Some(auth::CurveServer::load(
-            &files.secret_key,
-            &files.allow_dir,
-        )?),
-        None => None,
-    };
-    endpoint::check(&options.endpoint, options.insecure_tcp, curve.is_some())?;
-    let metrics_token = match &options.metrics_token {
-        Some(path) => Some(metrics::MetricsToken::read(path)?),
-        None => None,
-    };
-    if let Some(addr) = options.metrics {
-        metrics::check_address(addr, metrics_token.is_some(), options.insecure_metrics)?;
-    }
-    let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
-    tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
-    let recipe = &loaded.recipe;
-    let recipe_hash_hex = recipe.hash();
-    let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
-    let mut recipe_hash = [0u8; 32];
-    hex::decode_to_slice(&recipe_hash_hex, &mut recipe_hash).context("recipe hash is hex")?;
-    let global_batch = u64::from(options.world_size) * u64::from(options.micro_batch);
-    let node = nodes::NodeRanks::new(&options.node, options.world_size, recipe.lanes.is_some())?;
-    let layout = Layout {
-        world_size: options.world_size,
-        micro_batch: options.micro_batch,
-        window_tokens: recipe.packing.window_tokens() as u32,
-        dtype_bytes: dtype.size_bytes() as u8,
-        recipe_hash,
-        first_rank: node.first_rank,
-        local_ranks: node.local_ranks,
-    };
-    let work = match recipe.lanes {
-        Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),
-        None => {
-            let stream = build_stream(&loaded, options.threads)?;
-            let checkpoints = match &options.state_dir {
-                None if options.resume => {
-                    bail!("--resume needs --state-dir (where the checkpoints are)")
-                }
-                None => None,
-                Some(dir) => {
-                    let run = RunIdentity {
-                        recipe_hash: recipe_hash_hex.clone(),
-                        global_batch,
-                        world_size: options.world_size,
-                        micro_batch: options.micro_batch,
-                        shards: Locator::new(stream.mixer()).shard_names(),
-                    };
-                    Some(open_state_dir(dir, options, run)?)
-                }
-            };
-            Work::Single {
-                stream: Box::new(stream),
-                checkpoints,
-            }
+    Served::build(options)?.run(options, shutdown)
+}
+
+/// What a daemon serves, built and checked before anything is bound or started: who may
+/// connect, the recipe, the layout of its replies, its work (the stream or this node's lanes),
+/// the step store and the metrics.
+struct Served {
+    curve: Option<auth::CurveServer>,
+    metrics_token: Option<metrics::MetricsToken>,
+    loaded: crate::driver::LoadedRecipe,
+    recipe_hash_hex: String,
+    dtype: Dtype,
+    global_batch: u64,
+    layout: Layout,
+    work: Work,
+    store: Arc<StepStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl Served {
+    fn build(options: &ServeOptions) -> anyhow::Result<Served> {
+        // Who may connect, checked before the recipe is loaded: a refused setting fails fast.
+        let curve = match &options.curve {
+            Some(files) => Some(auth::CurveServer::load(
+                &files.secret_key,
+                &files.allow_dir,
+            )?),
+            None => None,
+        };
+        endpoint::check(&options.endpoint, options.insecure_tcp, curve.is_some())?;
+        let metrics_token = match &options.metrics_token {
+            Some(path) => Some(metrics::MetricsToken::read(path)?),
+            None => None,
+        };
+        if let Some(addr) = options.metrics {
+            metrics::check_address(addr, metrics_token.is_some(), options.insecure_metrics)?;
         }
-    };
+        let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
+        tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
+        let recipe = &loaded.recipe;
+        let recipe_hash_hex = recipe.hash();
+        let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
+        let mut recipe_hash = [0u8; 32];
+        hex::decode_to_slice(&recipe_hash_hex, &mut recipe_hash).context("recipe hash is hex")?;
+        let global_batch = u64::from(options.world_size) * u64::from(options.micro_batch);
+        let node =
+            nodes::NodeRanks::new(&options.node, options.world_size, recipe.lanes.is_some())?;
+        let layout = Layout {
+            world_size: options.world_size,
+            micro_batch: options.micro_batch,
+            window_tokens: recipe.packing.window_tokens() as u32,
+            dtype_bytes: dtype.size_bytes() as u8,
+            recipe_hash,
+            first_rank: node.first_rank,
+            local_ranks: node.local_ranks,
+        };
+        let work = match recipe.lanes {
+            Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),
+            None => {
+                let stream = build_stream(&loaded, options.threads)?;
+                let checkpoints = match &options.state_dir {
+                    None if options.resume => {
+                        bail!("--resume needs --state-dir (where the checkpoints are)")
+                    }
+                    None => None,
+                    Some(dir) => {
+                        let run = RunIdentity {
+                            recipe_hash: recipe_hash_hex.clone(),
+                            global_batch,
+                            world_size: options.world_size,
+                            micro_batch: options.micro_batch,
+                            shards: Locator::new(stream.mixer()).shard_names(),
+                        };
+                        Some(open_state_dir(dir, options, run)?)
+                    }
+                };
+                Work::Single {
+                    stream: Box::new(stream),
+                    checkpoints,
+                }
+            }
+        };
 
-    let store = Arc::new(if options.resume {
-        StepStore::unplaced(node.local_ranks, options.prefetch)
-    } else {
-        StepStore::new(node.local_ranks, options.prefetch)
-    });
-    let mut metrics = Metrics::new(recipe);
-    metrics.node = (options.node.rank, options.node.count);
-    metrics.first_rank = node.first_rank;
-    metrics.auth.curve = curve.is_some();
-    if let Work::Lanes(lanes) = &work {
-        metrics.lanes = lanes.slice.lanes();
-        metrics.input_bytes_assigned = lanes.input_bytes();
+        let store = Arc::new(if options.resume {
+            StepStore::unplaced(node.local_ranks, options.prefetch)
+        } else {
+            StepStore::new(node.local_ranks, options.prefetch)
+        });
+        let mut metrics = Metrics::new(recipe);
+        metrics.node = (options.node.rank, options.node.count);
+        metrics.first_rank = node.first_rank;
+        metrics.auth.curve = curve.is_some();
+        if let Work::Lanes(lanes) = &work {
+            metrics.lanes = lanes.slice.lanes();
+            metrics.input_bytes_assigned = lanes.input_bytes();
+        }
+        let metrics = Arc::new(metrics);
+        Ok(Served {
+            curve,
+            metrics_token,
+            recipe_hash_hex,
+            dtype,
+            global_batch,
+            layout,
+            work,
+            store,
+            metrics,
+            loaded,
+        })
     }
-    let metrics = Arc::new(metrics);
 
-    endpoint::prepare(&options.endpoint)?;
-    let context = zmq::Context::new();
-    let mut router = context.socket(zmq::ROUTER)?;
-    router.set_linger(0)?;
-    // A frame larger than any request drops its peer's connection before it is allocated: a
-    // hostile or broken peer cannot make the daemon hold a frame of its choosing.
-    router.set_maxmsgsize(MAX_REQUEST_FRAME_BYTES as i64)?;
-    // The handler is bound before the ROUTER, so no handshake comes before it.
-    let authenticator = match &curve {
-        None => None,
-        Some(curve) => {
-            curve.secure(&mut router)?;
-            let authenticator = auth::Authenticator::start(
-                &context,
-                &router,
-                &options.endpoint,
-                curve.allowed.clone(),
+    /// Bind the endpoint, start the producer, the metrics and (with CURVE) the handler threads,
+    /// and serve until shut down.
+    fn run(self, options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
+        let Served {
+            curve,
+            metrics_token,
+            loaded,
+            recipe_hash_hex,
+            dtype,
+            global_batch,
+            layout,
+            work,
+            store,
+            metrics,
+        } = self;
+        endpoint::prepare(&options.endpoint)?;
+        let context = zmq::Context::new();
+        let mut router = context.socket(zmq::ROUTER)?;
+        router.set_linger(0)?;
+        // A frame larger than any request drops its peer's connection before it is allocated: a
+        // hostile or broken peer cannot make the daemon hold a frame of its choosing.
+        router.set_maxmsgsize(MAX_REQUEST_FRAME_BYTES as i64)?;
+        // The handler is bound before the ROUTER, so no handshake comes before it.
+        let authenticator = match &curve {
+            None => None,
+            Some(curve) => {
+                curve.secure(&mut router)?;
+                let authenticator = auth::Authenticator::start(
+                    &context,
+                    &router,
+                    &options.endpoint,
+                    curve.allowed.clone(),
+                    Arc::clone(&metrics),
+                )?;
+                tracing::info!(
+                    "CURVE on: server public key {} (give the clients its NAME.key); {} client keys \
+                     allowed from {}",
+                    curve.public_key(),
+                    curve.allowed.len(),
+                    options
+                        .curve
+                        .as_ref()
+                        .map(|f| f.allow_dir.display().to_string())
+                        .unwrap_or_default()
+                );
+                Some(authenticator)
+            }
+        };
+        router
+            .bind(&options.endpoint)
+            .map_err(|e| endpoint::bind_error(&options.endpoint, e))?;
+        let wake = context.socket(zmq::PULL)?;
+        wake.bind(WAKE_ENDPOINT)?;
+        let gate = match &work {
+            Work::Lanes(lanes) => lanes.progress.clone().map(|p| (p, global_batch)),
+            Work::Single { .. } => None,
+        };
+        let shuffle_fill = Arc::new(AtomicU64::new(0));
+        if let Some(addr) = options.metrics {
+            let protected = metrics_token.is_some();
+            let bound = metrics::spawn_http(
+                addr,
+                metrics_token,
                 Arc::clone(&metrics),
+                Arc::clone(&store),
+                Arc::clone(&shuffle_fill),
             )?;
             tracing::info!(
-                "CURVE on: server public key {} (give the clients its NAME.key); {} client keys \
-                 allowed from {}",
-                curve.public_key(),
-                curve.allowed.len(),
-                options
-                    .curve
-                    .as_ref()
-                    .map(|f| f.allow_dir.display().to_string())
-                    .unwrap_or_default()
+                "metrics on http://{bound}/metrics{}",
+                if protected {
+                    " (bearer token required)"
+                } else {
+                    ""
+                }
             );
-            Some(authenticator)
         }
-    };
-    router
-        .bind(&options.endpoint)
-        .map_err(|e| endpoint::bind_error(&options.endpoint, e))?;
-    let wake = context.socket(zmq::PULL)?;
-    wake.bind(WAKE_ENDPOINT)?;
-    let gate = match &work {
-        Work::Lanes(lanes) => lanes.progress.clone().map(|p| (p, global_batch)),
-        Work::Single { .. } => None,
-    };
-    let shuffle_fill = Arc::new(AtomicU64::new(0));
-    if let Some(addr) = options.metrics {
-        let protected = metrics_token.is_some();
-        let bound = metrics::spawn_http(
-            addr,
-            metrics_token,
-            Arc::clone(&metrics),
-            Arc::clone(&store),
-            Arc::clone(&shuffle_fill),
-        )?;
+
+        let resume = options.resume;
+        let (keep_checkpoints, checkpoint_every) =
+            (options.keep_checkpoints, options.checkpoint_every);
+        let lane_recipe_hash = recipe_hash_hex.clone();
+        let producer = {
+            let (store, metrics, shutdown, context) = (
+                Arc::clone(&store),
+                Arc::clone(&metrics),
+                Arc::clone(&shutdown),
+                context.clone(),
+            );
+            let step_tokens = global_batch * u64::from(layout.window_tokens);
+            let config = PipelineConfig {
+                shuffle_fill: Some(shuffle_fill),
+                ..PipelineConfig::new(options.threads, step_chunk_text_bytes(step_tokens, 1))
+            };
+            std::thread::Builder::new()
+                .name("dsprep-producer".into())
+                .spawn(move || {
+                    let wake = context
+                        .socket(zmq::PUSH)
+                        .and_then(|s| s.connect(WAKE_ENDPOINT).map(|()| s));
+                    let wake = match wake {
+                        Ok(wake) => wake,
+                        Err(e) => {
+                            store.fail(format!("internal error: cannot signal the server: {e}"));
+                            return;
+                        }
+                    };
+                    let result =
+                        match work {
+                            Work::Single {
+                                stream,
+                                checkpoints,
+                            } => starting_point(resume, &store, checkpoints.as_ref()).and_then(
+                                |start| match start {
+                                    None => Ok(Ended::Stopped),
+                                    Some(start) => Producer {
+                                        loaded: &loaded,
+                                        store: &store,
+                                        metrics: &metrics,
+                                        config,
+                                        global_batch,
+                                        dtype,
+                                        wake: &wake,
+                                        checkpoints,
+                                    }
+                                    .run(*stream, start),
+                                },
+                            ),
+                            Work::Lanes(lanes) => nodes::lanes::LaneProducer {
+                                loaded: &loaded,
+                                inputs: &lanes.inputs,
+                                slice: lanes.slice.clone(),
+                                store: &store,
+                                metrics: &metrics,
+                                progress: lanes.progress.clone(),
+                                threads: config.threads,
+                                dtype,
+                                wake: &wake,
+                                resume,
+                                checkpoints: lanes.stream_dir.as_deref().map(|dir| {
+                                    LaneCheckpoints::new(
+                                        dir,
+                                        lane_recipe_hash.clone(),
+                                        keep_checkpoints,
+                                    )
+                                }),
+                                checkpoint_every,
+                                stream_dir: lanes.stream_dir.clone(),
+                            }
+                            .run(),
+                        };
+                    match result {
+                        Ok(Ended::EndOfData(num_steps)) => {
+                            store.finish();
+                            tracing::info!(
+                                num_steps,
+                                "end of data: every rank gets {num_steps} steps"
+                            );
+                        }
+                        Ok(Ended::Stopped) => {}
+                        Err(_) if shutdown.load(Ordering::Relaxed) => {}
+                        Err(e) => {
+                            tracing::error!("the pipeline failed: {e:#}");
+                            store.fail(format!("{e:#}"));
+                        }
+                    }
+                    let _ = wake.send(&b""[..], zmq::DONTWAIT);
+                })?
+        };
+
         tracing::info!(
-            "metrics on http://{bound}/metrics{}",
-            if protected {
-                " (bearer token required)"
+            "serving recipe {} to {} ranks × micro batch {} ({} tokens per row) on {}; prefetch {} steps{}",
+            recipe_hash_hex,
+            options.world_size,
+            options.micro_batch,
+            layout.window_tokens,
+            options.endpoint,
+            options.prefetch,
+            if options.resume {
+                "; resuming at the first step asked for"
             } else {
                 ""
             }
         );
-    }
-
-    let resume = options.resume;
-    let (keep_checkpoints, checkpoint_every) = (options.keep_checkpoints, options.checkpoint_every);
-    let lane_recipe_hash = recipe_hash_hex.clone();
-    let producer = {
-        let (store, metrics, shutdown, context) = (
-            Arc::clone(&store),
-            Arc::clone(&metrics),
-            Arc::clone(&shutdown),
-            context.clone(),
+        let served = Server {
+            router,
+            wake,
+            store: Arc::clone(&store),
+            metrics: Arc::clone(&metrics),
+            layout,
+            shutdown,
+            gate,
+            malformed_log: Default::default(),
+            owners: owners::Owners::new(options.owner_timeout),
+        }
+        .run();
+        if let Some(authenticator) = authenticator {
+            authenticator.stop();
+        }
+        store.shutdown();
+        producer
+            .join()
+            .map_err(|_| anyhow!("the producer thread panicked"))?;
+        if let Some(path) = options.endpoint.strip_prefix("ipc://") {
+            let _ = std::fs::remove_file(path);
+        }
+        let documents: u64 = metrics
+            .documents
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .sum();
+        let tokens: u64 = metrics
+            .tokens
+            .iter()
+            .map(|t| t.load(Ordering::Relaxed))
+            .sum();
+        tracing::info!(
+            "shut down: node {} of {} tokenized {documents} documents, {tokens} tokens{}",
+            options.node.rank,
+            options.node.count,
+            if metrics.lanes.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " in lanes {:?} ({} input bytes assigned)",
+                    metrics.lanes, metrics.input_bytes_assigned
+                )
+            }
         );
-        let config = PipelineConfig {
-            threads: options.threads,
-            shuffle_fill: Some(shuffle_fill),
-            snapshot: None,
-            // About half a step of text per chunk (~4 bytes per token): snapshots, hence
-            // checkpoints, can be taken at least twice per step.
-            chunk_text_bytes: (global_batch as usize * layout.window_tokens as usize * 2)
-                .clamp(16 << 10, pipeline::CHUNK_TEXT_BYTES),
-        };
-        std::thread::Builder::new()
-            .name("dsprep-producer".into())
-            .spawn(move || {
-                let wake = context
-                    .socket(zmq::PUSH)
-                    .and_then(|s| s.connect(WAKE_ENDPOINT).map(|()| s));
-                let wake = match wake {
-                    Ok(wake) => wake,
-                    Err(e) => {
-                        store.fail(format!("internal error: cannot signal the server: {e}"));
-                        return;
-                    }
-                };
-                let result = match work {
-                    Work::Single {
-                        stream,
-                        checkpoints,
-                    } => starting_point(resume, &store, checkpoints.as_ref()).and_then(|start| {
-                        match start {
-                            None => Ok(Ended::Stopped),
-                            Some(start) => Producer {
-                                loaded: &loaded,
-                                store: &store,
-                                metrics: &metrics,
-                                config,
-                                global_batch,
-                                dtype,
-                                wake: &wake,
-                                checkpoints,
-                            }
-                            .run(*stream, start),
-                        }
-                    }),
-                    Work::Lanes(lanes) => lanes::LaneProducer {
-                        loaded: &loaded,
-                        inputs: &lanes.inputs,
-                        slice: lanes.slice.clone(),
-                        store: &store,
-                        metrics: &metrics,
-                        progress: lanes.progress.clone(),
-                        threads: config.threads,
-                        chunk_text_bytes: config.chunk_text_bytes,
-                        dtype,
-                        wake: &wake,
-                        resume,
-                        checkpoints: lanes.stream_dir.as_deref().map(|dir| {
-                            LaneCheckpoints::new(dir, lane_recipe_hash.clone(), keep_checkpoints)
-                        }),
-                        checkpoint_every,
-                        stream_dir: lanes.stream_dir.clone(),
-                    }
-                    .run(),
-                };
-                match result {
-                    Ok(Ended::EndOfData(num_steps)) => {
-                        store.finish();
-                        tracing::info!(num_steps, "end of data: every rank gets {num_steps} steps");
-                    }
-                    Ok(Ended::Stopped) => {}
-                    Err(_) if shutdown.load(Ordering::Relaxed) => {}
-                    Err(e) => {
-                        tracing::error!("the pipeline failed: {e:#}");
-                        store.fail(format!("{e:#}"));
-                    }
-                }
-                let _ = wake.send(&b""[..], zmq::DONTWAIT);
-            })?
-    };
-
-    tracing::info!(
-        "serving recipe {} to {} ranks × micro batch {} ({} tokens per row) on {}; prefetch {} steps{}",
-        recipe_hash_hex,
-        options.world_size,
-        options.micro_batch,
-        layout.window_tokens,
-        options.endpoint,
-        options.prefetch,
-        if options.resume {
-            "; resuming at the first step asked for"
-        } else {
-            ""
-        }
-    );
-    let served = Server {
-        router,
-        wake,
-        store: Arc::clone(&store),
-        metrics: Arc::clone(&metrics),
-        layout,
-        shutdown,
-        gate,
-        malformed_log: Default::default(),
-        owners: owners::Owners::new(options.owner_timeout),
+        served
     }
-    .run();
-    if let Some(authenticator) = authenticator {
-        authenticator.stop();
-    }
-    store.shutdown();
-    producer
-        .join()
-        .map_err(|_| anyhow!("the producer thread panicked"))?;
-    if let Some(path) = options.endpoint.strip_prefix("ipc://") {
-        let _ = std::fs::remove_file(path);
-    }
-    let documents: u64 = metrics
-        .documents
-        .iter()
-        .map(|d| d.load(Ordering::Relaxed))
-        .sum();
-    let tokens: u64 = metrics
-        .tokens
-        .iter()
-        .map(|t| t.load(Ordering::Relaxed))
-        .sum();
-    tracing::info!(
-        "shut down: node {} of {} tokenized {documents} documents, {tokens} tokens{}",
-        options.node.rank,
-        options.node.count,
-        if metrics.lanes.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " in lanes {:?} ({} input bytes assigned)",
-                metrics.lanes, metrics.input_bytes_assigned
-            )
-        }
-    );
-    served
 }
 
 /// What the producer runs: the recipe's one stream (with checkpoints), or this node's lanes.
@@ -436,13 +482,13 @@ fn starting_point(
     store: &StepStore,
     checkpoints: Option<&Checkpointing>,
 ) -> anyhow::Result<Option<Start>> {
-    let (true, Some(c)) = (resume, checkpoints) else {
+    let Some(c) = checkpoints.filter(|_| resume) else {
         return Ok(Some(Start {
             step: 0,
             resume: None,
         }));
     };
-    let Ok(step) = store.wait_first_request() else {
+    let Some(step) = placement::first_request(resume, store) else {
         return Ok(None);
     };
     tracing::info!("the first request is for step {step}");

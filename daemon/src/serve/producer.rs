@@ -4,19 +4,19 @@
 //! step it stores is exactly what an uninterrupted daemon would have served.
 
 use super::metrics::Metrics;
-use super::store::{HISTORY_STEPS, StepChain, StepData, StepStore};
-use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
-use crate::driver::pipeline::{self, PipelineConfig};
+use super::placement::first_held_step;
+use super::store::{StepChain, StepData, StepStore};
+use crate::checkpoint::{CheckpointDir, CheckpointMeta, Loaded, RunIdentity};
+use crate::driver::LoadedRecipe;
+use crate::driver::pipeline::{PipelineConfig, ProducedDoc};
 use crate::driver::pretokenize::Pretokenized;
-use crate::driver::{LoadedRecipe, Locator};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::progress::FastForward;
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::checkpoint::PipelineState;
-use dsprep_mixers::{DocStream, PackedWindow, Packer};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use dsprep_mixers::{DocStream, PackedWindow};
 use std::time::Instant;
 
 /// Checkpointing of a daemon with a state directory.
@@ -30,7 +30,7 @@ pub struct Checkpointing {
 /// Where production starts: the step to store first, and the checkpoint to get there from.
 pub struct Start {
     pub step: u64,
-    pub resume: Option<crate::checkpoint::Loaded>,
+    pub resume: Option<Loaded<CheckpointMeta>>,
 }
 
 /// How production ended.
@@ -114,15 +114,7 @@ impl StepAssembler {
 
 impl Producer<'_> {
     /// Run from `start` to the end of the data or a shutdown.
-    pub fn run(
-        mut self,
-        mut stream: DocStream<Pretokenized>,
-        start: Start,
-    ) -> anyhow::Result<Ended> {
-        let recipe = &self.loaded.recipe;
-        let window_tokens = recipe.packing.window_tokens();
-        let mut packer = Packer::new(window_tokens);
-        let mut chain_at = chain::START;
+    pub fn run(self, stream: DocStream<Pretokenized>, start: Start) -> anyhow::Result<Ended> {
         let resume = match start.resume {
             Some(resume) if resume.meta.chain.is_none() => {
                 tracing::warn!(
@@ -134,145 +126,154 @@ impl Producer<'_> {
             }
             other => other,
         };
-        if let Some(resume) = resume {
-            chain_at = resume
-                .meta
-                .chain
-                .as_deref()
-                .and_then(chain::from_hex)
-                .ok_or_else(|| {
-                    anyhow!(
-                        "checkpoint {}: its chain is not 64 hex digits",
-                        resume.path.display()
-                    )
-                })?;
-            let began = Instant::now();
-            stream
-                .restore(&resume.state.stream)
-                .with_context(|| format!("resume from {}", resume.path.display()))?;
-            packer = Packer::from_state(window_tokens, resume.state.packer).ok_or_else(|| {
-                anyhow!(
-                    "resume from {}: the packer state does not fit windows of {window_tokens} \
-                     tokens",
-                    resume.path.display()
-                )
-            })?;
-            let first = first_kept_step(start.step, packer.windows_emitted(), self.global_batch);
-            tracing::info!(
-                "resuming from checkpoint {} (step {}, {} documents in, {} buffered) in {:.2} s; \
-                 fast-forwarding {} windows to step {first} (serving from step {}, and the steps \
-                 below it from {first} to ranks that ask late)",
-                resume.path.display(),
-                resume.meta.step,
-                resume.state.stream.emitted,
-                resume.state.stream.buffered.len(),
-                began.elapsed().as_secs_f64(),
-                (first * self.global_batch).saturating_sub(resume.meta.windows),
-                start.step
-            );
-        } else if start.step > 0 {
-            let first = first_kept_step(start.step, 0, self.global_batch);
-            tracing::warn!(
-                "no checkpoint at or below step {}: recomputing the stream from its start \
-                 (fast-forwarding {} windows to step {first})",
-                start.step,
-                first * self.global_batch
-            );
-        }
-        let first = first_kept_step(start.step, packer.windows_emitted(), self.global_batch);
+        let mut resume_note = None;
+        let (chain_at, windows, from) = match resume {
+            Some(resume) => {
+                let chain_at = (resume.meta.chain.as_deref())
+                    .and_then(chain::from_hex)
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "checkpoint {}: its chain is not 64 hex digits",
+                            resume.path.display()
+                        )
+                    })?;
+                let windows = resume.state.packer.windows_emitted;
+                let first = first_held_step(start.step, windows, self.global_batch);
+                let resumed = format!(
+                    "resuming from checkpoint {} (step {}, {} documents in, {} buffered)",
+                    resume.path.display(),
+                    resume.meta.step,
+                    resume.state.stream.emitted,
+                    resume.state.stream.buffered.len(),
+                );
+                let then = format!(
+                    "fast-forwarding {} windows to step {first} (serving from step {}, and the \
+                     steps below it from {first} to ranks that ask late)",
+                    (first * self.global_batch).saturating_sub(resume.meta.windows),
+                    start.step
+                );
+                resume_note = Some((resumed, then));
+                let from = StreamStart::Restore {
+                    what: format!("resume from {}", resume.path.display()),
+                    state: Box::new(resume.state),
+                };
+                (chain_at, windows, from)
+            }
+            None => {
+                if start.step > 0 {
+                    let first = first_held_step(start.step, 0, self.global_batch);
+                    tracing::warn!(
+                        "no checkpoint at or below step {}: recomputing the stream from its \
+                         start (fast-forwarding {} windows to step {first})",
+                        start.step,
+                        first * self.global_batch
+                    );
+                }
+                (chain::START, 0, StreamStart::Fresh)
+            }
+        };
+        let first = first_held_step(start.step, windows, self.global_batch);
         self.store.place(first, start.step);
-        let mut steps = StepAssembler {
+        let steps = StepAssembler {
             global_batch: self.global_batch,
             dtype: self.dtype,
-            next_window: packer.windows_emitted(),
+            next_window: windows,
             keep_from: first * self.global_batch,
             current: StepData::new(first, self.global_batch as usize),
             chain: Some(chain_at),
         };
-        let from_window = steps.next_window;
-        let mut fast_forward =
-            FastForward::new("resume".into(), steps.keep_from.saturating_sub(from_window));
-        let snapshot = Arc::new(AtomicBool::new(false));
-        if self.checkpoints.is_some() {
-            self.config.snapshot = Some(Arc::clone(&snapshot));
-        }
-        let mut kept = Snapshots {
-            held: Default::default(),
-            written: start.step,
+        let fast_forward =
+            FastForward::new("resume".into(), steps.keep_from.saturating_sub(windows));
+        let mut sink = StepSink {
+            store: self.store,
+            metrics: self.metrics,
+            wake: self.wake,
+            checkpoints: self.checkpoints.as_ref(),
+            steps,
+            from_window: windows,
+            fast_forward,
+            resume_note,
+            kept: HeldSnapshots {
+                held: Default::default(),
+                written: start.step,
+            },
         };
-        let locator = Locator::new(stream.mixer());
-        let locate = |pos: &dsprep_mixers::DocPos| locator.locate(pos);
-        let mut stopped = false;
-        let mut windows = Vec::new();
-        let result = pipeline::run(stream, &self.loaded.stage, &self.config, &locate, |chunk| {
-            for doc in chunk.docs() {
-                let start = packer.position_tokens();
-                self.metrics.count_document(0, &doc.produced(start));
-                packer.push_doc(doc.tokens, doc.source, &mut windows);
-            }
-            for window in windows.drain(..) {
-                let added = steps.add(window);
-                fast_forward.advance(steps.next_window - from_window);
-                let Some(done) = added else {
-                    continue;
-                };
-                if self.store.push(done).is_err() {
-                    stopped = true;
-                    break;
-                }
-                let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
-                // One snapshot per step at most: the reader attaches it to the next chunk.
-                snapshot.store(true, Ordering::Release);
-            }
-            let Some(c) = &self.checkpoints else {
-                return if stopped {
-                    Err(anyhow!("stopped"))
-                } else {
-                    Ok(())
-                };
-            };
-            // A snapshot is taken where the steps have every window the packer emitted (not
-            // when a stop cut the loop above short): its chain is the chain there.
-            if let Some(state) = chunk.state
-                && steps.next_window == packer.windows_emitted()
-                && let Some(chain) = steps.chain_now()
-            {
-                kept.add(c, *state, &packer, chain);
-            }
-            kept.checkpoint(c, self.store.slowest(), stopped);
-            if stopped {
-                return Err(anyhow!("stopped"));
-            }
-            Ok(())
-        });
-        match result {
-            Ok(_) if stopped => Ok(Ended::Stopped),
-            Ok(_) => {
-                if !steps.current.doc_starts.is_empty() {
-                    tracing::info!(
-                        windows = steps.current.doc_starts.len(),
-                        "the last, incomplete global batch is not served (every rank gets the \
-                         same steps)"
-                    );
-                }
-                Ok(Ended::EndOfData(steps.current.step))
-            }
-            Err(_) if stopped => Ok(Ended::Stopped),
-            Err(e) => Err(e),
+        let run = run_stream(self.loaded, stream, from, self.config, &mut sink)?;
+        if run.stopped {
+            return Ok(Ended::Stopped);
         }
+        if !sink.steps.current.doc_starts.is_empty() {
+            tracing::info!(
+                windows = sink.steps.current.doc_starts.len(),
+                "the last, incomplete global batch is not served (every rank gets the same steps)"
+            );
+        }
+        Ok(Ended::EndOfData(sink.steps.current.step))
     }
 }
 
-/// The first step a daemon starting at `start` (the lowest step asked for) holds, with the
-/// pipeline at `windows` (restored from a checkpoint, or 0): up to [`HISTORY_STEPS`] below
-/// `start`, as an uninterrupted daemon holds them, as far as the checkpoint reaches. A rank whose
-/// request was lost with a killed daemon asks again only after its timeout, when the others may
-/// have placed the new daemon above its step: it still finds its step.
-fn first_kept_step(start: u64, windows: u64, global_batch: u64) -> u64 {
-    start
-        .saturating_sub(HISTORY_STEPS)
-        .max(windows.div_ceil(global_batch))
-        .min(start)
+/// The single daemon's sink: windows into global steps for the store, snapshots held until the
+/// slowest rank reaches them, then written as checkpoints.
+struct StepSink<'a> {
+    store: &'a StepStore,
+    metrics: &'a Metrics,
+    wake: &'a zmq::Socket,
+    checkpoints: Option<&'a Checkpointing>,
+    steps: StepAssembler,
+    from_window: u64,
+    fast_forward: FastForward,
+    /// What to say once restored from a checkpoint: before and after the time it took.
+    resume_note: Option<(String, String)>,
+    kept: HeldSnapshots,
+}
+
+impl WindowSink for StepSink<'_> {
+    fn keeps_snapshots(&self) -> bool {
+        self.checkpoints.is_some()
+    }
+
+    fn started(&mut self, restored_in: Option<std::time::Duration>) {
+        if let (Some((resumed, then)), Some(took)) = (self.resume_note.take(), restored_in) {
+            tracing::info!("{resumed} in {:.2} s; {then}", took.as_secs_f64());
+        }
+    }
+
+    fn document(&mut self, doc: ProducedDoc) {
+        self.metrics.count_document(0, &doc);
+    }
+
+    fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {
+        let added = self.steps.add(window);
+        (self.fast_forward).advance(self.steps.next_window - self.from_window);
+        let Some(done) = added else {
+            return Ok(Flow::Continue);
+        };
+        if self.store.push(done).is_err() {
+            return Ok(Flow::Stop);
+        }
+        let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
+        // One snapshot per step at most: the reader attaches it to the next chunk.
+        snapshots.ask();
+        Ok(Flow::Continue)
+    }
+
+    fn snapshot(&mut self, state: PipelineState) -> anyhow::Result<()> {
+        // Taken where the steps have every window the packer emitted: its chain is the chain
+        // there.
+        if let Some(c) = self.checkpoints
+            && let Some(chain) = self.steps.chain_now()
+        {
+            self.kept.add(c, state, chain);
+        }
+        Ok(())
+    }
+
+    fn chunk_end(&mut self, stopping: bool, _: &Snapshots) -> anyhow::Result<Flow> {
+        if let Some(c) = self.checkpoints {
+            self.kept.checkpoint(c, self.store.slowest(), stopping);
+        }
+        Ok(Flow::Continue)
+    }
 }
 
 /// Snapshots taken since the slowest rank's position, in memory, newest last. A checkpoint is
@@ -280,32 +281,20 @@ fn first_kept_step(start: u64, windows: u64, global_batch: u64) -> u64 {
 /// pipeline (by up to `prefetch` steps, and the chunks in flight): so checkpoints are written from
 /// the newest snapshot at or below the slowest rank, every `every` steps and on shutdown.
 /// At most one snapshot per step is taken, so this holds about `prefetch + 2` of them.
-struct Snapshots {
+struct HeldSnapshots {
     held: std::collections::VecDeque<(CheckpointMeta, PipelineState)>,
     /// The step of the last checkpoint written (or where this run started).
     written: u64,
 }
 
-impl Snapshots {
-    fn add(
-        &mut self,
-        c: &Checkpointing,
-        stream: dsprep_mixers::StreamState,
-        packer: &Packer,
-        chain: Hash,
-    ) {
-        let meta = c.run.meta(packer.windows_emitted(), chain);
+impl HeldSnapshots {
+    fn add(&mut self, c: &Checkpointing, state: PipelineState, chain: Hash) {
+        let meta = c.run.meta(state.packer.windows_emitted, chain);
         tracing::debug!(step = meta.step, held = self.held.len(), "snapshot taken");
         if self.held.back().is_some_and(|(m, _)| m.step == meta.step) {
             self.held.pop_back(); // the newer one is as good and more recent
         }
-        self.held.push_back((
-            meta,
-            PipelineState {
-                stream,
-                packer: packer.state(),
-            },
-        ));
+        self.held.push_back((meta, state));
     }
 
     /// Drop what the slowest rank has passed, and write the newest snapshot it has reached if
@@ -350,30 +339,4 @@ fn write_checkpoint(
         began.elapsed().as_secs_f64() * 1e3
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_resumed_daemon_keeps_the_history_its_checkpoint_reaches() {
-        assert_eq!(
-            first_kept_step(123, 0, 4),
-            123 - HISTORY_STEPS,
-            "no checkpoint"
-        );
-        assert_eq!(
-            first_kept_step(123, 470, 4),
-            118,
-            "a checkpoint at window 470"
-        );
-        assert_eq!(
-            first_kept_step(123, 492, 4),
-            123,
-            "a checkpoint at the step asked for"
-        );
-        assert_eq!(first_kept_step(3, 0, 4), 0);
-        assert_eq!(first_kept_step(0, 0, 4), 0);
-    }
 }

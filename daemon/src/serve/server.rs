@@ -3,8 +3,8 @@
 //! A malformed or hostile message gets a typed error reply and never stops the loop.
 
 use super::metrics::Metrics;
+use super::nodes::progress::{Gate, LaneProgress};
 use super::owners::{Claimant, Owners};
-use super::progress::{Gate, LaneProgress};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
     DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,

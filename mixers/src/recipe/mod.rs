@@ -466,14 +466,8 @@ impl Recipe {
     /// Every phase's targets: its weights divided by their sum (see [`Recipe::phase_weights`]).
     pub fn phase_targets(&self) -> Vec<Vec<f64>> {
         self.phase_weights()
-            .into_iter()
-            .map(|weights| {
-                let total: f64 = weights.iter().sum();
-                weights
-                    .iter()
-                    .map(|w| if total > 0.0 { w / total } else { 0.0 })
-                    .collect()
-            })
+            .iter()
+            .map(|weights| crate::mixer::target_shares(weights))
             .collect()
     }
 }

@@ -1,14 +1,21 @@
-//! Which node a daemon serves: its node rank and the node count (from flags, else Slurm's or
-//! torchrun's environment, read once here), the ranks it answers for (laid out node by node), and
-//! for a recipe with `[lanes]` the lanes it runs, their progress files and their locks.
+//! The node daemons' parts of `dsprep serve`, together: which node a daemon serves (its node
+//! rank and the node count, from flags, else Slurm's or torchrun's environment, read once here),
+//! the ranks it answers for (laid out node by node), and for a recipe with `[lanes]` the lanes it
+//! runs, their progress files and their locks (here); the lanes' producer (`lanes.rs`), the
+//! stream chain across nodes (`lane_chain.rs`) and the lanes' progress (`progress.rs`). Lane
+//! checkpoints are `crate::checkpoint::lane`'s.
 
-use super::ServeOptions;
-use super::progress::LaneProgress;
+pub mod lane_chain;
+pub mod lanes;
+pub mod progress;
+
 use crate::driver::lanes::{LaneInputs, deal_inputs};
 use crate::driver::{LoadedRecipe, hub_client};
 use crate::files::{LockError, try_lock_file};
+use crate::serve::ServeOptions;
 use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::lanes::NodeSlice;
+use progress::LaneProgress;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 

@@ -18,9 +18,8 @@
 //! anyway for a synchronous training step.
 
 use super::progress::{Gate, LaneProgress, READ_EVERY};
-use super::store::{StepChain, StepData, StepStore};
-use crate::driver::lanes::Stopped;
-use anyhow::{Context, anyhow, bail};
+use crate::serve::store::{StepChain, StepData, StepStore};
+use anyhow::{Context, bail};
 use dsprep_client::chain::{self, Hash};
 use dsprep_mixers::lanes::{NodeSlice, block_lane};
 use dsprep_mixers::recipe::LanesSpec;
@@ -53,6 +52,15 @@ pub enum Linked {
     Yes,
     /// The stream ends before this step (another node's lane ran out): it is never served.
     BeyondEnd,
+    /// The daemon is stopping.
+    Stopped,
+}
+
+/// What waiting on other nodes gave: a value, the stream's end before it, or the daemon stopping.
+enum Waited<T> {
+    Got(T),
+    End,
+    Stopped,
 }
 
 impl LaneChain {
@@ -85,8 +93,9 @@ impl LaneChain {
         }
         let k = self.slice.block_windows;
         let mut at = match self.chain_before(first / k, store)? {
-            Some(at) => at,
-            None => return Ok(Linked::BeyondEnd),
+            Waited::Got(at) => at,
+            Waited::End => return Ok(Linked::BeyondEnd),
+            Waited::Stopped => return Ok(Linked::Stopped),
         };
         let mut marks = Vec::with_capacity(part as usize + 1);
         let step_start = at;
@@ -100,8 +109,9 @@ impl LaneChain {
             let digest = match w.checked_sub(own_from) {
                 Some(i) if i < part => step.digests[i as usize],
                 _ => match self.wait_digest(w, step.step, store)? {
-                    Some(d) => d,
-                    None => return Ok(Linked::BeyondEnd),
+                    Waited::Got(d) => d,
+                    Waited::End => return Ok(Linked::BeyondEnd),
+                    Waited::Stopped => return Ok(Linked::Stopped),
                 },
             };
             at = chain::link(&at, &digest);
@@ -120,12 +130,13 @@ impl LaneChain {
     }
 
     /// The chain before global block `block`: from memory, else `chain.bin`, else linked from
-    /// the newest entry below it through the digest files. `None`: the stream ends first.
-    fn chain_before(&mut self, block: u64, store: &StepStore) -> anyhow::Result<Option<Hash>> {
+    /// the newest entry below it through the digest files; or the end (the stream ends first),
+    /// or the daemon stopping.
+    fn chain_before(&mut self, block: u64, store: &StepStore) -> anyhow::Result<Waited<Hash>> {
         if let Some((b, at)) = self.at
             && b == block
         {
-            return Ok(Some(at));
+            return Ok(Waited::Got(at));
         }
         let mut from = block;
         let mut at = chain::START;
@@ -140,8 +151,8 @@ impl LaneChain {
         for w in from * k..block * k {
             let step = w / self.slice.global_batch;
             match self.wait_digest(w, step, store)? {
-                Some(digest) => at = chain::link(&at, &digest),
-                None => return Ok(None),
+                Waited::Got(digest) => at = chain::link(&at, &digest),
+                other => return Ok(other),
             }
         }
         if from < block {
@@ -151,32 +162,32 @@ impl LaneChain {
                 (block - from) * k
             );
         }
-        Ok(Some(at))
+        Ok(Waited::Got(at))
     }
 
-    /// Window `w`'s digest from its lane's file, waiting for its node to write it. `None` when
-    /// the stream is known to end before `step`, or the daemon is stopping.
+    /// Window `w`'s digest from its lane's file, waiting for its node to write it; or the end,
+    /// when the stream is known to end before `step`; or the daemon stopping.
     fn wait_digest(
         &mut self,
         w: u64,
         step: u64,
         store: &StepStore,
-    ) -> anyhow::Result<Option<Hash>> {
+    ) -> anyhow::Result<Waited<Hash>> {
         let (lane, index) = self.lane_window(w);
         let began = Instant::now();
         let mut said = false;
         loop {
             if let Some(digest) = self.read_entry(Some(lane), index)? {
-                return Ok(Some(digest));
+                return Ok(Waited::Got(digest));
             }
             if store.is_shut_down() {
-                return Err(anyhow!(Stopped));
+                return Ok(Waited::Stopped);
             }
             if let Some(p) = &self.progress
                 && let Gate::End(num_steps) = p.gate(step, self.slice.global_batch)
                 && step >= num_steps
             {
-                return Ok(None);
+                return Ok(Waited::End);
             }
             if self.dir.is_none() {
                 bail!("internal error: window {w} is another node's, and there is no state dir");

@@ -17,16 +17,19 @@
 //! from its start) and drops the windows in between.
 
 use super::lane_chain::{LaneChain, Linked};
-use super::lane_checkpoints::LaneCheckpoints;
-use super::metrics::Metrics;
-use super::producer::{Ended, StepAssembler};
 use super::progress::{LaneFact, LaneProgress};
-use super::store::{HISTORY_STEPS, StepData, StepStore};
+use crate::checkpoint::Header;
+use crate::checkpoint::LaneCheckpoints;
 use crate::driver::LoadedRecipe;
-use crate::driver::lanes::{LaneInputs, Stopped, run_packed};
-use crate::driver::pipeline::PipelineConfig;
+use crate::driver::lanes::LaneInputs;
+use crate::driver::pipeline::{PipelineConfig, ProducedDoc, step_chunk_text_bytes};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::progress::FastForward;
-use anyhow::{Context, anyhow};
+use crate::serve::metrics::Metrics;
+use crate::serve::placement::{first_held_step, first_request};
+use crate::serve::producer::{Ended, StepAssembler};
+use crate::serve::store::{StepData, StepStore};
+use anyhow::anyhow;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::PackedWindow;
@@ -34,12 +37,9 @@ use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lanes::{NodeSlice, block_lane, lane_windows_before};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Blocks a lane may have ready beyond the one being consumed.
 const LANE_QUEUE_BLOCKS: usize = 2;
-/// The smallest chunk of text a lane's reader hands its tokenizers.
-const MIN_CHUNK_TEXT_BYTES: usize = 1 << 10;
 
 pub struct LaneProducer<'a> {
     pub loaded: &'a LoadedRecipe,
@@ -50,8 +50,6 @@ pub struct LaneProducer<'a> {
     /// Shared with the server when other nodes must be heard (more than one node).
     pub progress: Option<Arc<LaneProgress>>,
     pub threads: usize,
-    /// The most text per chunk (a lane takes about half its share of a step, up to this).
-    pub chunk_text_bytes: usize,
     pub dtype: Dtype,
     pub wake: &'a zmq::Socket,
     /// Start at the first step a rank asks for (the store is unplaced until then).
@@ -65,16 +63,12 @@ pub struct LaneProducer<'a> {
 
 impl LaneProducer<'_> {
     pub fn run(self) -> anyhow::Result<Ended> {
-        let asked = match self.resume {
-            false => 0,
-            true => match self.store.wait_first_request() {
-                Ok(step) => step,
-                Err(_) => return Ok(Ended::Stopped),
-            },
+        let Some(asked) = first_request(self.resume, self.store) else {
+            return Ok(Ended::Stopped);
         };
-        // As a single daemon does (`producer.rs`): the steps below the one asked for are held
-        // too, for a rank whose request was lost with the killed daemon and asks again late.
-        let first = asked.saturating_sub(HISTORY_STEPS);
+        // As a single daemon does: the steps below the one asked for are held too, for a rank
+        // whose request was lost with the killed daemon and asks again late.
+        let first = first_held_step(asked, 0, self.slice.global_batch);
         if asked > 0 {
             tracing::info!(
                 "the first request is for step {asked}; the lanes resume at step {first}, so \
@@ -83,30 +77,19 @@ impl LaneProducer<'_> {
             );
         }
         let lanes = self.slice.lanes();
-        // About half of one lane's share of a step per chunk (~4 bytes per token), so that
-        // snapshots, hence lane checkpoints, come at least about twice per step.
+        // About half of one lane's share of a step per chunk, so that snapshots, hence lane
+        // checkpoints, come at least about twice per step.
         let window_tokens = self.loaded.recipe.packing.window_tokens() as u64;
-        let lane_step_text =
-            self.slice.global_batch * window_tokens * 2 / u64::from(self.slice.count);
         let chunk_text_bytes =
-            (lane_step_text as usize).clamp(MIN_CHUNK_TEXT_BYTES, self.chunk_text_bytes);
-        let config = |snapshot| PipelineConfig {
-            threads: (self.threads / lanes.len().max(1)).max(1),
-            shuffle_fill: None,
-            snapshot,
-            chunk_text_bytes,
-        };
+            step_chunk_text_bytes(self.slice.global_batch * window_tokens, self.slice.count);
+        let threads = (self.threads / lanes.len().max(1)).max(1);
         std::thread::scope(|scope| {
             let mut receivers: BTreeMap<u32, Receiver<Vec<PackedWindow>>> = BTreeMap::new();
             let mut handles = BTreeMap::new();
             for &lane in &lanes {
                 let (tx, rx) = bounded::<Vec<PackedWindow>>(LANE_QUEUE_BLOCKS);
                 receivers.insert(lane, rx);
-                let snapshot = self
-                    .checkpoints
-                    .as_ref()
-                    .map(|_| Arc::new(AtomicBool::new(false)));
-                let config = config(snapshot.clone());
+                let config = PipelineConfig::new(threads, chunk_text_bytes);
                 let lane_run = LaneRun {
                     loaded: self.loaded,
                     inputs: self.inputs,
@@ -119,9 +102,7 @@ impl LaneProducer<'_> {
                 };
                 let handle = std::thread::Builder::new()
                     .name(format!("dsprep-lane-{lane}"))
-                    .spawn_scoped(scope, move || {
-                        lane_run.run(lane, first, &config, snapshot.as_deref(), tx)
-                    })
+                    .spawn_scoped(scope, move || lane_run.run(lane, first, config, tx))
                     .map_err(|e| anyhow!("cannot start lane {lane}'s thread: {e}"))?;
                 handles.insert(lane, handle);
             }
@@ -184,7 +165,7 @@ impl LaneProducer<'_> {
                 match chain.link_step(&mut done, self.store) {
                     Ok(Linked::Yes) => {}
                     Ok(Linked::BeyondEnd) => return Ok(Ended::EndOfData(done.step)),
-                    Err(e) if e.is::<Stopped>() => return Ok(Ended::Stopped),
+                    Ok(Linked::Stopped) => return Ok(Ended::Stopped),
                     Err(e) => return Err(e),
                 }
                 if self.store.push(done).is_err() {
@@ -216,43 +197,43 @@ impl LaneRun<'_> {
         &self,
         lane: u32,
         first: u64,
-        config: &PipelineConfig,
-        snapshot: Option<&AtomicBool>,
+        config: PipelineConfig,
         tx: Sender<Vec<PackedWindow>>,
     ) -> anyhow::Result<()> {
         let spec = self.inputs.spec;
         let k = spec.block_windows as usize;
-        let progress = self.progress;
         let start = lane_windows_before(&spec, lane, self.slice.step_block(first));
-        let mut stream = self.inputs.stream(self.loaded, lane, config.threads)?;
+        let stream = self.inputs.stream(self.loaded, lane, config.threads)?;
         let resumed = match (self.checkpoints, first) {
-            (Some(c), 1..) => c.newest_at_or_below(lane, start),
+            (Some(c), 1..) => c.newest_at_or_below(lane, start)?,
             _ => None,
         };
-        let (mut skip, packer) = match resumed {
+        let (skip, from) = match resumed {
             Some(r) => {
-                stream
-                    .restore(&r.state.stream)
-                    .with_context(|| format!("resume from {}", r.path.display()))?;
+                let windows = r.meta.position();
                 tracing::info!(
-                    "lane {lane}: resuming from {} (window {}), recomputing {} windows to window {start}",
+                    "lane {lane}: resuming from {} (window {windows}), recomputing {} windows to \
+                     window {start}",
                     r.path.display(),
-                    r.windows,
-                    start - r.windows
+                    start - windows
                 );
-                (start - r.windows, Some(r.state.packer))
+                let from = StreamStart::Restore {
+                    state: Box::new(r.state),
+                    what: format!("resume from {}", r.path.display()),
+                };
+                (start - windows, from)
             }
             None => {
                 if first > 0 {
                     tracing::info!(
-                        "lane {lane}: no checkpoint at or below window {start}: recomputing it from \
-                         its start"
+                        "lane {lane}: no checkpoint at or below window {start}: recomputing it \
+                         from its start"
                     );
                 }
-                (start, None)
+                (start, StreamStart::Fresh)
             }
         };
-        let mut writer = self.checkpoints.map(|c| LaneWriter {
+        let writer = self.checkpoints.map(|c| LaneWriter {
             checkpoints: c,
             lane,
             held: VecDeque::new(),
@@ -261,71 +242,107 @@ impl LaneRun<'_> {
                 / u64::from(spec.count))
             .max(1),
         });
-        // How far this lane is, for the other nodes (`now`: write the file at once).
-        let publish = |blocks: u64, ended: bool, now: bool| {
-            if let Some(p) = progress {
-                p.advance(lane, LaneFact { blocks, ended }, now);
-            }
+        let mut sink = LaneSink {
+            lane,
+            run: self,
+            tx,
+            block: Vec::with_capacity(k),
+            blocks: start / u64::from(spec.block_windows),
+            skip,
+            to_skip: skip,
+            fast_forward: FastForward::new(format!("lane {lane}"), skip),
+            writer,
         };
-        // The lane's windows the slowest local rank has reached: checkpoints stay at or below.
-        let reached =
-            || lane_windows_before(&spec, lane, self.slice.step_block(self.store.slowest()));
-        let mut block = Vec::with_capacity(k);
-        let mut blocks = start / spec.block_windows as u64;
-        let mut fast_forward = FastForward::new(format!("lane {lane}"), skip);
-        let to_skip = skip;
-        let run = run_packed(
-            self.loaded,
-            stream,
-            config,
-            packer,
-            |doc| self.metrics.count_document(lane, &doc),
-            |window| {
-                if skip > 0 {
-                    skip -= 1;
-                    fast_forward.advance(to_skip - skip);
-                    return Ok(());
-                }
-                block.push(window);
-                if block.len() < k {
-                    return Ok(());
-                }
-                let full = std::mem::replace(&mut block, Vec::with_capacity(k));
-                let full = match tx.try_send(full) {
-                    Ok(()) => None,
-                    Err(TrySendError::Full(full)) => Some(full),
-                    Err(TrySendError::Disconnected(_)) => return Err(anyhow!(Stopped)),
-                };
-                if let Some(full) = full {
-                    // About to wait for the consumer: say how far this lane is first, so other
-                    // nodes are never left waiting on a stale file.
-                    publish(blocks, false, true);
-                    tx.send(full).map_err(|_| anyhow!(Stopped))?;
-                }
-                blocks += 1;
-                publish(blocks, false, false);
-                if let Some(asked) = snapshot {
-                    asked.store(true, Ordering::Release); // one snapshot per block at most
-                }
-                Ok(())
-            },
-            |state| {
-                if let Some(w) = writer.as_mut() {
-                    w.add(state, reached());
-                }
-            },
-        )?;
+        let run = run_stream(self.loaded, stream, from, config, &mut sink)?;
+        let blocks = sink.blocks;
         if !run.stopped {
             tracing::info!("lane {lane} ended after {blocks} blocks");
         }
-        if let Some(w) = writer.as_mut() {
+        if let Some(w) = sink.writer.as_mut() {
             // Shutting down (or ended): the newest snapshot the slowest rank has reached is
             // written whatever --checkpoint-every says, so a restart redoes as little as it can.
-            w.flush(reached());
+            w.flush(self.reached(lane));
         }
         // Stopped or ended, the last count is written: other nodes may still be waiting to
         // learn how far this lane reaches.
-        publish(blocks, !run.stopped, true);
+        self.publish(lane, blocks, !run.stopped, true);
+        Ok(())
+    }
+
+    /// How far lane `lane` is, for the other nodes (`now`: write the file at once).
+    fn publish(&self, lane: u32, blocks: u64, ended: bool, now: bool) {
+        if let Some(p) = self.progress {
+            p.advance(lane, LaneFact { blocks, ended }, now);
+        }
+    }
+
+    /// Lane `lane`'s windows the slowest local rank has reached: checkpoints stay at or below.
+    fn reached(&self, lane: u32) -> u64 {
+        let block = self.slice.step_block(self.store.slowest());
+        lane_windows_before(&self.inputs.spec, lane, block)
+    }
+}
+
+/// A lane's sink: windows dropped up to the lane's start, then gathered into blocks for the
+/// node's assembler (`tx`); snapshots handed to the lane's checkpoint writer.
+struct LaneSink<'a> {
+    lane: u32,
+    run: &'a LaneRun<'a>,
+    tx: Sender<Vec<PackedWindow>>,
+    block: Vec<PackedWindow>,
+    /// Blocks sent (counted from the lane's start).
+    blocks: u64,
+    /// Windows still to drop before the first one sent, of `to_skip`.
+    skip: u64,
+    to_skip: u64,
+    fast_forward: FastForward,
+    writer: Option<LaneWriter<'a>>,
+}
+
+impl WindowSink for LaneSink<'_> {
+    fn keeps_snapshots(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    fn document(&mut self, doc: ProducedDoc) {
+        self.run.metrics.count_document(self.lane, &doc);
+    }
+
+    fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {
+        if self.skip > 0 {
+            self.skip -= 1;
+            self.fast_forward.advance(self.to_skip - self.skip);
+            return Ok(Flow::Continue);
+        }
+        self.block.push(window);
+        let k = self.run.inputs.spec.block_windows as usize;
+        if self.block.len() < k {
+            return Ok(Flow::Continue);
+        }
+        let full = std::mem::replace(&mut self.block, Vec::with_capacity(k));
+        let full = match self.tx.try_send(full) {
+            Ok(()) => None,
+            Err(TrySendError::Full(full)) => Some(full),
+            Err(TrySendError::Disconnected(_)) => return Ok(Flow::Stop),
+        };
+        if let Some(full) = full {
+            // About to wait for the consumer: say how far this lane is first, so other nodes
+            // are never left waiting on a stale file.
+            self.run.publish(self.lane, self.blocks, false, true);
+            if self.tx.send(full).is_err() {
+                return Ok(Flow::Stop);
+            }
+        }
+        self.blocks += 1;
+        self.run.publish(self.lane, self.blocks, false, false);
+        snapshots.ask(); // one snapshot per block at most
+        Ok(Flow::Continue)
+    }
+
+    fn snapshot(&mut self, state: PipelineState) -> anyhow::Result<()> {
+        if let Some(w) = self.writer.as_mut() {
+            w.add(state, self.run.reached(self.lane));
+        }
         Ok(())
     }
 }

@@ -1,0 +1,155 @@
+//! The one run path of a stream (the recipe's single stream, or one lane): restore from a
+//! snapshot or start fresh, run the threaded pipeline (`pipeline.rs`), pack windows, attach
+//! snapshots, and hand each window to a [`WindowSink`] that answers continue or stop. `dsprep
+//! pack`, its lane parts, the single daemon's producer and the node daemons' lanes all run
+//! through [`run_stream`]; each is only a sink.
+
+use super::pipeline::{self, PipelineConfig, ProducedDoc};
+use super::pretokenize::Pretokenized;
+use super::stream::{LoadedRecipe, Locator};
+use anyhow::{Context, anyhow};
+use dsprep_mixers::checkpoint::PipelineState;
+use dsprep_mixers::doc::{DocPos, SourceCounters};
+use dsprep_mixers::{DocStream, PackedWindow, Packer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where a run starts.
+pub enum StreamStart {
+    /// From the stream's beginning.
+    Fresh,
+    /// From a snapshot; `what` names it in errors (`resume from PATH`).
+    Restore {
+        state: Box<PipelineState>,
+        what: String,
+    },
+}
+
+/// A sink's answer: go on, or stop the run here (not an error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+/// The sink's handle on snapshots: [`Snapshots::ask`] has the reader attach the stream's state to
+/// the next chunk it closes; the sink gets it in [`WindowSink::snapshot`].
+pub struct Snapshots(Arc<AtomicBool>);
+
+impl Snapshots {
+    pub fn ask(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// What a run does with what it produces. Called on the caller's thread, in stream order.
+pub trait WindowSink {
+    /// The run is about to start the pipeline (`restored_in`: restoring the snapshot took this).
+    fn started(&mut self, _restored_in: Option<Duration>) {}
+
+    /// Whether this sink keeps snapshots (when not, the reader never takes one).
+    fn keeps_snapshots(&self) -> bool {
+        true
+    }
+
+    /// A document as the packer takes it.
+    fn document(&mut self, _doc: ProducedDoc) {}
+
+    /// A complete window.
+    fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow>;
+
+    /// The whole state after a chunk whose snapshot was asked for, every window before it
+    /// taken by [`WindowSink::window`] (none is taken after a stop).
+    fn snapshot(&mut self, _state: PipelineState) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// The end of a chunk (`stopping`: a window answered [`Flow::Stop`]; the run stops after
+    /// this whatever the answer).
+    fn chunk_end(&mut self, _stopping: bool, _snapshots: &Snapshots) -> anyhow::Result<Flow> {
+        Ok(Flow::Continue)
+    }
+}
+
+/// How a run ended.
+pub struct RunEnd {
+    /// Each source's counters (empty when the sink stopped the run).
+    pub counters: Vec<SourceCounters>,
+    /// Tokens of the last window that did not fill (dropped).
+    pub leftover_tokens: u64,
+    /// Whether the sink stopped the run before the stream's end.
+    pub stopped: bool,
+}
+
+/// Run `stream` from `start` through the pipeline and a packer, handing `sink` every document,
+/// window and asked-for snapshot. `config.snapshot` is the run's own.
+pub fn run_stream(
+    loaded: &LoadedRecipe,
+    mut stream: DocStream<Pretokenized>,
+    start: StreamStart,
+    mut config: PipelineConfig,
+    sink: &mut impl WindowSink,
+) -> anyhow::Result<RunEnd> {
+    let window_tokens = loaded.recipe.packing.window_tokens();
+    let began = Instant::now();
+    let (mut packer, restored) = match start {
+        StreamStart::Fresh => (Packer::new(window_tokens), false),
+        StreamStart::Restore { state, what } => {
+            let state = *state;
+            stream.restore(&state.stream).context(what.clone())?;
+            let packer = Packer::from_state(window_tokens, state.packer).ok_or_else(|| {
+                anyhow!(
+                    "{what}: the checkpoint's packer state does not fit windows of \
+                     {window_tokens} tokens"
+                )
+            })?;
+            (packer, true)
+        }
+    };
+    sink.started(restored.then(|| began.elapsed()));
+    let asked = Arc::new(AtomicBool::new(false));
+    config.snapshot = sink.keeps_snapshots().then(|| Arc::clone(&asked));
+    let snapshots = Snapshots(asked);
+    let locator = Locator::new(stream.mixer());
+    let locate = |pos: &DocPos| locator.locate(pos);
+    let mut windows = Vec::new();
+    let run = pipeline::run(stream, &loaded.stage, &config, &locate, |chunk| {
+        for doc in chunk.docs() {
+            sink.document(doc.produced(packer.position_tokens()));
+            packer.push_doc(doc.tokens, doc.source, &mut windows);
+        }
+        let mut stopping = false;
+        for window in windows.drain(..) {
+            if sink.window(window, &snapshots)? == Flow::Stop {
+                stopping = true;
+                break;
+            }
+        }
+        windows.clear();
+        if let Some(state) = chunk.state
+            && !stopping
+        {
+            sink.snapshot(PipelineState {
+                stream: *state,
+                packer: packer.state(),
+            })?;
+        }
+        match (sink.chunk_end(stopping, &snapshots)?, stopping) {
+            (Flow::Continue, false) => Ok(Flow::Continue),
+            _ => Ok(Flow::Stop),
+        }
+    })?;
+    Ok(match run {
+        Some(counters) => RunEnd {
+            counters,
+            leftover_tokens: packer.leftover().len() as u64,
+            stopped: false,
+        },
+        None => RunEnd {
+            counters: Vec::new(),
+            leftover_tokens: 0,
+            stopped: true,
+        },
+    })
+}
