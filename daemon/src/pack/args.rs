@@ -35,8 +35,10 @@ pub struct PackArgs {
     /// No progress display.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
-    /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
+    /// Tokenizer engine: "auto" uses dsprep's fast path (byte-level or SentencePiece-style BPE)
+    /// when it reproduces the tokenizer exactly (else HF, and says why); "hf" always uses HF
+    /// tokenizers. The fast path's tables are kept per tokenizer file in DSPREP_ENGINE_CACHE (a
+    /// directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines, else ~/.cache/dsprep/engines).
     #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
     pub tokenizer_engine: String,
     /// For a recipe with [lanes]: pack only this part's lanes into OUT.lanes/ (a Slurm array

@@ -54,8 +54,10 @@ pub struct ServeArgs {
     /// daemon's counters.
     #[arg(long)]
     pub insecure_metrics: bool,
-    /// Tokenizer engine: "auto" uses the fast byte-level BPE path when it reproduces the
-    /// tokenizer exactly (else HF, and says why); "hf" always uses HF tokenizers.
+    /// Tokenizer engine: "auto" uses dsprep's fast path (byte-level or SentencePiece-style BPE)
+    /// when it reproduces the tokenizer exactly (else HF, and says why); "hf" always uses HF
+    /// tokenizers. The fast path's tables are kept per tokenizer file in DSPREP_ENGINE_CACHE (a
+    /// directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines, else ~/.cache/dsprep/engines).
     #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
     pub tokenizer_engine: String,
     /// Directory for checkpoints (exact resume); none: no checkpoints.
