@@ -11,6 +11,7 @@ instead of waiting out its timeout (client/src/connection.rs does the same in Ru
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from typing import NamedTuple, Optional, Union
@@ -25,6 +26,9 @@ CLIENT_KEY_ENV = "DSPREP_CURVE_CLIENT_KEY"
 #: CURVE handshakes broken off with no detail (or, without keys, connections made again before any
 #: handshake completed), in a row, before the client stops waiting.
 NO_DETAIL_FAILURES = 3
+#: Numbers the handshake monitors' inproc addresses (see `HandshakeWatch`).
+_MONITOR_IDS = itertools.count()
+
 HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -97,7 +101,13 @@ class HandshakeWatch:
     """The monitor of one DEALER socket's handshakes."""
 
     def __init__(self, socket: zmq.Socket, endpoint: str, curve: bool):
-        self.socket = socket.get_monitor_socket(HANDSHAKE_EVENTS)
+        # An address of its own: pyzmq's default, "inproc://monitor.s-<fd>", is reused by the next
+        # socket that gets the same file descriptor, while the closed socket's monitor may still
+        # hold it; that next client then never saw its handshake events (a refused key read as
+        # "no reply"), and its sockets' monitors stayed bound for the clients after it.
+        self.monitored = socket
+        address = f"inproc://dsprep-handshakes-{os.getpid()}-{next(_MONITOR_IDS)}"
+        self.socket = socket.get_monitor_socket(HANDSHAKE_EVENTS, addr=address)
         self.endpoint = endpoint
         self.curve = curve
         #: A handshake completed (a reply can come).
@@ -160,4 +170,10 @@ class HandshakeWatch:
         )
 
     def close(self) -> None:
+        """Stop the monitor (unbinding its address) and close its socket; before the monitored
+        socket is closed."""
+        try:
+            self.monitored.disable_monitor()
+        except zmq.ZMQError:
+            pass
         self.socket.close(linger=0)
