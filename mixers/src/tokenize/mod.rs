@@ -107,6 +107,7 @@ pub struct TokenizeStage {
     /// came from the engine cache, and then only for `decode` (or a BOS/EOS the cache cannot
     /// resolve).
     hf: OnceLock<Tokenizer>,
+    /// The file's bytes while `hf` is not parsed (emptied once it is).
     json: Vec<u8>,
     origin: String,
     /// `Some` when the fast path runs.
@@ -234,6 +235,8 @@ impl TokenizeStage {
         }
         (stage.fast, stage.engine_description) = (fast, description);
         (stage.bos, stage.eos, stage.vocab_size) = (bos, eos, vocab_size);
+        // HF's tokenizer is parsed: the file's bytes (megabytes) are not needed again.
+        stage.json = Vec::new();
         Ok(stage)
     }
 
