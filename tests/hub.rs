@@ -18,6 +18,8 @@ mod listing;
 #[path = "hub/plan.rs"]
 mod plan;
 mod support;
+#[path = "hub/verify.rs"]
+mod verify;
 
 use dsprep_client::format::Manifest;
 use fake_hub::{FakeHub, Fault, Host, Logged, Repo, sha_of};

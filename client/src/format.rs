@@ -199,6 +199,14 @@ pub struct InputFile {
     /// Hub files only: the git blob id (the Hub's `ETag` for files kept in git).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// Hub files only: what the bytes this run read were checked against — `sha256` or
+    /// `git-blob-sha1` (read whole and equal to the Hub's hash), `page-crc` (parquet read by
+    /// ranges, every page read carried a CRC and matched it), `page-crc M/N` (M of the N pages
+    /// read carried one), `none` (read, nothing to check against), `not-read`. Absent for local
+    /// files (`sha256` is then computed from the file) and in a pack of a recipe with lanes (its
+    /// lanes may be read by other processes, and parts + finish write the bytes of one pack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -45,6 +45,9 @@ pub enum Fault {
     IgnoreRange,
     /// Send half the body, wait this long, then the rest.
     Stall(Duration),
+    /// Flip the lowest bit of the file's byte at this offset. Fires only on a body that holds
+    /// that byte (a GET whose range covers it), so every firing changes what is sent.
+    FlipByte(usize),
 }
 
 pub(crate) struct Rule {
@@ -268,7 +271,7 @@ fn serve_connection(host: Host, stream: TcpStream, state: &State) {
             Host::Cdn => routes::cdn(state, &request),
             Host::S3 => routes::s3(state, &request),
         };
-        let fault = take_fault(state, host, &request);
+        let fault = take_fault(state, host, &request, &response);
         let log = |bytes| lock(&state.log).push(Logged { bytes, ..entry });
         if !write_response(&mut writer, &request, response, fault, log) {
             let _ = writer.shutdown(Shutdown::Both);
@@ -277,14 +280,22 @@ fn serve_connection(host: Host, stream: TcpStream, state: &State) {
     }
 }
 
-fn take_fault(state: &State, host: Host, request: &Request) -> Option<Fault> {
+fn take_fault(state: &State, host: Host, request: &Request, response: &Response) -> Option<Fault> {
     let mut rules = lock(&state.rules);
     let ranged = request.headers.contains_key("range");
+    let holds = |offset: usize| {
+        request.method == "GET"
+            && match response.range {
+                Some((a, b)) => a <= offset && offset < b,
+                None => response.status == 200 && offset < response.body.len(),
+            }
+    };
     for rule in rules.iter_mut() {
         if rule.host == host
             && rule.times > 0
             && request.target.contains(&rule.contains)
             && (ranged || !rule.ranged_only)
+            && !matches!(rule.fault, Fault::FlipByte(at) if !holds(at))
         {
             if rule.skip > 0 {
                 rule.skip -= 1;
@@ -339,6 +350,11 @@ fn write_response(
                 response.body.to_vec(),
             ),
         };
+    let mut body = body;
+    if let Some(Fault::FlipByte(at)) = fault {
+        let at = at - response.range.map_or(0, |(a, _)| a);
+        body[at] ^= 0x01;
+    }
     headers.push(("Content-Length", body.len().to_string()));
     let mut head = format!("HTTP/1.1 {status} {}\r\n", reason(status));
     for (k, v) in &headers {

@@ -46,6 +46,11 @@ pub struct HubFile {
     pub oid: Option<String>,
 }
 
+/// `hf://datasets/{repo}@{commit}/{path}`.
+pub fn location(repo: &str, commit: &str, path: &str) -> String {
+    format!("hf://datasets/{repo}@{commit}/{path}")
+}
+
 impl HubFile {
     fn from_entry(repo: &str, commit: &str, entry: &TreeEntry) -> HubFile {
         HubFile {
@@ -60,7 +65,7 @@ impl HubFile {
 
     /// `hf://datasets/{repo}@{commit}/{path}`: how the file is named in messages and positions.
     pub fn location(&self) -> String {
-        format!("hf://datasets/{}@{}/{}", self.repo, self.commit, self.path)
+        location(&self.repo, &self.commit, &self.path)
     }
 
     pub(crate) fn subject(&self) -> Subject<'_> {

@@ -50,6 +50,13 @@ impl Download {
         &self.file
     }
 
+    /// Note what this file's bytes were checked against (the manifest's `verified` field).
+    pub fn record(&self, verified: super::Verified) {
+        self.hub
+            .verification
+            .record(&self.file.location(), verified);
+    }
+
     fn what(&self) -> String {
         self.file.location()
     }

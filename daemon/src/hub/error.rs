@@ -38,6 +38,9 @@ pub enum HubError {
     /// A response that is not what the Hub API documents (bad JSON, bad Content-Range, …).
     #[error("{what}: {message}")]
     Protocol { what: String, message: String },
+    /// A file's bytes did not hash to what the Hub says, on every download tried.
+    #[error("{0}")]
+    Corrupt(Box<HashMismatch>),
     /// A transient error that lasted through every retry.
     #[error("{last} (gave up after {attempts} attempts)")]
     GaveUp { attempts: u32, last: Box<HubError> },
@@ -56,6 +59,7 @@ impl HubError {
             | HubError::Denied(_)
             | HubError::NotFound(_)
             | HubError::Protocol { .. }
+            | HubError::Corrupt(_)
             | HubError::GaveUp { .. } => false,
         }
     }
@@ -97,4 +101,19 @@ impl HubError {
 /// 408, 429 and 5xx are worth retrying; other statuses are answers.
 pub fn is_transient_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..=599).contains(&status)
+}
+
+/// A whole file whose bytes never hashed to what the Hub says (boxed: errors stay small).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what}: the bytes downloaded do not match the Hub's {kind} ({attempts} downloads): expected \
+     {expected}, got {got}; nothing of the file was used. A proxy or cache between here and the \
+     Hub may be changing bytes"
+)]
+pub struct HashMismatch {
+    pub what: String,
+    pub kind: &'static str,
+    pub expected: String,
+    pub got: String,
+    pub attempts: u32,
 }

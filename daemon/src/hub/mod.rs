@@ -11,11 +11,13 @@ mod api;
 mod download;
 mod error;
 mod retry;
+mod verify;
 
-pub use api::{HubFile, TreeEntry};
+pub use api::{HubFile, TreeEntry, location};
 pub use download::{Download, RangeBytes};
-pub use error::{HubError, is_transient_status};
+pub use error::{HashMismatch, HubError, is_transient_status};
 pub use retry::{RetryPolicy, rate_limit_reset, server_wait};
+pub use verify::{ExpectedHash, FileHasher, VERIFY_DOWNLOADS, VerificationLog, Verified};
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{ACCEPT_ENCODING, HeaderMap};
@@ -46,6 +48,10 @@ pub struct HubConfig {
     pub retry: RetryPolicy,
     /// `DSPREP_HUB_READAHEAD`: row groups fetched ahead of the decoder per open shard (default 4).
     pub readahead_row_groups: usize,
+    /// `DSPREP_SPOOL_DIR`: where a file read whole is kept while its hash is checked, before any
+    /// of its bytes is used (default: the system's temporary folder). Up to two files per
+    /// source at once; each is deleted when read.
+    pub spool_dir: PathBuf,
 }
 
 impl std::fmt::Debug for HubConfig {
@@ -57,6 +63,7 @@ impl std::fmt::Debug for HubConfig {
             .field("read_timeout", &self.read_timeout)
             .field("retry", &self.retry)
             .field("readahead_row_groups", &self.readahead_row_groups)
+            .field("spool_dir", &self.spool_dir)
             .finish()
     }
 }
@@ -104,6 +111,9 @@ impl HubConfig {
                 max: Duration::from_secs(30),
             },
             readahead_row_groups: number("DSPREP_HUB_READAHEAD", 4)?.clamp(1, 64) as usize,
+            spool_dir: var("DSPREP_SPOOL_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir),
         })
     }
 
@@ -131,6 +141,8 @@ pub struct HubInner {
     http: reqwest::Client,
     /// (repo, revision) → commit sha: every revision is resolved once per process.
     revisions: Mutex<HashMap<(String, String), String>>,
+    /// What each file read was checked against, for the manifest.
+    pub verification: VerificationLog,
 }
 
 /// The Hub client of one process: its runtime and its shared state.
@@ -192,6 +204,7 @@ impl HubClient {
                 endpoint,
                 http,
                 revisions: Mutex::new(HashMap::new()),
+                verification: VerificationLog::default(),
             }),
         })
     }
@@ -202,6 +215,21 @@ impl HubClient {
 
     pub fn config(&self) -> &HubConfig {
         &self.inner.config
+    }
+
+    /// Each Hub input's `verified` (the manifest's words): what this process's reads of it were
+    /// checked against, `not-read` when it never opened it. Local inputs are left as they are.
+    pub fn mark_verified(&self, inputs: &mut [dsprep_client::format::InputFile]) {
+        for input in inputs.iter_mut() {
+            let (Some(repo), Some(commit)) = (&input.repo, &input.commit) else {
+                continue;
+            };
+            let read = self
+                .inner
+                .verification
+                .get(&location(repo, commit, &input.path));
+            input.verified = Some(read.map_or_else(|| "not-read".to_string(), |v| v.describe()));
+        }
     }
 
     /// Run a future to completion from a plain thread. From inside another runtime (a caller

@@ -362,7 +362,9 @@ fn finish_dealt(
     if let Err(e) = copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
         return Err(failed(writer, &partial, None, e));
     }
-    let inputs = match join_hashing(hashing) {
+    // No `verified` here: the lanes may have been read by other processes (parts), and a pack
+    // of parts must be the bytes of one whole pack.
+    let inputs_hashed = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
@@ -370,7 +372,7 @@ fn finish_dealt(
     let sources = source_stats(&loaded.recipe, &docs, &tokens, &counters);
     let written = blocks * k * u64::from(loaded.recipe.packing.seq_len + 1);
     let dropped = tokens.iter().sum::<u64>() - written;
-    let manifest = match new_manifest(loaded, dtype, dropped, inputs, sources) {
+    let manifest = match new_manifest(loaded, dtype, dropped, inputs_hashed, sources) {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };

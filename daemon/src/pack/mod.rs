@@ -104,6 +104,11 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let recipe = &loaded.recipe;
     let stream = build_stream(&loaded, options.threads)?;
     let locator = Locator::new(stream.mixer());
+    let hub = stream
+        .mixer()
+        .inputs()
+        .iter()
+        .find_map(|i| i.source.local().hub().cloned());
     let input_lists: Vec<(String, Vec<Shard>)> = stream
         .mixer()
         .inputs()
@@ -222,10 +227,13 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let counters = run.counters;
     let (docs_per_source, tokens_per_source) = (&meta.docs_per_source, &meta.tokens_per_source);
     progress.finish();
-    let inputs = match join_hashing(hashing) {
+    let mut inputs = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
     };
+    if let Some(hub) = &hub {
+        hub.mark_verified(&mut inputs);
+    }
 
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
     let manifest = match new_manifest(&loaded, dtype, run.leftover_tokens, inputs, sources) {
@@ -419,6 +427,7 @@ fn hash_inputs(lists: &[(String, Vec<Shard>)], base: &Path) -> anyhow::Result<Ve
                         repo: Some(file.repo.clone()),
                         commit: Some(file.commit.clone()),
                         etag: file.oid.clone(),
+                        verified: None,
                     });
                     continue;
                 }
@@ -438,6 +447,7 @@ fn hash_inputs(lists: &[(String, Vec<Shard>)], base: &Path) -> anyhow::Result<Ve
                 repo: None,
                 commit: None,
                 etag: None,
+                verified: None,
             });
         }
     }

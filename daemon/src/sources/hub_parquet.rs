@@ -4,14 +4,15 @@
 //!
 //! The decoding is parquet's async reader over [`HubReader`] (an `AsyncFileReader`), polled with
 //! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. Each
-//! prefetched row group's page headers are checked there too, before the decoder sees them. A
+//! prefetched row group's page headers are checked there too, before the decoder sees them, and
+//! each page that carries a CRC against its bytes (a mismatch downloads the row group again). A
 //! prefetch task fetches the next `readahead` row groups into a bounded channel, whole or not at
 //! all (each range is re-fetched until complete), so the tokenizer does not wait on the network.
 
-use super::page_check::ReadAt;
+use super::page_check::{PageFault, ReadAt};
 use super::parquet::{BatchSource, check_pages, projection, with_string_views};
 use super::{ShardError, hub_error};
-use crate::hub::{Download, HubClient, HubError, RangeBytes};
+use crate::hub::{Download, HubClient, HubError, RangeBytes, VERIFY_DOWNLOADS, Verified};
 use arrow_array::RecordBatch;
 use bytes::{Bytes, BytesMut};
 use dsprep_mixers::recipe::SourceSpec;
@@ -50,6 +51,8 @@ pub(crate) struct HubReader {
     /// are checked ([`check_pages`]) before the decoder sees them.
     mask: Option<ProjectionMask>,
     next_group: usize,
+    /// Per row group, the ranges of its projected column chunks (to download one again).
+    groups: Vec<Vec<Range<u64>>>,
 }
 
 /// A row group refused by [`check_pages`], as the decoder's error.
@@ -81,6 +84,53 @@ impl ReadAt for Buffers<'_> {
 }
 
 impl HubReader {
+    /// Row group `group`'s buffers once their pages pass [`check_pages`], CRCs included. Bytes
+    /// that fail (a page that does not match its CRC, or a header that is not one) download the
+    /// row group again, [`VERIFY_DOWNLOADS`] times in all: over a network a changed byte and a
+    /// file written wrong look alike until a second download agrees.
+    async fn checked(
+        &self,
+        group: usize,
+        mut buffers: Vec<RangeBytes>,
+    ) -> parquet::errors::Result<Vec<RangeBytes>> {
+        let (Some(metadata), Some(mask)) = (&self.metadata, &self.mask) else {
+            return Ok(buffers);
+        };
+        let mut attempt = 1;
+        loop {
+            let fault = match check_pages(metadata, group, mask, &mut Buffers(&buffers), true) {
+                Ok(pages) => {
+                    self.download.record(Verified::Pages {
+                        read: pages.pages,
+                        with_crc: pages.with_crc,
+                    });
+                    return Ok(buffers);
+                }
+                Err(fault) => fault,
+            };
+            if attempt == VERIFY_DOWNLOADS {
+                let why = match fault {
+                    PageFault::Crc(why) => format!(
+                        "{why}, on {VERIFY_DOWNLOADS} downloads: the bytes change on the way \
+                         (a proxy or cache between here and the Hub?) or the file is corrupt"
+                    ),
+                    PageFault::Refused(why) => why,
+                };
+                return Err(ParquetError::External(Box::new(Refused(why))));
+            }
+            tracing::warn!(
+                "{}: {fault}; downloading row group {group} again ({attempt} of \
+                 {VERIFY_DOWNLOADS})",
+                self.download.file().location()
+            );
+            let ranges = self.groups.get(group).cloned().unwrap_or_default();
+            buffers = fetch_coalesced(&self.download, ranges, None)
+                .await
+                .map_err(external)?;
+            attempt += 1;
+        }
+    }
+
     fn lookup(&self, range: &Range<u64>) -> Option<Bytes> {
         self.current.iter().find_map(|b| {
             let end = b.start + b.bytes.len() as u64;
@@ -124,11 +174,7 @@ impl AsyncFileReader for HubReader {
                     Some(Ok(buffers)) => {
                         let group = self.next_group;
                         self.next_group += 1;
-                        if let (Some(metadata), Some(mask)) = (&self.metadata, &self.mask) {
-                            check_pages(metadata, group, mask, &mut Buffers(&buffers))
-                                .map_err(|why| ParquetError::External(Box::new(Refused(why))))?;
-                        }
-                        self.current = buffers;
+                        self.current = self.checked(group, buffers).await?;
                     }
                     Some(Err(error)) => return Err(external(error)),
                     None => self.prefetched = None,
@@ -287,6 +333,7 @@ async fn open(
     let (metadata, tail) = load_metadata(&download).await?;
     let mask = projection(metadata.schema(), metadata.parquet_schema(), &spec)?;
     let plan = plan(metadata.metadata(), &mask);
+    let groups = plan.clone();
     let (tx, rx) = mpsc::channel::<Prefetched>(readahead);
     let fetcher = download.clone();
     tokio::spawn(async move {
@@ -310,6 +357,7 @@ async fn open(
         current: Vec::new(),
         mask: Some(mask.clone()),
         next_group: 0,
+        groups,
     };
     ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
         .with_projection(mask)

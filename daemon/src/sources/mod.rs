@@ -9,6 +9,7 @@
 
 mod content;
 mod hub_parquet;
+mod hub_spool;
 mod hub_stream;
 mod jsonl;
 mod listing;
@@ -21,10 +22,10 @@ pub use listing::{ListError, list_shards, list_source};
 pub use parquet::local_row_groups;
 pub use sample::{ShardSample, sample_local_shard};
 
-use crate::hub::{Download, HubClient, HubError, HubFile};
+use crate::hub::{Download, ExpectedHash, HubClient, HubError, HubFile, Verified};
 use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor, SourceError};
-use dsprep_mixers::recipe::{Format, MAX_SPLIT_READ_BYTES, Oversize, SourceSpec};
+use dsprep_mixers::recipe::{Format, MAX_SPLIT_READ_BYTES, Oversize, SourceSpec, Verify};
 use dsprep_mixers::split::{self, SplitDoc};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -173,32 +174,59 @@ fn open_shard(
                 ));
             };
             let download = download.clone();
+            let expected = ExpectedHash::of(file);
+            if spec.format == Format::Parquet && spec.verify == Verify::Pages {
+                let batches =
+                    hub_parquet::HubBatches::start(client.clone(), download, spec, batch_rows);
+                return Ok(parquet_reader(Box::new(batches), label, 0));
+            }
+            let Some(expected) = expected else {
+                if spec.verify == Verify::Full {
+                    return Err(ShardError::new(
+                        &label,
+                        None,
+                        "verify = \"full\" needs the Hub's sha256 of the file, and its listing \
+                         gave none: remove `verify` from the source to read it unchecked",
+                    ));
+                }
+                // Nothing to check against: streamed as it arrives.
+                download.record(Verified::Nothing);
+                let stream = hub_stream::ChannelRead::start(client, download);
+                return Ok(whole_file_reader(label, Box::new(stream), spec));
+            };
+            let spooled = hub_spool::SpooledRead::start(client, download, expected);
             Ok(match spec.format {
                 Format::Parquet => parquet_reader(
-                    Box::new(hub_parquet::HubBatches::start(
-                        client.clone(),
-                        download,
+                    Box::new(hub_spool::SpooledParquet::new(
+                        label.clone(),
+                        spooled,
                         spec,
                         batch_rows,
                     )),
                     label,
                     0,
                 ),
-                Format::Jsonl => Box::new(jsonl::JsonlShard::from_reader(
-                    label,
-                    Box::new(std::io::BufReader::with_capacity(
-                        1 << 16,
-                        hub_stream::ChannelRead::start(client, download),
-                    )),
-                    spec,
-                )),
-                Format::JsonlGz => Box::new(jsonl::JsonlShard::from_gzip(
-                    label,
-                    Box::new(hub_stream::ChannelRead::start(client, download)),
-                    spec,
-                )),
+                Format::Jsonl | Format::JsonlGz => {
+                    whole_file_reader(label, Box::new(spooled), spec)
+                }
             })
         }
+    }
+}
+
+/// A JSON-lines shard (plain or gzip, as `spec` says) over the bytes of a whole Hub file.
+fn whole_file_reader(
+    label: PathBuf,
+    bytes: Box<dyn std::io::Read + Send>,
+    spec: &SourceSpec,
+) -> Box<dyn ShardReader> {
+    match spec.format {
+        Format::JsonlGz => Box::new(jsonl::JsonlShard::from_gzip(label, bytes, spec)),
+        _ => Box::new(jsonl::JsonlShard::from_reader(
+            label,
+            Box::new(std::io::BufReader::with_capacity(1 << 16, bytes)),
+            spec,
+        )),
     }
 }
 
@@ -245,6 +273,10 @@ struct Splitting {
 }
 
 impl LocalSource {
+    /// The Hub client this source reads through, if it reads the Hub.
+    pub fn hub(&self) -> Option<&Arc<HubClient>> {
+        self.hub.as_ref()
+    }
     /// A source over local files only.
     pub fn new(index: u16, spec: SourceSpec, shards: Vec<PathBuf>) -> Self {
         let shards = shards.into_iter().map(Shard::Local).collect();

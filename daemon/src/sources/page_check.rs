@@ -12,6 +12,11 @@
 //! What is left to the reader is bounded by the claim: a zstd or snappy page that inflates to
 //! more than it claims fails in the decoder without writing past the claimed buffer.
 //!
+//! Where asked (Hub range reads: bytes that crossed a network), a page whose header carries a
+//! CRC (parquet-format `PageHeader.crc`: CRC-32 of the page's bytes after its header, as written
+//! by pyarrow's `write_page_checksum`) has its bytes checked against it; a mismatch is a
+//! [`PageFault::Crc`], which the Hub reader answers by downloading the row group again.
+//!
 //! The header is Thrift's compact protocol (parquet-format `PageHeader`); only the sizes, the
 //! page type and the value count are read, everything else is skipped.
 
@@ -37,6 +42,8 @@ pub(crate) struct PageHeader {
     pub compressed_bytes: i64,
     /// The header's own length in bytes.
     pub header_bytes: u64,
+    /// CRC-32 of the page's bytes after the header, when the writer stored one.
+    pub crc: Option<u32>,
 }
 
 /// Why a header could not be read from the bytes given.
@@ -50,7 +57,7 @@ pub(crate) enum HeaderError {
 /// Read a page header from the front of `bytes`.
 pub(crate) fn parse_header(bytes: &[u8]) -> Result<PageHeader, HeaderError> {
     let mut r = Compact { bytes, at: 0 };
-    let (mut page_type, mut uncompressed, mut compressed) = (None, None, None);
+    let (mut page_type, mut uncompressed, mut compressed, mut crc) = (None, None, None, None);
     let mut last_id = 0i16;
     loop {
         let byte = r.byte()?;
@@ -66,14 +73,15 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<PageHeader, HeaderError> {
         };
         last_id = id;
         match (id, kind) {
-            (1..=3, 5) => {
+            (1..=4, 5) => {
                 let value = r.zigzag()?;
                 let value = i32::try_from(value)
                     .map_err(|_| HeaderError::Malformed(format!("field {id} is not an i32")))?;
                 match id {
                     1 => page_type = Some(value),
                     2 => uncompressed = Some(i64::from(value)),
-                    _ => compressed = Some(i64::from(value)),
+                    3 => compressed = Some(i64::from(value)),
+                    _ => crc = Some(value as u32), // the CRC's bits, stored as an i32
                 }
             }
             _ => r.skip(kind, 0)?,
@@ -85,6 +93,7 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<PageHeader, HeaderError> {
             uncompressed_bytes,
             compressed_bytes,
             header_bytes: r.at as u64,
+            crc,
         }),
         _ => Err(HeaderError::Malformed(
             "a page header without its type and sizes".into(),
@@ -206,6 +215,12 @@ impl Compact<'_> {
 pub(crate) trait ReadAt {
     /// Up to `len` bytes from `offset` (fewer only at the end of what is there).
     fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+
+    /// CRC-32 of the `len` bytes at `offset`; `None` when fewer are there.
+    fn crc32_at(&mut self, offset: u64, len: usize) -> io::Result<Option<u32>> {
+        let bytes = self.read_at(offset, len)?;
+        Ok((bytes.len() == len).then(|| crc32fast::hash(&bytes)))
+    }
 }
 
 impl ReadAt for std::fs::File {
@@ -226,39 +241,92 @@ impl ReadAt for std::fs::File {
     }
 }
 
+/// Pages walked, and how many of them had their bytes checked against a CRC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PagesChecked {
+    pub pages: u64,
+    pub with_crc: u64,
+}
+
+impl PagesChecked {
+    pub(crate) fn add(&mut self, other: PagesChecked) {
+        self.pages += other.pages;
+        self.with_crc += other.with_crc;
+    }
+}
+
+/// Why a column chunk was refused; the message names the page.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PageFault {
+    /// Out of bounds, a bomb, a malformed header: the file is wrong as written.
+    Refused(String),
+    /// The page's bytes do not match its header's CRC: changed on the way, worth reading again.
+    Crc(String),
+}
+
+impl std::fmt::Display for PageFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PageFault::Refused(why) | PageFault::Crc(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Walk every page header of the column chunk at `start..start + len` and refuse it if a page
-/// is out of its bounds or a bomb (see the module doc). `Err` is the reason, naming the page.
-pub(crate) fn check_chunk(bytes: &mut dyn ReadAt, start: u64, len: u64) -> Result<(), String> {
+/// is out of its bounds or a bomb (see the module doc); with `crc`, check each page that carries
+/// a CRC against its bytes. `Err` is the reason, naming the page.
+pub(crate) fn check_chunk(
+    bytes: &mut dyn ReadAt,
+    start: u64,
+    len: u64,
+    crc: bool,
+) -> Result<PagesChecked, PageFault> {
     let end = start.saturating_add(len);
     let (mut at, mut page) = (start, 0u64);
+    let mut checked = PagesChecked::default();
     while at < end {
-        let header = read_header(bytes, at, end).map_err(|e| format!("page {page}: {e}"))?;
+        let header = read_header(bytes, at, end)
+            .map_err(|e| PageFault::Refused(format!("page {page}: {e}")))?;
         let (c, u) = (header.compressed_bytes, header.uncompressed_bytes);
         let body = at + header.header_bytes;
         if c < 0 || u < 0 {
-            return Err(format!(
+            return Err(PageFault::Refused(format!(
                 "page {page} at byte {at} has a negative size (compressed {c}, uncompressed {u})"
-            ));
+            )));
         }
         let (c, u) = (c as u64, u as u64);
         if body + c > end {
-            return Err(format!(
+            return Err(PageFault::Refused(format!(
                 "page {page} at byte {at} claims {c} compressed bytes, past its column chunk's \
                  end (byte {end})"
-            ));
+            )));
         }
         if u > BOMB_FLOOR_BYTES && u > c.saturating_mul(BOMB_RATIO) {
-            return Err(format!(
+            return Err(PageFault::Refused(format!(
                 "page {page} at byte {at} claims {u} bytes uncompressed from {c} compressed \
                  (over {BOMB_RATIO} times, and over {} MiB): a decompression bomb or a corrupt \
                  file",
                 BOMB_FLOOR_BYTES >> 20
-            ));
+            )));
         }
+        if let (true, Some(expected)) = (crc, header.crc) {
+            let got = bytes.crc32_at(body, c as usize).map_err(|e| {
+                PageFault::Refused(format!("page {page}: cannot read its bytes at {body}: {e}"))
+            })?;
+            if got != Some(expected) {
+                return Err(PageFault::Crc(format!(
+                    "page {page} at byte {at}: its bytes give CRC {} where its header says \
+                     {expected:08x}",
+                    got.map_or("(bytes missing)".to_string(), |g| format!("{g:08x}"))
+                )));
+            }
+            checked.with_crc += 1;
+        }
+        checked.pages += 1;
         at = body + c;
         page += 1;
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// The header of the page at `at`, reading more of the file while it is cut short.
@@ -369,13 +437,21 @@ mod tests {
     fn a_chunk_of_honest_pages_passes_and_a_bomb_is_named() {
         let honest = chunk(&[(3000, 1000, 5), (64 << 20, 1, 0), (1 << 30, 20 << 20, 0)]);
         let len = honest.len() as u64;
-        assert_eq!(check_chunk(&mut Mem(honest), 0, len), Ok(()));
+        assert_eq!(
+            check_chunk(&mut Mem(honest), 0, len, true),
+            Ok(PagesChecked {
+                pages: 3,
+                with_crc: 0
+            })
+        );
 
         let bomb = chunk(&[(3000, 1000, 5), (i32::MAX, 100, 0)]);
         let at = header(0, 3000, 1000, 5).len() + 1000;
         let len = bomb.len() as u64;
         assert_eq!(
-            check_chunk(&mut Mem(bomb), 0, len).unwrap_err(),
+            check_chunk(&mut Mem(bomb), 0, len, true)
+                .unwrap_err()
+                .to_string(),
             format!(
                 "page 1 at byte {at} claims 2147483647 bytes uncompressed from 100 compressed \
                  (over 100 times, and over 64 MiB): a decompression bomb or a corrupt file"
@@ -387,7 +463,9 @@ mod tests {
     fn pages_past_their_chunk_and_negative_sizes_are_named() {
         let short = chunk(&[(3000, 1000, 5)]);
         let len = short.len() as u64 - 1;
-        let err = check_chunk(&mut Mem(short), 0, len).unwrap_err();
+        let err = check_chunk(&mut Mem(short), 0, len, true)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("page 0 at byte 0 claims 1000 compressed bytes, past"),
             "{err}"
@@ -395,7 +473,9 @@ mod tests {
         let negative = chunk(&[(-5, 10, 0)]);
         let len = negative.len() as u64;
         assert_eq!(
-            check_chunk(&mut Mem(negative), 0, len).unwrap_err(),
+            check_chunk(&mut Mem(negative), 0, len, true)
+                .unwrap_err()
+                .to_string(),
             "page 0 at byte 0 has a negative size (compressed 10, uncompressed -5)"
         );
     }
@@ -404,8 +484,10 @@ mod tests {
     fn a_long_header_is_read_in_full_and_one_past_the_chunk_is_refused() {
         let long = chunk(&[(3000, 1000, 100_000)]);
         let len = long.len() as u64;
-        assert_eq!(check_chunk(&mut Mem(long.clone()), 0, len), Ok(()));
-        let err = check_chunk(&mut Mem(long), 0, 50_000).unwrap_err();
+        assert!(check_chunk(&mut Mem(long.clone()), 0, len, true).is_ok());
+        let err = check_chunk(&mut Mem(long), 0, 50_000, true)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "page 0: its header at byte 0 runs past its column chunk's end (byte 50000)"
@@ -428,5 +510,58 @@ mod tests {
             parse_header(&[0x1d]),
             Err(HeaderError::Malformed(m)) if m == "unknown field type 13"
         ));
+    }
+
+    /// A page whose header carries the CRC of `body`, then `body`.
+    fn page_with_crc(body: &[u8], crc: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        for v in [0, body.len() as i32, body.len() as i32, crc as i32] {
+            out.push(0x15); // the next field id, an i32
+            zigzag(i64::from(v), &mut out);
+        }
+        out.push(0x1c); // field 5 (delta 1): struct DataPageHeader
+        out.push(0x15);
+        zigzag(3, &mut out);
+        out.extend([0, 0]); // end of DataPageHeader, PageHeader
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn a_page_crc_is_checked_where_asked_and_a_flipped_byte_is_named() {
+        let body = b"three rows of text".to_vec();
+        let mut bytes = page_with_crc(&body, crc32fast::hash(&body));
+        bytes.extend(chunk(&[(10, 10, 0)])); // a second page, without a CRC
+        let len = bytes.len() as u64;
+        assert_eq!(
+            check_chunk(&mut Mem(bytes.clone()), 0, len, true),
+            Ok(PagesChecked {
+                pages: 2,
+                with_crc: 1
+            })
+        );
+        let at = page_with_crc(&body, crc32fast::hash(&body)).len() - body.len() + 4;
+        bytes[at] ^= 0x01;
+        let err = check_chunk(&mut Mem(bytes.clone()), 0, len, true).unwrap_err();
+        let flipped = {
+            let mut b = body.clone();
+            b[4] ^= 0x01;
+            crc32fast::hash(&b)
+        };
+        assert_eq!(
+            err,
+            PageFault::Crc(format!(
+                "page 0 at byte 0: its bytes give CRC {flipped:08x} where its header says {:08x}",
+                crc32fast::hash(&body)
+            ))
+        );
+        // Not asked (a local file): the CRC is not read.
+        assert_eq!(
+            check_chunk(&mut Mem(bytes), 0, len, false),
+            Ok(PagesChecked {
+                pages: 2,
+                with_crc: 0
+            })
+        );
     }
 }

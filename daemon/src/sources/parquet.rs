@@ -7,7 +7,7 @@
 //! file, or range reads from the Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into
 //! documents is shared.
 
-use super::page_check::{ReadAt, check_chunk};
+use super::page_check::{PageFault, PagesChecked, ReadAt, check_chunk};
 use super::{RowText, ShardError, ShardReader};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
@@ -54,8 +54,25 @@ impl LocalBatches {
         from_row: u64,
         only_group: Option<usize>,
     ) -> Result<(Self, u64), ShardError> {
+        let file = File::open(path)
+            .map_err(|e| ShardError::new(path, None, format!("cannot open: {e}")))?;
+        Self::open_file(path, file, spec, batch_rows, from_row, only_group)
+    }
+
+    /// [`LocalBatches::open`] over a file already open (a Hub file spooled to a local copy);
+    /// `path` names it in messages.
+    pub(crate) fn open_file(
+        path: &Path,
+        mut file: File,
+        spec: &SourceSpec,
+        batch_rows: usize,
+        from_row: u64,
+        only_group: Option<usize>,
+    ) -> Result<(Self, u64), ShardError> {
         let fail = |message: String| ShardError::new(path, None, message);
-        let mut file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        let mut pages = file
+            .try_clone()
+            .map_err(|e| fail(format!("cannot open: {e}")))?;
         let mut magic = [0u8; 4];
         if file.read_exact(&mut magic).is_err() || &magic != b"PAR1" {
             return Err(fail(
@@ -87,9 +104,9 @@ impl LocalBatches {
                 builder.metadata().file_metadata().num_rows()
             ))
         })?;
-        let mut pages = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
         for &g in &groups {
-            check_pages(builder.metadata(), g, &mask, &mut pages).map_err(fail)?;
+            check_pages(builder.metadata(), g, &mask, &mut pages, false)
+                .map_err(|fault| fail(fault.to_string()))?;
         }
         let reader = builder
             .with_row_groups(groups)
@@ -188,28 +205,31 @@ fn string_views(field: &Field) -> Field {
 }
 
 /// Check the page headers ([`page_check`]) of every projected column chunk of row group
-/// `group`, reading them from `file`.
+/// `group`, reading them from `file`; with `crc`, each page's bytes against its CRC too.
 pub(crate) fn check_pages(
     metadata: &ParquetMetaData,
     group: usize,
     mask: &ProjectionMask,
     file: &mut dyn ReadAt,
-) -> Result<(), String> {
+    crc: bool,
+) -> Result<PagesChecked, PageFault> {
+    let mut checked = PagesChecked::default();
     let Some(row_group) = metadata.row_groups().get(group) else {
-        return Ok(());
+        return Ok(checked);
     };
     for (leaf, column) in row_group.columns().iter().enumerate() {
         if mask.leaf_included(leaf) {
             let (start, len) = column.byte_range();
-            check_chunk(file, start, len).map_err(|why| {
-                format!(
-                    "row group {group} column {:?}: {why}",
-                    column.column_path().string()
-                )
+            let name = column.column_path().string();
+            let named = |why: String| format!("row group {group} column {name:?}: {why}");
+            let pages = check_chunk(file, start, len, crc).map_err(|fault| match fault {
+                PageFault::Refused(why) => PageFault::Refused(named(why)),
+                PageFault::Crc(why) => PageFault::Crc(named(why)),
             })?;
+            checked.add(pages);
         }
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// Refuse a footer whose column chunks lie beyond the file: readers allocate what the footer

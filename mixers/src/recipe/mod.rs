@@ -208,6 +208,24 @@ pub struct SourceSpec {
     /// What a larger document does (`error` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oversize: Option<Oversize>,
+    /// How Hub parquet files are checked against what the Hub says (files read whole, JSON
+    /// lines, are always checked against the Hub's sha256). A safety setting: it never changes
+    /// the bytes, so it is not part of the canonical form (nor of the recipe hash).
+    #[serde(default, skip_serializing)]
+    pub verify: Verify,
+}
+
+/// `verify`: how a Hub parquet file's bytes are checked.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Verify {
+    /// Read by ranges (only the columns the recipe needs); each page that carries a CRC is
+    /// checked against it. Files written without page CRCs (most on the Hub) are not checked.
+    #[default]
+    Pages,
+    /// Download each file whole once, check its sha256 against the Hub's, then read the local
+    /// copy: every byte checked, at the cost of downloading the columns the recipe skips.
+    Full,
 }
 
 /// The largest document text a source takes unless it says otherwise: 64 MiB. Repository-level

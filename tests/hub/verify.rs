@@ -1,0 +1,265 @@
+//! No byte from the Hub taken on trust: a download host that changes one byte of a file, once
+//! or every time. A file read whole (C4's `.json.gz`, parquet with `verify = "full"`) is hashed
+//! and checked against the listing's LFS sha256 before any of it is used; a parquet file read by
+//! ranges has each page checked against the CRC in its header. Once: downloaded again, and the
+//! pack equals the pack of the true file. Every time: the pack stops naming the file and both
+//! hashes (or the page and both CRCs), and leaves nothing behind. The manifest says per input
+//! what was checked.
+
+use super::fake_hub::{FakeHub, Fault, Host, Repo, sha_of};
+use super::{dsprep_env, endpoint, manifest, stream_bytes, support};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A parquet file written by pyarrow with `write_page_checksum=True` (the FineWeb-Edu sample of
+/// `config/samples`, 4 row groups, 4 KiB pages): every page header carries its CRC.
+fn crc_parquet() -> Vec<u8> {
+    std::fs::read(support::repo_root().join("tests/hub/data/fineweb-edu-page-crc.parquet")).unwrap()
+}
+
+fn sample(rel: &str) -> Vec<u8> {
+    std::fs::read(support::repo_root().join("config/samples").join(rel)).unwrap()
+}
+
+/// One repo `test/{name}` holding `file` at `path`, on a fresh fake Hub.
+fn hub_with(name: &str, path: &str, file: &[u8]) -> FakeHub {
+    let hub = FakeHub::start();
+    let repo = format!("test/{name}");
+    hub.add_repo(
+        &repo,
+        Repo {
+            sha: sha_of(&repo),
+            files: [(path.to_string(), Arc::new(file.to_vec()))].into(),
+            ..Repo::default()
+        },
+    );
+    hub
+}
+
+fn source(files: &str, format: &str, extra: &str) -> String {
+    format!("[[source]]\nname = \"s\"\nfiles = [{files:?}]\nformat = \"{format}\"\n{extra}")
+}
+
+/// `dsprep pack` of one source; the output directory and the run's result.
+fn pack(dir: &Path, name: &str, source: &str, hub: Option<&FakeHub>) -> (PathBuf, bool, String) {
+    let recipe = dir.join(format!("{name}.toml"));
+    std::fs::write(&recipe, support::recipe(64, 20, "first_exhausted", source)).unwrap();
+    let out = dir.join(format!("out-{name}"));
+    let env: Vec<(&str, String)> = hub.map(endpoint).into_iter().collect();
+    let output = dsprep_env(
+        &[
+            "pack",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        &env,
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (out, output.status.success(), stderr)
+}
+
+/// The same file packed from disk: what the Hub pack must equal.
+fn local_pack(dir: &Path, file_name: &str, bytes: &[u8], format: &str, extra: &str) -> PathBuf {
+    let file = dir.join("local").join(file_name);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, bytes).unwrap();
+    let (out, ok, stderr) = pack(
+        dir,
+        "local",
+        &source(file.to_str().unwrap(), format, extra),
+        None,
+    );
+    assert!(ok, "{stderr}");
+    out
+}
+
+fn verified(out: &Path) -> Vec<Option<String>> {
+    manifest(out)
+        .inputs
+        .into_iter()
+        .map(|i| i.verified)
+        .collect()
+}
+
+/// Bytes `start..end` of the `text` column chunk of row group `group` of a parquet file.
+fn text_chunk(file: &[u8], group: usize) -> (usize, usize) {
+    let reader = parquet::file::serialized_reader::SerializedFileReader::new(bytes::Bytes::from(
+        file.to_vec(),
+    ))
+    .unwrap();
+    use parquet::file::reader::FileReader;
+    let column = reader.metadata().row_group(group).column(0);
+    assert_eq!(column.column_path().string(), "text");
+    let (start, len) = column.byte_range();
+    (start as usize, (start + len) as usize)
+}
+
+#[test]
+fn a_parquet_page_changed_on_the_way_is_caught_by_its_crc_and_downloaded_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = crc_parquet();
+    let path = "data/000_00000.parquet";
+    let hub = hub_with("crc", path, &file);
+    let local = local_pack(tmp.path(), "000_00000.parquet", &file, "parquet", "");
+    let files = "hf://datasets/test/crc/data/*.parquet";
+
+    // The last byte of row group 0's text column: inside its last page, before the footer read.
+    let (start, end) = text_chunk(&file, 0);
+    let flip = end - 1;
+    assert!(
+        flip < file.len() - (64 << 10),
+        "row group 0 lies before the footer read"
+    );
+    hub.fault(Host::Cdn, path, true, 0, 1, Fault::FlipByte(flip));
+    let (out, ok, stderr) = pack(
+        tmp.path(),
+        "once",
+        &source(files, "parquet", ""),
+        Some(&hub),
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
+    assert!(
+        stream_bytes(&out) == stream_bytes(&local),
+        "the Hub pack differs from the local one"
+    );
+    assert_eq!(verified(&out), vec![Some("page-crc".to_string())]);
+    assert!(
+        stderr.contains("downloading row group 0 again (1 of 3)"),
+        "{stderr}"
+    );
+    let fetched = hub
+        .log()
+        .iter()
+        .filter(|l| {
+            l.host == Host::Cdn
+                && l.range
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with(&format!("bytes={start}-")))
+        })
+        .count();
+    assert_eq!(fetched, 2, "row group 0 was downloaded twice");
+
+    // Changed on every download: the pack stops, naming the file, the page and both CRCs.
+    hub.fault(Host::Cdn, path, true, 0, 100, Fault::FlipByte(flip));
+    let (out, ok, stderr) = pack(
+        tmp.path(),
+        "always",
+        &source(files, "parquet", ""),
+        Some(&hub),
+    );
+    assert!(!ok);
+    let location = format!("hf://datasets/test/crc@{}/{path}", sha_of("test/crc"));
+    assert!(
+        stderr.contains(&format!(
+            "shard {location} row 0: row group 0 column \"text\": page "
+        )) && stderr.contains("its bytes give CRC ")
+            && stderr.contains("where its header says ")
+            && stderr.contains("on 3 downloads"),
+        "{stderr}"
+    );
+    assert!(!out.exists() && !tmp.path().join("out-always.partial").exists());
+}
+
+#[test]
+fn a_whole_file_changed_on_the_way_is_caught_by_its_sha256_before_any_of_it_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = sample("c4/en/c4-train.00001-of-00003.json.gz");
+    let path = "en/c4-train.00001-of-00003.json.gz";
+    let hub = hub_with("c4", path, &file);
+    let local = local_pack(tmp.path(), "c4.json.gz", &file, "jsonl.gz", "");
+    let files = "hf://datasets/test/c4/en/*.json.gz";
+    let flip = file.len() / 2;
+
+    hub.fault(Host::Cdn, path, false, 0, 1, Fault::FlipByte(flip));
+    let (out, ok, stderr) = pack(
+        tmp.path(),
+        "once",
+        &source(files, "jsonl.gz", ""),
+        Some(&hub),
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
+    assert!(
+        stream_bytes(&out) == stream_bytes(&local),
+        "the Hub pack differs from the local one"
+    );
+    assert_eq!(verified(&out), vec![Some("sha256".to_string())]);
+    let truth = hex::encode(Sha256::digest(&file));
+    let changed = {
+        let mut f = file.clone();
+        f[flip] ^= 0x01;
+        hex::encode(Sha256::digest(&f))
+    };
+    assert!(
+        stderr.contains(&format!(
+            "the bytes downloaded hash to {changed}, the Hub's sha256 is {truth}; downloading \
+             again (1 of 3)"
+        )),
+        "{stderr}"
+    );
+
+    hub.fault(Host::Cdn, path, false, 0, 100, Fault::FlipByte(flip));
+    let (out, ok, stderr) = pack(
+        tmp.path(),
+        "always",
+        &source(files, "jsonl.gz", ""),
+        Some(&hub),
+    );
+    assert!(!ok);
+    let location = format!("hf://datasets/test/c4@{}/{path}", sha_of("test/c4"));
+    assert!(
+        stderr.contains(&format!(
+            "{location}: the bytes downloaded do not match the Hub's sha256 (3 downloads): \
+             expected {truth}, got {changed}; nothing of the file was used"
+        )),
+        "{stderr}"
+    );
+    assert!(!out.exists() && !tmp.path().join("out-always.partial").exists());
+}
+
+#[test]
+fn verify_full_checks_a_parquet_file_without_page_crcs_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Written without page CRCs, as most Hub parquet files are.
+    let file = sample("fineweb-edu/sample/10BT/000_00000.parquet");
+    let path = "data/000_00000.parquet";
+    let hub = hub_with("full", path, &file);
+    let local = local_pack(tmp.path(), "000_00000.parquet", &file, "parquet", "");
+    let files = "hf://datasets/test/full/data/*.parquet";
+
+    // By ranges: read, but nothing to check its pages against.
+    let (out, ok, stderr) = pack(
+        tmp.path(),
+        "ranges",
+        &source(files, "parquet", ""),
+        Some(&hub),
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stream_bytes(&out) == stream_bytes(&local),
+        "the Hub pack differs from the local one"
+    );
+    assert_eq!(verified(&out), vec![Some("none".to_string())]);
+
+    // Whole: a byte changed once is caught and downloaded again.
+    let (_, end) = text_chunk(&file, 0);
+    let full = source(files, "parquet", "verify = \"full\"\n");
+    hub.fault(Host::Cdn, path, false, 0, 1, Fault::FlipByte(end - 1));
+    let (out, ok, stderr) = pack(tmp.path(), "full", &full, Some(&hub));
+    assert!(ok, "{stderr}");
+    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
+    assert!(
+        stream_bytes(&out) == stream_bytes(&local),
+        "the Hub pack differs from the local one"
+    );
+    assert_eq!(verified(&out), vec![Some("sha256".to_string())]);
+    assert!(stderr.contains("downloading again (1 of 3)"), "{stderr}");
+    // `verify` is a safety setting: the stream and its recipe hash are the same.
+    let ranges = tmp.path().join("out-ranges");
+    assert_eq!(manifest(&out).recipe_hash, manifest(&ranges).recipe_hash);
+}
