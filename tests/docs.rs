@@ -86,7 +86,10 @@ fn help_flags(help: &str) -> BTreeSet<String> {
 /// The rows of the first Markdown table under `## {heading}`: each row's cells, trimmed.
 fn table_rows(md: &str, heading: &str) -> Vec<Vec<String>> {
     let lines = prose_lines(md);
-    let Some(start) = lines.iter().position(|l| l.trim() == format!("## {heading}")) else {
+    let Some(start) = lines
+        .iter()
+        .position(|l| l.trim() == format!("## {heading}"))
+    else {
         return Vec::new();
     };
     lines[start + 1..]
@@ -216,7 +219,10 @@ const FIXTURE_SETTINGS: &str = "\
 fn the_flag_check_names_an_undocumented_flag_and_a_documented_flag_that_is_gone() {
     let helps = BTreeMap::from([
         ("pack".to_string(), FIXTURE_HELP.to_string()),
-        ("export".to_string(), "Options:\n  -q, --quiet  quiet\n".to_string()),
+        (
+            "export".to_string(),
+            "Options:\n  -q, --quiet  quiet\n".to_string(),
+        ),
     ]);
     let problems = check_flags(&helps, FIXTURE_SETTINGS);
     assert_eq!(
@@ -331,7 +337,13 @@ fn every_environment_variable_the_product_reads_is_in_settings_and_no_other() {
         source_files(&root.join(dir), &mut files);
     }
     let names = env_names_in_source(&files);
-    for known in ["DSPREP_LOG", "HF_TOKEN", "RANK", "SLURM_NNODES", "DSPREP_TP"] {
+    for known in [
+        "DSPREP_LOG",
+        "HF_TOKEN",
+        "RANK",
+        "SLURM_NNODES",
+        "DSPREP_TP",
+    ] {
         assert!(names.contains(known), "the scan misses {known}: {names:?}");
     }
     let problems = check_env(&names, &read(&root.join("docs/settings.md")));
@@ -483,7 +495,10 @@ fn doc_pages() -> BTreeMap<PathBuf, String> {
     for entry in std::fs::read_dir(root.join("docs")).expect("docs/ exists") {
         let path = entry.expect("a directory entry").path();
         if path.extension().is_some_and(|e| e == "md") {
-            let relative = path.strip_prefix(&root).expect("under the root").to_path_buf();
+            let relative = path
+                .strip_prefix(&root)
+                .expect("under the root")
+                .to_path_buf();
             pages.insert(relative, read(&path));
         }
     }
@@ -655,11 +670,20 @@ fn every_console_example_of_the_guide_runs_as_written() {
         .collect();
     pages.sort();
     for path in pages {
-        let name = path.strip_prefix(&root).expect("under the root").display().to_string();
+        let name = path
+            .strip_prefix(&root)
+            .expect("under the root")
+            .display()
+            .to_string();
         examples.extend(console_examples(&name, &read(&path)));
     }
     let commands: Vec<&str> = examples.iter().map(|e| e.command.as_str()).collect();
-    for needed in ["dsprep pack ", "dsprep verify ", "dsprep inspect ", "dsprep plan "] {
+    for needed in [
+        "dsprep pack ",
+        "dsprep verify ",
+        "dsprep inspect ",
+        "dsprep plan ",
+    ] {
         assert!(
             commands.iter().any(|c| c.starts_with(needed)),
             "no console example runs {needed:?}: {commands:?}"
