@@ -256,7 +256,7 @@ fn node_daemons_serve_a_lanes_recipe_mixed_in_tokens_as_packed() {
     }
 }
 
-/// The launch the README shows: `SLURM_NNODES=2 SLURM_NODEID=i dsprep serve … --world-size 4
+/// The launch docs/many-nodes.md shows: `SLURM_NNODES=2 SLURM_NODEID=i dsprep serve … --world-size 4
 /// --micro-batch 1`, ranks 0–1 on node 0 and 2–3 on node 1.
 #[test]
 fn slurm_environment_places_node_daemons_and_a_rank_on_the_wrong_node_is_told_where_to_go() {

@@ -285,7 +285,15 @@ fn the_summary_reports_per_source_counts_and_the_mix() {
         out.to_str().unwrap(),
         "--quiet",
     ]);
-    assert!(stdout.starts_with("packed "), "{stdout}");
+    // The quickstart mixes by documents; the summary says so first, before any share is read.
+    let mut lines = stdout.lines();
+    let first = lines.next().unwrap_or_default();
+    assert!(first.starts_with("mix: by DOCUMENTS"), "{stdout}");
+    assert!(first.contains("NOT of the tokens"), "{stdout}");
+    assert!(
+        lines.next().unwrap_or_default().starts_with("packed "),
+        "{stdout}"
+    );
     for name in [
         "fineweb-edu",
         "c4",
@@ -344,6 +352,7 @@ fn a_mix_in_tokens_holds_the_quickstart_shares_whatever_the_thread_count() {
         summary.contains("target: share of tokens (recipe [mix] unit)"),
         "{summary}"
     );
+    assert!(summary.starts_with("mix: in TOKENS"), "{summary}");
     let documents = pack_quickstart(&tmp.path().join("d"), 2, 1 << 30).manifest;
     let stack = documents
         .sources

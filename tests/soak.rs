@@ -12,7 +12,7 @@
 //!
 //! `DSPREP_SOAK_SECS` (default [`DEFAULT_SECS`]) is how long faults go on (the ranks are paced so
 //! that the stream lasts about that long); `DSPREP_SOAK_SEED` replays a schedule (the seed is
-//! printed). README "Fault soak" gives the longer manual run.
+//! printed). CONTRIBUTING.md "Fault soak and wire fuzz" gives the longer manual run.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 
 mod support;

@@ -11,7 +11,7 @@ mod summary;
 
 pub use args::{PackArgs, PackCommand};
 pub use lanes::{PartReport, Parts, finish, pack_part};
-pub use summary::{print_part, print_summary};
+pub use summary::{mix_unit_line, print_part, print_summary};
 
 use crate::driver::pipeline::{self, PipelineConfig, ProducedDoc};
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};

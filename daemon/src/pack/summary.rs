@@ -6,8 +6,23 @@ use crate::inspect::ledger_rows;
 use dsprep_client::Manifest;
 use dsprep_mixers::ledger::ShareLine;
 
+/// The summary's first line: what the recipe's weights are shares of. A mix in documents (the
+/// default, as HF `interleave_datasets`) gives sources of long documents far more than their
+/// weight in tokens (the quickstart's the-stack-v2: 10 % weight, 59 % of the tokens), which is
+/// not what most recipes mean, so it is said first, loudly.
+pub fn mix_unit_line(in_tokens: bool) -> &'static str {
+    if in_tokens {
+        "mix: in TOKENS ([mix] unit = \"tokens\"): each weight is its source's share of the \
+         stream's tokens"
+    } else {
+        "mix: by DOCUMENTS ([mix] unit = \"documents\", the default): each weight is its source's \
+         share of the documents, NOT of the tokens; set [mix] unit = \"tokens\" for shares of tokens"
+    }
+}
+
 pub fn print_summary(report: &PackReport) {
     let m = &report.manifest;
+    println!("{}", mix_unit_line(m.recipe["mix"]["unit"] == "tokens"));
     let tokens_written = m.num_windows * u64::from(m.window_tokens);
     let secs = report.wall.as_secs_f64().max(1e-9);
     let all_tokens: u64 = m.sources.iter().map(|s| s.tokens).sum();

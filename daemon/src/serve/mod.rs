@@ -123,8 +123,12 @@ impl Served {
             metrics::check_address(addr, metrics_token.is_some(), options.insecure_metrics)?;
         }
         let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
-        tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
         let recipe = &loaded.recipe;
+        tracing::info!(
+            "{}",
+            crate::pack::mix_unit_line(!recipe.mix.unit.is_documents())
+        );
+        tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
         let recipe_hash_hex = recipe.hash();
         let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
         let mut recipe_hash = [0u8; 32];
