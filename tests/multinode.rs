@@ -632,13 +632,13 @@ fn a_node_whose_windows_differ_from_the_recorded_digests_refuses_to_serve() {
         })
         .unwrap();
     // Step 5 is blocks 10 and 11 (4 windows, 2 per block): node 1 serves block 11, lane 3's.
-    let digests = stream.join("digests-00003.bin");
+    // Lane 3's first block is block 3: windows 6 and 7 of the stream.
+    let digests = stream.join("windows.bin");
     let len = std::fs::metadata(&digests).unwrap().len() as usize;
-    assert!(
-        len >= 6 * 32,
-        "lane 3's windows of 10 steps (blocks 3, 11, 19), 32 bytes each"
-    );
-    std::fs::write(&digests, vec![0x5a; len]).unwrap();
+    assert!(len >= 40 * 32, "10 steps of 4 windows, 32 bytes each");
+    let mut bytes = std::fs::read(&digests).unwrap();
+    bytes[6 * 32..8 * 32].fill(0x5a);
+    std::fs::write(&digests, bytes).unwrap();
 
     let resume = ["--metrics", "off", "--resume", "latest"];
     let node1 = start_node(tmp.path(), 1, 2, 4, 1, &resume).unwrap();

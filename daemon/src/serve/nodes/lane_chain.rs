@@ -3,10 +3,13 @@
 //! shared state directory, as they exchange lane progress (`progress.rs`).
 //!
 //! In `lanes-<stream id>/`:
-//! - `digests-NNNNN.bin`, per lane: the sha256 of each of the lane's windows, in the lane's order,
-//!   32 bytes each, written by the node that runs the lane as it assembles them.
+//! - `windows.bin`: the sha256 of each window of the stream, 32 bytes at `32 × window`, written
+//!   by the node that runs the window's lane as it assembles it.
 //! - `chain.bin`: the stream chain before each global block, 32 bytes per block, written by
 //!   every node (they are the same bytes): where a restarted node picks the chain up.
+//!
+//! Each is opened once per process and written and read in place, so linking costs the shared
+//! filesystem's metadata server nothing per step, whatever the number of lanes.
 //!
 //! Both hold facts about the deterministic stream. An entry already there (left by an earlier
 //! run, or by another node) is compared, never overwritten: a difference stops the daemon with a
@@ -23,7 +26,6 @@ use anyhow::{Context, bail};
 use dsprep_client::chain::{self, Hash};
 use dsprep_mixers::lanes::{NodeSlice, block_lane};
 use dsprep_mixers::recipe::LanesSpec;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -41,10 +43,17 @@ pub struct LaneChain {
     /// window is then its own, and nothing is written).
     dir: Option<PathBuf>,
     progress: Option<Arc<LaneProgress>>,
-    digests: BTreeMap<u32, File>,
+    windows_file: Option<File>,
     chain_file: Option<File>,
     /// The chain before this global block, once known.
     at: Option<(u64, Hash)>,
+}
+
+/// The two files of 32-byte entries: window digests by stream window, the chain by block.
+#[derive(Clone, Copy)]
+enum Entry {
+    Window,
+    Chain,
 }
 
 /// What linking a step found.
@@ -75,7 +84,7 @@ impl LaneChain {
             slice,
             dir,
             progress,
-            digests: BTreeMap::new(),
+            windows_file: None,
             chain_file: None,
             at: None,
         }
@@ -173,11 +182,11 @@ impl LaneChain {
         step: u64,
         store: &StepStore,
     ) -> anyhow::Result<Waited<Hash>> {
-        let (lane, index) = self.lane_window(w);
+        let (lane, _) = self.lane_window(w);
         let began = Instant::now();
         let mut said = false;
         loop {
-            if let Some(digest) = self.read_entry(Some(lane), index)? {
+            if let Some(digest) = self.read_entry(Entry::Window, w)? {
                 return Ok(Waited::Got(digest));
             }
             if store.is_shut_down() {
@@ -212,48 +221,38 @@ impl LaneChain {
 
     fn put_digest(&mut self, w: u64, digest: &Hash) -> anyhow::Result<()> {
         let (lane, index) = self.lane_window(w);
-        self.put_entry(Some(lane), index, digest, || {
+        self.put_entry(Entry::Window, w, digest, || {
             format!("window {w} of the stream (window {index} of lane {lane})")
         })
     }
 
     fn put_chain(&mut self, block: u64, at: &Hash) -> anyhow::Result<()> {
-        self.put_entry(None, block, at, || {
+        self.put_entry(Entry::Chain, block, at, || {
             format!("the stream chain before block {block}")
         })
     }
 
     fn read_chain(&mut self, block: u64) -> anyhow::Result<Option<Hash>> {
-        self.read_entry(None, block)
+        self.read_entry(Entry::Chain, block)
     }
 
-    /// The file of `lane`'s digests, or `chain.bin` (`None`), opened once.
-    fn file(&mut self, lane: Option<u32>) -> anyhow::Result<Option<(&File, PathBuf)>> {
+    /// `windows.bin` or `chain.bin`, opened once.
+    fn file(&mut self, entry: Entry) -> anyhow::Result<Option<(&File, PathBuf)>> {
         let Some(dir) = &self.dir else {
             return Ok(None);
         };
-        let path = match lane {
-            Some(lane) => dir.join(format!("digests-{lane:05}.bin")),
-            None => dir.join("chain.bin"),
+        let (slot, path) = match entry {
+            Entry::Window => (&mut self.windows_file, dir.join("windows.bin")),
+            Entry::Chain => (&mut self.chain_file, dir.join("chain.bin")),
         };
-        let slot = match lane {
-            Some(lane) => self.digests.entry(lane),
-            None => {
-                if self.chain_file.is_none() {
-                    self.chain_file = Some(open(&path)?);
-                }
-                return Ok(self.chain_file.as_ref().map(|f| (f, path)));
-            }
-        };
-        let file = match slot {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(open(&path)?),
-        };
-        Ok(Some((file, path)))
+        if slot.is_none() {
+            *slot = Some(open(&path)?);
+        }
+        Ok(slot.as_ref().map(|f| (f, path)))
     }
 
-    fn read_entry(&mut self, lane: Option<u32>, index: u64) -> anyhow::Result<Option<Hash>> {
-        let Some((file, path)) = self.file(lane)? else {
+    fn read_entry(&mut self, entry: Entry, index: u64) -> anyhow::Result<Option<Hash>> {
+        let Some((file, path)) = self.file(entry)? else {
             return Ok(None);
         };
         let mut entry = [0u8; 32];
@@ -268,13 +267,13 @@ impl LaneChain {
     /// Write an entry, or check the one already there.
     fn put_entry(
         &mut self,
-        lane: Option<u32>,
+        entry: Entry,
         index: u64,
         value: &Hash,
         what: impl Fn() -> String,
     ) -> anyhow::Result<()> {
-        let existing = self.read_entry(lane, index)?;
-        let Some((file, path)) = self.file(lane)? else {
+        let existing = self.read_entry(entry, index)?;
+        let Some((file, path)) = self.file(entry)? else {
             return Ok(());
         };
         match existing {
