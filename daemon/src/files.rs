@@ -1,10 +1,11 @@
-//! File helpers shared by the drivers: streaming sha256, and a writer that hashes and counts what
-//! it writes.
+//! File helpers shared by the drivers: streaming sha256, a writer that hashes and counts what
+//! it writes, and patient IO on a shared state directory.
 
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Size and sha256 (hex) of a file, read in 1 MiB pieces.
 pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
@@ -158,5 +159,52 @@ pub fn try_lock_file(path: &Path) -> Result<File, LockError> {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(LockError::Held),
         Err(std::fs::TryLockError::Error(e)) => Err(LockError::Io(e)),
+    }
+}
+
+/// How long a read or write of the state directory is retried before the daemon gives up: a
+/// cluster filesystem may fail for seconds (an EIO while a server fails over, a full quota being
+/// cleared) and the steps wait meanwhile; past this it is down.
+pub const STATE_IO_PATIENCE: Duration = Duration::from_secs(60);
+
+/// `io` on `path`, retried with backoff (50 ms doubling to 2 s) for up to [`STATE_IO_PATIENCE`],
+/// saying so once in the log; then the error, naming the file.
+pub fn patiently<T>(
+    path: &std::path::Path,
+    action: &str,
+    mut io: impl FnMut() -> std::io::Result<T>,
+) -> anyhow::Result<T> {
+    let began = Instant::now();
+    let mut wait = Duration::from_millis(50);
+    let mut said = false;
+    loop {
+        match io() {
+            Ok(value) => {
+                if said {
+                    tracing::info!("{}: {action} works again", path.display());
+                }
+                return Ok(value);
+            }
+            Err(e) if began.elapsed() >= STATE_IO_PATIENCE => {
+                anyhow::bail!(
+                    "cannot {action} {} on the shared state directory for {} s, last: {e}; \
+                     the steps wait on it (is the filesystem down or full?)",
+                    path.display(),
+                    STATE_IO_PATIENCE.as_secs()
+                );
+            }
+            Err(e) => {
+                if !said {
+                    said = true;
+                    tracing::warn!(
+                        "cannot {action} {}: {e}; retrying for up to {} s (the steps wait)",
+                        path.display(),
+                        STATE_IO_PATIENCE.as_secs()
+                    );
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        }
     }
 }

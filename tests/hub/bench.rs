@@ -2,10 +2,12 @@
 
 use super::*;
 
-/// The benchmark behind BENCHMARKS.md "Hub streaming (issue 5)": `dsprep pack` of a corpus made
+/// The benchmark behind BENCHMARKS.md "Hub streaming": `dsprep pack` of a corpus made
 /// by ../shared/bench/peer/make_corpus.py, read locally and through the fake Hub, alternately.
 ///
 /// DSPREP_BENCH_CORPUS=/tmp/hubcorpus cargo test --release -p dsprep --test hub -- --ignored --nocapture
+///
+/// `DSPREP_BENCH_BIN` runs another `dsprep` binary (an older build, to compare in one run).
 #[test]
 #[ignore = "benchmark: needs DSPREP_BENCH_CORPUS and a release build"]
 fn bench_hub_streaming_against_local() {
@@ -55,6 +57,8 @@ fn bench_hub_streaming_against_local() {
         }
     }
     let num_files = repo.files.len();
+    let bin = std::env::var("DSPREP_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_dsprep").to_string());
     hub.add_repo("bench/corpus", repo);
     let tmp = tempfile::tempdir().unwrap();
     let recipe = |remote: bool| {
@@ -83,13 +87,8 @@ fn bench_hub_streaming_against_local() {
             let time_file = tmp.path().join(format!("{name}.time"));
             hub.clear_log();
             let mut cmd = Command::new("/usr/bin/time");
-            cmd.args([
-                "-f",
-                "%M %e",
-                "-o",
-                time_file.to_str().unwrap(),
-                env!("CARGO_BIN_EXE_dsprep"),
-            ]);
+            cmd.args(["-f", "%M %e", "-o", time_file.to_str().unwrap()]);
+            cmd.arg(&bin);
             cmd.args([
                 "pack",
                 "--recipe",

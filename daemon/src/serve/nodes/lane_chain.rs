@@ -21,6 +21,7 @@
 //! anyway for a synchronous training step.
 
 use super::progress::{Gate, LaneProgress, READ_EVERY};
+use crate::files::patiently;
 use crate::serve::store::{StepChain, StepData, StepStore};
 use anyhow::{Context, bail};
 use dsprep_client::chain::{self, Hash};
@@ -256,12 +257,14 @@ impl LaneChain {
             return Ok(None);
         };
         let mut entry = [0u8; 32];
-        match file.read_exact_at(&mut entry, index * 32) {
-            Ok(()) if entry != [0; 32] => Ok(Some(entry)),
-            Ok(()) => Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-        }
+        let read = patiently(&path, "read", || {
+            match file.read_exact_at(&mut entry, index * 32) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+                Err(e) => Err(e),
+            }
+        })?;
+        Ok((read && entry != [0; 32]).then_some(entry))
     }
 
     /// Write an entry, or check the one already there.
@@ -287,9 +290,7 @@ impl LaneChain {
                 chain::to_hex(value),
                 chain::to_hex(&found)
             ),
-            None => file
-                .write_all_at(value, index * 32)
-                .with_context(|| format!("cannot write {}", path.display())),
+            None => patiently(&path, "write", || file.write_all_at(value, index * 32)),
         }
     }
 }

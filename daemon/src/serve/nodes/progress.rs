@@ -20,6 +20,7 @@
 //! yet. A slot read torn, or not written yet on this node's view of the file (a cluster
 //! filesystem may show another node's write late), reads as nothing known and is read again.
 
+use crate::files::patiently;
 use dsprep_mixers::lanes::blocks_known;
 use dsprep_mixers::recipe::LanesSpec;
 use std::fs::File;
@@ -92,6 +93,8 @@ struct ProgressState {
     facts: Vec<LaneFact>,
     last_write: Vec<Option<Instant>>,
     last_read: Option<Instant>,
+    /// Own lanes whose last write failed.
+    unpublished: Vec<bool>,
 }
 
 impl LaneProgress {
@@ -116,6 +119,7 @@ impl LaneProgress {
                 facts: vec![LaneFact::default(); n],
                 last_write: vec![None; n],
                 last_read: None,
+                unpublished: vec![false; n],
             }),
         };
         {
@@ -144,13 +148,49 @@ impl LaneProgress {
             due.then_some(state.facts[lane as usize])
         };
         if let Some(fact) = due {
-            let at = u64::from(lane) * SLOT_BYTES as u64;
-            if let Err(e) = self.file.write_all_at(&fact.to_slot(), at) {
+            self.publish(lane, fact, now || fact.ended);
+        }
+    }
+
+    /// Write lane `lane`'s slot. A write that fails is left for the next one (a lane's slot is
+    /// rewritten as it runs, and while a request waits); the lane's last write (`patient`: its
+    /// end, or before it waits on a full queue) is retried for up to
+    /// [`crate::files::STATE_IO_PATIENCE`], as other nodes may wait on nothing else.
+    fn publish(&self, lane: u32, fact: LaneFact, patient: bool) {
+        let at = u64::from(lane) * SLOT_BYTES as u64;
+        let slot = fact.to_slot();
+        let written = if patient {
+            patiently(&self.path, "write", || self.file.write_all_at(&slot, at))
+        } else {
+            self.file
+                .write_all_at(&slot, at)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", self.path.display()))
+        };
+        let mut state = self.lock();
+        match written {
+            Ok(()) => state.unpublished[lane as usize] = false,
+            Err(e) => {
+                state.unpublished[lane as usize] = true;
                 tracing::warn!(
-                    "cannot publish lane {lane}'s progress to {}: {e} (other nodes wait for it)",
-                    self.path.display()
+                    "cannot publish lane {lane}'s progress: {e:#} (other nodes wait for it; \
+                     written again while this node runs or waits)"
                 );
             }
+        }
+    }
+
+    /// Write again the own lanes whose last write failed (a request asks: this node still runs).
+    fn republish(&self, state: std::sync::MutexGuard<'_, ProgressState>) {
+        let again: Vec<(u32, LaneFact)> = state
+            .unpublished
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| **u)
+            .map(|(lane, _)| (lane as u32, state.facts[lane]))
+            .collect();
+        drop(state);
+        for (lane, fact) in again {
+            self.publish(lane, fact, false);
         }
     }
 
@@ -201,10 +241,13 @@ impl LaneProgress {
         };
         let mut state = self.lock();
         if let Some(gate) = decide(&state.facts) {
+            self.republish(state);
             return gate;
         }
         self.refresh(&mut state);
-        decide(&state.facts).unwrap_or(Gate::Wait)
+        let gate = decide(&state.facts).unwrap_or(Gate::Wait);
+        self.republish(state);
+        gate
     }
 }
 
