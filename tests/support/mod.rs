@@ -35,16 +35,22 @@ pub fn quickstart() -> PathBuf {
 /// The quickstart with each `(from, to)` replaced, written as `dir/name` with absolute paths
 /// to the shipped tokenizer and samples.
 pub fn quickstart_variant(dir: &Path, name: &str, replace: &[(&str, &str)]) -> PathBuf {
+    recipe_variant(&quickstart(), dir, name, replace)
+}
+
+/// A shipped recipe of `config/` (`recipe`) written into `dir` as `name`, its relative paths made
+/// absolute and each `(from, to)` of `replace` applied (each must be there).
+pub fn recipe_variant(recipe: &Path, dir: &Path, name: &str, replace: &[(&str, &str)]) -> PathBuf {
     let config = repo_root().join("config");
-    let mut text = std::fs::read_to_string(quickstart())
-        .expect("the quickstart recipe is shipped")
+    let mut text = std::fs::read_to_string(recipe)
+        .expect("the recipe is shipped")
         .replace(
             "\"tokenizers/",
             &format!("\"{}/tokenizers/", config.display()),
         )
         .replace("\"samples/", &format!("\"{}/samples/", config.display()));
     for (from, to) in replace {
-        assert!(text.contains(from), "the quickstart has no {from:?}");
+        assert!(text.contains(from), "{} has no {from:?}", recipe.display());
         text = text.replace(from, to);
     }
     let path = dir.join(name);
