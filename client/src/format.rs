@@ -203,8 +203,7 @@ pub struct InputFile {
     /// `git-blob-sha1` (read whole and equal to the Hub's hash), `page-crc` (parquet read by
     /// ranges, every page read carried a CRC and matched it), `page-crc M/N` (M of the N pages
     /// read carried one), `none` (read, nothing to check against), `not-read`. Absent for local
-    /// files (`sha256` is then computed from the file) and in a pack of a recipe with lanes (its
-    /// lanes may be read by other processes, and parts + finish write the bytes of one pack).
+    /// files (`sha256` is then computed from the file). With lanes, from the lanes' manifests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified: Option<String>,
 }

@@ -263,3 +263,65 @@ fn verify_full_checks_a_parquet_file_without_page_crcs_whole() {
     let ranges = tmp.path().join("out-ranges");
     assert_eq!(manifest(&out).recipe_hash, manifest(&ranges).recipe_hash);
 }
+
+/// A recipe with lanes: each lane's manifest records what the Hub files it read were checked
+/// against, and the finish takes it from there, so parts packed by other processes and then
+/// finished write the bytes of one pack, `verified` included.
+#[test]
+fn lanes_record_what_they_verified_and_parts_finish_to_the_bytes_of_one_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = FakeHub::start();
+    let repo = "test/lanes";
+    let files: std::collections::BTreeMap<String, Arc<Vec<u8>>> = [0, 1, 2]
+        .iter()
+        .map(|n| {
+            let name = format!("c4-train.0000{n}-of-00003.json.gz");
+            (
+                format!("en/{name}"),
+                Arc::new(sample(&format!("c4/en/{name}"))),
+            )
+        })
+        .collect();
+    hub.add_repo(
+        repo,
+        Repo {
+            sha: sha_of(repo),
+            files,
+            ..Repo::default()
+        },
+    );
+    let source = source("hf://datasets/test/lanes/en/*.json.gz", "jsonl.gz", "");
+    let recipe = tmp.path().join("lanes.toml");
+    let text = support::recipe(64, 20, "first_exhausted", &source)
+        .replace("[mix]", "[lanes]\ncount = 3\nblock_windows = 1\n[mix]");
+    std::fs::write(&recipe, text).unwrap();
+    let run = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "pack",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let output = dsprep_env(&args, &[endpoint(&hub)]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let whole = tmp.path().join("whole");
+    run(&whole, &[]);
+    assert_eq!(verified(&whole), vec![Some("sha256".to_string()); 3]);
+    let parts = tmp.path().join("parts");
+    for part in ["0", "1", "2"] {
+        run(&parts, &["--part", part, "--parts", "3"]);
+    }
+    run(&parts, &["--finish"]);
+    assert!(
+        support::dir_bytes(&parts) == support::dir_bytes(&whole),
+        "parts + finish wrote other bytes than one pack"
+    );
+}

@@ -146,6 +146,10 @@ pub fn phase_name(phase: usize) -> String {
 }
 
 impl LaneInputs {
+    /// The Hub client the lanes read through, if the recipe reads the Hub.
+    pub fn hub(&self) -> Option<&Arc<HubClient>> {
+        self.context.hub.as_ref()
+    }
     /// Lane `lane`'s document stream: the recipe's mixer over the lane's units (a source with no
     /// unit in this lane takes no part in its mix), with the lane's seed and share of the shuffle
     /// buffer, and `threads` tokenizing ahead in a mix in tokens. In tokens, the lane mixes by its

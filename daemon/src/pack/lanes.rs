@@ -21,8 +21,9 @@ use crate::driver::lanes::{LaneInputs, deal_inputs};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig, ProducedDoc};
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::driver::{LoadedRecipe, hub_client};
+use crate::sources::Shard;
 use anyhow::{Context, anyhow, bail};
-use dsprep_client::format::Manifest;
+use dsprep_client::format::{InputFile, Manifest};
 use dsprep_client::packed::PackedDataset;
 use dsprep_mixers::PackedWindow;
 use dsprep_mixers::doc::SourceCounters;
@@ -114,6 +115,46 @@ fn complete_lane(dir: &Path, want: &LaneInfo) -> Option<PackedDataset> {
         return None;
     }
     PackedDataset::open(dir).ok()
+}
+
+/// The Hub files lane `lane` reads, each with what its reads in this process were checked
+/// against: the lane's manifest keeps them for the finish, which may run in another process.
+fn lane_hub_inputs(
+    loaded: &LoadedRecipe,
+    inputs: &LaneInputs,
+    lane: u32,
+) -> anyhow::Result<Vec<InputFile>> {
+    let Some(hub) = inputs.hub() else {
+        return Ok(Vec::new());
+    };
+    let lists: Vec<(String, Vec<Shard>)> = loaded
+        .recipe
+        .sources
+        .iter()
+        .zip(&inputs.lanes[lane as usize])
+        .map(|(spec, shards)| {
+            let hub_shards = shards.iter().filter(|s| matches!(s, Shard::Hub(_)));
+            (spec.name.clone(), hub_shards.cloned().collect())
+        })
+        .collect();
+    let mut read = hash_inputs(&lists, &loaded.base)?;
+    hub.mark_verified(&mut read);
+    Ok(read)
+}
+
+/// Each Hub input's `verified` as the lane that read it recorded it (lanes written by an older
+/// dsprep record nothing: the input's `verified` stays absent).
+fn verified_from_lanes(inputs: &mut [InputFile], lanes: &[PackedDataset]) {
+    let key = |i: &InputFile| (i.repo.clone(), i.commit.clone(), i.path.clone());
+    let recorded: std::collections::HashMap<_, _> = lanes
+        .iter()
+        .flat_map(|lane| lane.manifest().inputs.iter())
+        .filter(|i| i.repo.is_some())
+        .map(|i| (key(i), i.verified.clone()))
+        .collect();
+    for input in inputs.iter_mut().filter(|i| i.repo.is_some()) {
+        input.verified = recorded.get(&key(input)).cloned().flatten();
+    }
 }
 
 /// Pack one part's lanes into `OUT.lanes/`.
@@ -279,13 +320,16 @@ fn pack_lane(
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
     let sources = source_stats(&loaded.recipe, &docs, &tokens, &run.counters);
-    let finished = new_manifest(loaded, dtype, run.leftover_tokens, Vec::new(), sources).and_then(
-        |manifest| {
+    let read = match lane_hub_inputs(loaded, inputs, info.lane) {
+        Ok(read) => read,
+        Err(e) => return Err(failed(writer, &partial, None, e)),
+    };
+    let finished =
+        new_manifest(loaded, dtype, run.leftover_tokens, read, sources).and_then(|manifest| {
             let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
             writer.add_file(LANE_INFO_FILE, &json)?;
             Ok(manifest)
-        },
-    );
+        });
     let manifest = match finished {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
@@ -362,12 +406,12 @@ fn finish_dealt(
     if let Err(e) = copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
         return Err(failed(writer, &partial, None, e));
     }
-    // No `verified` here: the lanes may have been read by other processes (parts), and a pack
-    // of parts must be the bytes of one whole pack.
-    let inputs_hashed = match join_hashing(hashing) {
+    let mut inputs_hashed = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
+    // From the lanes' manifests, not this process: the lanes may have been packed by others.
+    verified_from_lanes(&mut inputs_hashed, &lanes);
     let (docs, tokens, counters) = lane_totals(&lanes);
     let sources = source_stats(&loaded.recipe, &docs, &tokens, &counters);
     let written = blocks * k * u64::from(loaded.recipe.packing.seq_len + 1);
