@@ -1,4 +1,5 @@
-//! What the daemon is doing, as Prometheus text on an HTTP endpoint (`/metrics`): documents and
+//! What the daemon is doing, as OpenMetrics text (`prometheus-client`) on an HTTP endpoint
+//! (`/metrics`): documents and
 //! tokens per source (and split rows' pieces), realized vs target mix (per phase too),
 //! shuffle-buffer fill, steps produced and held, per-rank step and lag, requests by outcome,
 //! CURVE clients admitted and refused. Loopback unless asked; beyond loopback it needs a bearer
@@ -9,8 +10,11 @@ use crate::driver::pipeline::ProducedDoc;
 use dsprep_mixers::ledger::{Counts, PhasePoints, share_lines};
 use dsprep_mixers::mixer::share;
 use dsprep_mixers::recipe::{MixUnit, Recipe};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
-use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -126,233 +130,171 @@ impl Metrics {
         *replies.entry(status).or_insert(0) += 1;
     }
 
+    /// The exposition of one scrape, in OpenMetrics text (`prometheus-client` encodes it: names,
+    /// label escaping, `# EOF`). Counters are registered without their `_total`, which the
+    /// encoding adds back: the series are `dsprep_documents_total{source="…"}` and so on.
     pub fn render(&self, store: &StepStore, shuffle_fill: u64) -> String {
-        let mut out = String::new();
+        let mut scrape = Scrape::default();
         let docs: Vec<u64> = self.documents.iter().map(|d| d.load(Relaxed)).collect();
-        let total_tokens: u64 = self.tokens.iter().map(|t| t.load(Relaxed)).sum();
-        let gauge = |out: &mut String, name: &str, help: &str, kind: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        gauge(
-            &mut out,
-            "dsprep_node",
-            "This daemon's node rank and the node count (always 1).",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "dsprep_node{{rank=\"{}\",count=\"{}\"}} 1",
-            self.node.0, self.node.1
-        );
-        gauge(
-            &mut out,
-            "dsprep_lanes_run",
-            "Lanes of the recipe this node runs (0 without [lanes]).",
-            "gauge",
-        );
-        let _ = writeln!(out, "dsprep_lanes_run {}", self.lanes.len());
-        gauge(
-            &mut out,
-            "dsprep_input_bytes_assigned",
-            "Bytes of the input units dealt to this node's lanes (0 without [lanes]).",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "dsprep_input_bytes_assigned {}",
-            self.input_bytes_assigned
-        );
-        gauge(
-            &mut out,
-            "dsprep_documents_total",
-            "Documents tokenized, per source.",
-            "counter",
-        );
-        for (name, d) in self.source_names.iter().zip(&docs) {
-            let _ = writeln!(out, "dsprep_documents_total{{source=\"{name}\"}} {d}");
-        }
-        gauge(
-            &mut out,
-            "dsprep_tokens_total",
-            "Tokens produced, per source (BOS/EOS included).",
-            "counter",
-        );
-        for (name, t) in self.source_names.iter().zip(&self.tokens) {
-            let _ = writeln!(
-                out,
-                "dsprep_tokens_total{{source=\"{name}\"}} {}",
-                t.load(Relaxed)
-            );
-        }
-        for (metric, help, counts) in [
-            (
-                "dsprep_rows_split_total",
-                "Rows over max_document_bytes cut into pieces (oversize = \"split\"), per source.",
-                &self.rows_split,
-            ),
-            (
-                "dsprep_split_pieces_total",
-                "Pieces of split rows produced, per source (each also one of \
-                 dsprep_documents_total).",
-                &self.split_pieces,
-            ),
-        ] {
-            gauge(&mut out, metric, help, "counter");
-            for (name, n) in self.source_names.iter().zip(counts) {
-                let _ = writeln!(out, "{metric}{{source=\"{name}\"}} {}", n.load(Relaxed));
-            }
-        }
         let tokens: Vec<u64> = self.tokens.iter().map(|t| t.load(Relaxed)).collect();
+        let per_source = |values: &[u64]| -> Vec<(Labels, u64)> {
+            (self.source_names.iter().zip(values))
+                .map(|(name, &v)| (labels(&[("source", name)]), v))
+                .collect()
+        };
+        let loaded = |counters: &[AtomicU64]| -> Vec<u64> {
+            counters.iter().map(|c| c.load(Relaxed)).collect()
+        };
+        let (node, count) = (self.node.0.to_string(), self.node.1.to_string());
+        scrape.gauge(
+            "dsprep_node",
+            "This daemon's node rank and the node count (always 1)",
+            [(labels(&[("rank", &node), ("count", &count)]), 1)],
+        );
+        scrape.gauge(
+            "dsprep_lanes_run",
+            "Lanes of the recipe this node runs (0 without [lanes])",
+            [(Labels::new(), self.lanes.len() as i64)],
+        );
+        scrape.gauge(
+            "dsprep_input_bytes_assigned",
+            "Bytes of the input units dealt to this node's lanes (0 without [lanes])",
+            [(Labels::new(), self.input_bytes_assigned as i64)],
+        );
+        scrape.counter(
+            "dsprep_documents",
+            "Documents tokenized, per source",
+            per_source(&docs),
+        );
+        scrape.counter(
+            "dsprep_tokens",
+            "Tokens produced, per source (BOS/EOS included)",
+            per_source(&tokens),
+        );
+        scrape.counter(
+            "dsprep_rows_split",
+            "Rows over max_document_bytes cut into pieces (oversize = \"split\"), per source",
+            per_source(&loaded(&self.rows_split)),
+        );
+        scrape.counter(
+            "dsprep_split_pieces",
+            "Pieces of split rows produced, per source (each also one of dsprep_documents_total)",
+            per_source(&loaded(&self.split_pieces)),
+        );
         for (metric, help, counts, unit) in [
             (
                 "dsprep_mix_fraction",
                 "Share of documents per source: realized, and the target where the recipe mixes \
-                 in documents.",
+                 in documents",
                 &docs,
                 MixUnit::Documents,
             ),
             (
                 "dsprep_mix_token_fraction",
                 "Share of tokens per source: realized, and the target where the recipe mixes in \
-                 tokens.",
+                 tokens",
                 &tokens,
                 MixUnit::Tokens,
             ),
         ] {
-            gauge(&mut out, metric, help, "gauge");
             let total: u64 = counts.iter().sum();
+            let mut samples = Vec::new();
             for (i, name) in self.source_names.iter().enumerate() {
                 let realized = share(counts[i], total);
-                let _ = writeln!(
-                    out,
-                    "{metric}{{source=\"{name}\",kind=\"realized\"}} {realized}"
-                );
+                samples.push((labels(&[("source", name), ("kind", "realized")]), realized));
                 if self.unit == unit {
-                    let _ = writeln!(
-                        out,
-                        "{metric}{{source=\"{name}\",kind=\"target\"}} {}",
-                        self.target_fractions[i]
-                    );
+                    let target = self.target_fractions[i];
+                    samples.push((labels(&[("source", name), ("kind", "target")]), target));
                 }
             }
+            scrape.fraction(metric, help, samples);
         }
-        self.render_phases(&mut out);
-        gauge(
-            &mut out,
+        self.render_phases(&mut scrape);
+        let total_tokens: u64 = tokens.iter().sum();
+        scrape.value(
             "dsprep_tokens_per_second",
-            "Tokens produced per second since start.",
-            "gauge",
+            "Tokens produced per second since start",
+            total_tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9),
         );
-        let _ = writeln!(
-            out,
-            "dsprep_tokens_per_second {}",
-            total_tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9)
-        );
-        gauge(
-            &mut out,
+        scrape.gauge(
             "dsprep_shuffle_buffer_documents",
-            "Documents in the shuffle buffer, and its capacity.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "dsprep_shuffle_buffer_documents{{kind=\"fill\"}} {shuffle_fill}"
-        );
-        let _ = writeln!(
-            out,
-            "dsprep_shuffle_buffer_documents{{kind=\"capacity\"}} {}",
-            self.shuffle_capacity
+            "Documents in the shuffle buffer, and its capacity",
+            [
+                (labels(&[("kind", "fill")]), shuffle_fill as i64),
+                (
+                    labels(&[("kind", "capacity")]),
+                    self.shuffle_capacity as i64,
+                ),
+            ],
         );
         let s = store.snapshot();
-        gauge(
-            &mut out,
+        scrape.gauge(
             "dsprep_steps",
-            "Global steps: produced so far, held in memory (the queue depth), total once known (-1 before).",
-            "gauge",
-        );
-        let _ = writeln!(out, "dsprep_steps{{kind=\"produced\"}} {}", s.produced);
-        let _ = writeln!(out, "dsprep_steps{{kind=\"held\"}} {}", s.held);
-        let _ = writeln!(
-            out,
-            "dsprep_steps{{kind=\"total\"}} {}",
-            s.num_steps.map(|n| n as i64).unwrap_or(-1)
-        );
-        gauge(
-            &mut out,
-            "dsprep_rank_step",
-            "The step each rank asked for last.",
-            "gauge",
-        );
-        for (rank, p) in s.positions.iter().enumerate() {
-            let rank = rank + self.first_rank as usize;
-            let _ = writeln!(out, "dsprep_rank_step{{rank=\"{rank}\"}} {p}");
-        }
-        gauge(
-            &mut out,
-            "dsprep_rank_lag_steps",
-            "Steps each rank is behind the fastest rank.",
-            "gauge",
+            "Global steps: produced so far, held in memory (the queue depth), total once known \
+             (-1 before)",
+            [
+                (labels(&[("kind", "produced")]), s.produced as i64),
+                (labels(&[("kind", "held")]), s.held as i64),
+                (
+                    labels(&[("kind", "total")]),
+                    s.num_steps.map_or(-1, |n| n as i64),
+                ),
+            ],
         );
         let fastest = s.positions.iter().copied().max().unwrap_or(0);
-        for (rank, p) in s.positions.iter().enumerate() {
-            let rank = rank + self.first_rank as usize;
-            let _ = writeln!(
-                out,
-                "dsprep_rank_lag_steps{{rank=\"{rank}\"}} {}",
-                fastest - p
-            );
-        }
-        gauge(
-            &mut out,
-            "dsprep_replies_total",
-            "Requests answered, by status.",
-            "counter",
+        let per_rank = |value: &dyn Fn(u64) -> u64| -> Vec<(Labels, i64)> {
+            (s.positions.iter().enumerate())
+                .map(|(rank, &p)| {
+                    let rank = (rank + self.first_rank as usize).to_string();
+                    (labels(&[("rank", &rank)]), value(p) as i64)
+                })
+                .collect()
+        };
+        scrape.gauge(
+            "dsprep_rank_step",
+            "The step each rank asked for last",
+            per_rank(&|p| p),
         );
-        for (status, n) in self
+        scrape.gauge(
+            "dsprep_rank_lag_steps",
+            "Steps each rank is behind the fastest rank",
+            per_rank(&|p| fastest - p),
+        );
+        let replies: Vec<(Labels, u64)> = self
             .replies
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-        {
-            let _ = writeln!(out, "dsprep_replies_total{{status=\"{status}\"}} {n}");
-        }
+            .map(|(status, &n)| (labels(&[("status", status)]), n))
+            .collect();
+        scrape.counter("dsprep_replies", "Requests answered, by status.", replies);
         let auth = &self.auth;
-        gauge(
-            &mut out,
+        scrape.gauge(
             "dsprep_auth_curve",
-            "1 when the daemon serves with CURVE (--curve-secret-key), else 0.",
-            "gauge",
+            "1 when the daemon serves with CURVE (--curve-secret-key), else 0",
+            [(Labels::new(), i64::from(auth.curve))],
         );
-        let _ = writeln!(out, "dsprep_auth_curve {}", u8::from(auth.curve));
-        gauge(
-            &mut out,
-            "dsprep_auth_accepted_total",
-            "CURVE handshakes the ZAP handler let in (an allowed client public key).",
-            "counter",
+        scrape.counter(
+            "dsprep_auth_accepted",
+            "CURVE handshakes the ZAP handler let in (an allowed client public key)",
+            [(Labels::new(), auth.accepted.load(Relaxed))],
         );
-        let _ = writeln!(
-            out,
-            "dsprep_auth_accepted_total {}",
-            auth.accepted.load(Relaxed)
-        );
-        gauge(
-            &mut out,
-            "dsprep_auth_refused_total",
+        scrape.counter(
+            "dsprep_auth_refused",
             "Clients refused: key_not_allowed (a CURVE public key not in --curve-allow), \
-             handshake_failed (no CURVE, or another server public key).",
-            "counter",
+             handshake_failed (no CURVE, or another server public key)",
+            [
+                (
+                    labels(&[("reason", "key_not_allowed")]),
+                    auth.refused_key.load(Relaxed),
+                ),
+                (
+                    labels(&[("reason", "handshake_failed")]),
+                    auth.refused_handshake.load(Relaxed),
+                ),
+            ],
         );
-        let _ = writeln!(
-            out,
-            "dsprep_auth_refused_total{{reason=\"key_not_allowed\"}} {}",
-            auth.refused_key.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "dsprep_auth_refused_total{{reason=\"handshake_failed\"}} {}",
-            auth.refused_handshake.load(Relaxed)
-        );
-        out
+        scrape.encode()
     }
 }
 
@@ -360,7 +302,7 @@ impl Metrics {
     /// The ledger per phase: the documents and tokens produced in it per source (counters), and
     /// per source its target, realized shares of tokens and of documents, and the deviation (in
     /// the recipe's unit) as `dsprep_phase_mix{phase,source,kind}`.
-    fn render_phases(&self, out: &mut String) {
+    fn render_phases(&self, scrape: &mut Scrape) {
         let load = |counters: &Vec<AtomicU64>| counters.iter().map(|c| c.load(Relaxed)).collect();
         let counts: Vec<Counts> = (self.phase_tokens.iter().zip(&self.phase_documents))
             .map(|(tokens, documents)| Counts {
@@ -370,34 +312,31 @@ impl Metrics {
             .collect();
         for (metric, help, documents) in [
             (
-                "dsprep_phase_documents_total",
+                "dsprep_phase_documents",
                 "Documents produced per phase and source (a document is in the phase in force \
-                 where it starts).",
+                 where it starts)",
                 true,
             ),
             (
-                "dsprep_phase_tokens_total",
-                "Tokens produced per phase and source (BOS/EOS included).",
+                "dsprep_phase_tokens",
+                "Tokens produced per phase and source (BOS/EOS included)",
                 false,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+            let mut samples = Vec::new();
             for (phase, c) in counts.iter().enumerate() {
                 let values = if documents { &c.documents } else { &c.tokens };
-                for (name, v) in self.source_names.iter().zip(values) {
-                    let _ = writeln!(out, "{metric}{{phase=\"{phase}\",source=\"{name}\"}} {v}");
+                let phase = phase.to_string();
+                for (name, &v) in self.source_names.iter().zip(values) {
+                    samples.push((labels(&[("phase", &phase), ("source", name)]), v));
                 }
             }
+            scrape.counter(metric, help, samples);
         }
-        let metric = "dsprep_phase_mix";
-        let _ = writeln!(
-            out,
-            "# HELP {metric} Per phase and source: the target share (in the recipe's unit), the \
-             realized share of tokens and of documents, and the deviation (realized minus target, \
-             in the recipe's unit).\n# TYPE {metric} gauge"
-        );
+        let mut samples = Vec::new();
         for (phase, c) in counts.iter().enumerate() {
             let lines = share_lines(c, &self.phase_targets[phase], self.unit);
+            let phase = phase.to_string();
             for (name, line) in self.source_names.iter().zip(lines) {
                 for (kind, value) in [
                     ("target", line.target),
@@ -405,13 +344,87 @@ impl Metrics {
                     ("documents", line.document_share),
                     ("deviation", line.deviation),
                 ] {
-                    let _ = writeln!(
-                        out,
-                        "{metric}{{phase=\"{phase}\",source=\"{name}\",kind=\"{kind}\"}} {value}"
-                    );
+                    let set = labels(&[("phase", &phase), ("source", name), ("kind", kind)]);
+                    samples.push((set, value));
                 }
             }
         }
+        scrape.fraction(
+            "dsprep_phase_mix",
+            "Per phase and source: the target share (in the recipe's unit), the realized share of \
+             tokens and of documents, and the deviation (realized minus target, in the recipe's \
+             unit)",
+            samples,
+        );
+    }
+}
+
+/// A series' labels, in the order they are written.
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// One scrape: a registry filled with this moment's values, then encoded.
+#[derive(Default)]
+struct Scrape {
+    registry: Registry,
+}
+
+impl Scrape {
+    /// A counter family (`name` without `_total`).
+    fn counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
+        let family = Family::<Labels, Counter>::default();
+        for (set, value) in samples {
+            family.get_or_create(&set).inc_by(value);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    /// A gauge family of whole numbers.
+    fn gauge(&mut self, name: &str, help: &str, samples: impl IntoIterator<Item = (Labels, i64)>) {
+        let family = Family::<Labels, Gauge>::default();
+        for (set, value) in samples {
+            family.get_or_create(&set).set(value);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    /// A gauge family of fractions.
+    fn fraction(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, f64)>,
+    ) {
+        let family = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        for (set, value) in samples {
+            family.get_or_create(&set).set(value);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    /// One gauge without labels.
+    fn value(&mut self, name: &str, help: &str, value: f64) {
+        let gauge = Gauge::<f64, AtomicU64>::default();
+        gauge.set(value);
+        self.registry.register(name, help, gauge);
+    }
+
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
     }
 }
 
@@ -517,9 +530,11 @@ pub fn spawn_http(
                     }
                 }
                 let body = metrics.render(&store, shuffle_fill.load(Relaxed));
-                let header =
-                    tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                        .expect("a valid static header");
+                let header = tiny_http::Header::from_bytes(
+                    "Content-Type",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )
+                .expect("a valid static header");
                 let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
             }
         })?;
@@ -528,6 +543,27 @@ pub fn spawn_http(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_scrape_encodes_counters_with_total_and_escapes_label_values() {
+        let mut scrape = Scrape::default();
+        scrape.counter(
+            "dsprep_documents",
+            "Documents tokenized, per source",
+            [(labels(&[("source", "we\"b\\x")]), 7)],
+        );
+        scrape.gauge("dsprep_lanes_run", "Lanes", [(Labels::new(), 3)]);
+        assert_eq!(
+            scrape.encode(),
+            "# HELP dsprep_documents Documents tokenized, per source.\n\
+             # TYPE dsprep_documents counter\n\
+             dsprep_documents_total{source=\"we\\\"b\\\\x\"} 7\n\
+             # HELP dsprep_lanes_run Lanes.\n\
+             # TYPE dsprep_lanes_run gauge\n\
+             dsprep_lanes_run 3\n\
+             # EOF\n"
+        );
+    }
+
     use super::*;
 
     #[test]
