@@ -85,6 +85,54 @@ pub struct ServeArgs {
     /// names (give every node daemon of a job the same plan).
     #[arg(long)]
     pub plan: Option<PathBuf>,
+    /// The job's tensor-parallel size, as its clients use it (default: DSPREP_TP, else 1).
+    /// --world-size stays the data-parallel world; node daemons use the layout to check that
+    /// each node's ranks are the data-parallel ranks it serves.
+    #[arg(long)]
+    pub tensor_parallel: Option<u32>,
+    /// The job's context-parallel size (default: DSPREP_CP, else 1).
+    #[arg(long)]
+    pub context_parallel: Option<u32>,
+    /// The job's pipeline-parallel size (default: DSPREP_PP, else 1).
+    #[arg(long)]
+    pub pipeline_parallel: Option<u32>,
+    /// The job's rank order, "tp-cp-dp-pp" or "tp-cp-pp-dp" (default: DSPREP_RANK_ORDER, else
+    /// tp-cp-dp-pp).
+    #[arg(long)]
+    pub rank_order: Option<String>,
+}
+
+/// The layout from the flags, else the clients' environment variables.
+fn parallelism(args: &ServeArgs) -> anyhow::Result<dsprep_client::Parallelism> {
+    let size = |flag: Option<u32>, name: &str, var: &str| -> anyhow::Result<u32> {
+        let value = match (flag, std::env::var(var)) {
+            (Some(v), _) => v,
+            (None, Ok(text)) => text
+                .trim()
+                .parse()
+                .with_context(|| format!("{var}={text:?} is not a whole number"))?,
+            (None, Err(_)) => 1,
+        };
+        anyhow::ensure!(
+            value >= 1,
+            "{name} must be at least 1 (from --{name} or {var})"
+        );
+        Ok(value)
+    };
+    let order = match args
+        .rank_order
+        .clone()
+        .or(std::env::var("DSPREP_RANK_ORDER").ok())
+    {
+        Some(text) => dsprep_client::RankOrder::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => dsprep_client::RankOrder::default(),
+    };
+    Ok(dsprep_client::Parallelism {
+        tensor: size(args.tensor_parallel, "tensor-parallel", "DSPREP_TP")?,
+        context: size(args.context_parallel, "context-parallel", "DSPREP_CP")?,
+        pipeline: size(args.pipeline_parallel, "pipeline-parallel", "DSPREP_PP")?,
+        order,
+    })
 }
 
 impl TryFrom<ServeArgs> for ServeOptions {
@@ -92,6 +140,7 @@ impl TryFrom<ServeArgs> for ServeOptions {
 
     fn try_from(args: ServeArgs) -> anyhow::Result<ServeOptions> {
         let node = NodePlace::resolve(args.node_rank, args.nodes, |name| std::env::var(name).ok())?;
+        let parallel = parallelism(&args)?;
         let metrics = match args.metrics.as_str() {
             "off" => None,
             addr => Some(
@@ -133,6 +182,7 @@ impl TryFrom<ServeArgs> for ServeOptions {
             keep_checkpoints: args.keep_checkpoints,
             resume: args.resume.is_some(),
             node,
+            parallel,
             plan: args.plan,
         })
     }

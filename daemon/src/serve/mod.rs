@@ -71,6 +71,10 @@ pub struct ServeOptions {
     pub resume: bool,
     /// Which node this daemon serves, of how many (flags, Slurm or torchrun's environment).
     pub node: NodePlace,
+    /// The job's tensor/context/pipeline parallel sizes and rank order (flags, else the
+    /// clients' `DSPREP_TP`, `DSPREP_CP`, `DSPREP_PP`, `DSPREP_RANK_ORDER`): node daemons check
+    /// that each node's ranks are the data-parallel ranks it serves.
+    pub parallel: dsprep_client::Parallelism,
     /// A frozen plan (`dsprep plan --out`) to read instead of listing the sources.
     pub plan: Option<PathBuf>,
 }
@@ -134,8 +138,12 @@ impl Served {
         let mut recipe_hash = [0u8; 32];
         hex::decode_to_slice(&recipe_hash_hex, &mut recipe_hash).context("recipe hash is hex")?;
         let global_batch = u64::from(options.world_size) * u64::from(options.micro_batch);
-        let node =
-            nodes::NodeRanks::new(&options.node, options.world_size, recipe.lanes.is_some())?;
+        let node = nodes::NodeRanks::new(
+            &options.node,
+            options.world_size,
+            recipe.lanes.is_some(),
+            &options.parallel,
+        )?;
         let layout = Layout {
             world_size: options.world_size,
             micro_batch: options.micro_batch,

@@ -7,6 +7,7 @@
 
 pub mod lane_chain;
 pub mod lanes;
+pub mod layout;
 pub mod progress;
 
 use crate::driver::lanes::{LaneInputs, deal_inputs};
@@ -123,7 +124,15 @@ pub struct NodeRanks {
 }
 
 impl NodeRanks {
-    pub fn new(place: &NodePlace, world_size: u32, has_lanes: bool) -> anyhow::Result<NodeRanks> {
+    /// The ranks node `place` serves of a data-parallel world of `world_size`, for a job laid out
+    /// as `parallel` says (refused when its data-parallel replicas span nodes: [`layout`]).
+    pub fn new(
+        place: &NodePlace,
+        world_size: u32,
+        has_lanes: bool,
+        parallel: &dsprep_client::Parallelism,
+    ) -> anyhow::Result<NodeRanks> {
+        layout::check(place, world_size, parallel).map_err(|e| anyhow!(e))?;
         if place.count > 1 && !has_lanes {
             bail!(
                 "{} nodes ({}), but the recipe has no [lanes]: every node daemon would read and \
@@ -137,7 +146,10 @@ impl NodeRanks {
         if !world_size.is_multiple_of(place.count) {
             bail!(
                 "world size {world_size} cannot be split over {} nodes ({}): ranks are laid out \
-                 node by node, the same number on each; use a world size that is a multiple of {}",
+                 node by node, the same number on each; use a world size that is a multiple of {} \
+                 (with tensor or pipeline parallel groups across nodes, give the daemon the \
+                 layout, --tensor-parallel/--pipeline-parallel or DSPREP_TP/DSPREP_PP, and it \
+                 says how to serve it)",
                 place.count,
                 place.origin.describe(),
                 place.count
@@ -344,7 +356,7 @@ mod tests {
             count: 2,
             origin: NodeOrigin::Flags,
         };
-        let e = NodeRanks::new(&two, 5, true)
+        let e = NodeRanks::new(&two, 5, true, &Default::default())
             .map(|_| ())
             .unwrap_err()
             .to_string();
@@ -352,12 +364,12 @@ mod tests {
             e.starts_with("world size 5 cannot be split over 2 nodes"),
             "{e}"
         );
-        let e = NodeRanks::new(&two, 8, false)
+        let e = NodeRanks::new(&two, 8, false, &Default::default())
             .map(|_| ())
             .unwrap_err()
             .to_string();
         assert!(e.contains("the recipe has no [lanes]"), "{e}");
-        let r = NodeRanks::new(&two, 8, true).unwrap();
+        let r = NodeRanks::new(&two, 8, true, &Default::default()).unwrap();
         assert_eq!((r.first_rank, r.local_ranks), (4, 4));
     }
 }
