@@ -12,22 +12,10 @@ use std::process::Command;
 use support::daemon::{
     Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, headers, tap, tap_all, tap_with,
 };
-use support::nodes::{multinode, node_args, start_node, start_nodes, tap_all_bytes};
+use support::nodes::{
+    multinode, node_args, packed_multinode, start_node, start_nodes, tap_all_bytes,
+};
 use support::{dir_bytes, dsprep, dsprep_fails, dsprep_ok, repo_root};
-
-/// `dsprep pack` of the multinode recipe, once for the whole test binary's use.
-fn packed(dir: &Path) -> PackedDataset {
-    let out = dir.join("whole");
-    dsprep_ok(&[
-        "pack",
-        "--recipe",
-        multinode().to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    PackedDataset::open(&out).unwrap()
-}
 
 fn pack_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let recipe = Box::leak(multinode().to_str().unwrap().to_string().into_boxed_str());
@@ -39,7 +27,7 @@ fn pack_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn array_task_parts_and_a_finish_equal_one_pack_even_after_a_killed_part() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     assert!(whole.num_windows() > 100, "{} windows", whole.num_windows());
     let out = tmp.path().join("parts");
     let out_s = out.to_str().unwrap();
@@ -123,7 +111,7 @@ fn bad_part_settings_are_refused_with_their_values() {
 #[test]
 fn one_two_and_four_node_daemons_serve_exactly_the_packed_stream() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     let (world, mb) = (8u32, 2u32);
     let num_steps = whole.num_windows() / u64::from(world * mb);
     let marks = chain_marks(&whole, whole.num_windows());
@@ -261,7 +249,7 @@ fn node_daemons_serve_a_lanes_recipe_mixed_in_tokens_as_packed() {
 #[test]
 fn slurm_environment_places_node_daemons_and_a_rank_on_the_wrong_node_is_told_where_to_go() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     let state = tmp.path().join("state");
     let daemons: Vec<Daemon> = (0..2)
         .map(|node| {
@@ -434,7 +422,7 @@ fn node_settings_that_cannot_work_are_refused_before_serving() {
 #[test]
 fn tensor_parallel_ranks_share_their_data_parallel_batches() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     let daemons = start_nodes(tmp.path(), 2, 4, 2, &["--metrics", "off"]);
     // Eight trainer ranks in lock step (a barrier per step stands in for the collectives that
     // keep model-parallel peers together), each with the Rust client.
@@ -519,7 +507,7 @@ fn plan_shows_how_the_input_is_dealt_to_the_lanes() {
 #[test]
 fn a_killed_node_daemon_resumes_alone_and_the_job_resumes_on_another_node_count() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     let want: Vec<Vec<u8>> = (0..4)
         .map(|r| expected_rank_bytes(&whole, 4, 1, r))
         .collect();

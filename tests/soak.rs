@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use support::daemon::{Daemon, chain_marks, expected_rank_bytes, http_get};
+use support::taps::{recorded, take};
 use support::watch::{MIB, Rng, RssWatcher, count_from_env, rss_bytes, seed_from_env};
 use support::{pack_dataset, quickstart_variant};
 
@@ -73,17 +74,6 @@ struct Rank {
     stopped: bool,
     /// How many steps each of its processes pulls before it closes cleanly (seeded per rank).
     segments: Rng,
-}
-
-/// The steps a tap recorded so far: its complete `.jsonl` lines (a killed one may leave half a
-/// line), each a step's header or the end of data.
-fn recorded(out: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(format!("{}.jsonl", out.display())).unwrap_or_default();
-    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-    complete
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The state directory's disk, and how to fill it.
@@ -270,43 +260,19 @@ impl Soak {
     /// stream's chain), appended to what the rank received.
     fn collect(&mut self, r: usize) {
         let rank = &mut self.ranks[r];
-        let bytes = std::fs::read(&rank.out).unwrap_or_default();
-        let mut steps = 0usize;
-        for line in recorded(&rank.out) {
-            let step = line["step"].as_u64().unwrap();
-            assert_eq!(step, rank.next, "rank {}: steps in order", rank.rank);
-            if line.get("end_of_data").is_some() {
-                assert_eq!(
-                    step, self.num_steps,
-                    "rank {}: the end is the end",
-                    rank.rank
-                );
-                rank.done = true;
-                break;
-            }
-            let (first, chain) = (line["first_window"].as_u64().unwrap(), &line["chain"]);
-            assert_eq!(first, step * u64::from(WORLD) + u64::from(rank.rank));
-            let hex = |key: &str| chain[key].as_str().unwrap().to_string();
-            assert_eq!(
-                [hex("rows_start"), hex("rows_end")],
-                [
-                    self.marks[first as usize].clone(),
-                    self.marks[first as usize + 1].clone()
-                ],
-                "rank {} step {step}: the stream chain",
-                rank.rank
-            );
-            rank.chain = Some(hex("step_end"));
-            rank.next += 1;
-            steps += 1;
-        }
-        let kept = steps * self.step_bytes;
-        assert!(
-            bytes.len() >= kept,
-            "rank {}: tokens behind headers",
-            rank.rank
+        let taken = take(
+            &rank.out,
+            rank.rank,
+            WORLD,
+            rank.next,
+            self.num_steps,
+            self.step_bytes,
+            &self.marks,
         );
-        rank.received.extend_from_slice(&bytes[..kept]);
+        rank.next += taken.steps;
+        rank.chain = taken.chain.or(rank.chain.take());
+        rank.done |= taken.end;
+        rank.received.extend_from_slice(&taken.bytes);
     }
 
     /// Restart ranks whose process ended (a clean close after its steps, or a failure a

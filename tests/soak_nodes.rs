@@ -19,11 +19,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::daemon::{Daemon, chain_marks, expected_rank_bytes};
 use support::nodes::multinode;
+use support::taps::take;
 use support::watch::{Rng, count_from_env, seed_from_env};
 use support::{dir_bytes, dsprep_ok, pack_dataset, recipe_variant};
 
@@ -31,16 +32,6 @@ const WORLD: u32 = 8;
 const NODE_COUNTS: [u32; 3] = [1, 2, 4];
 /// No wait for the ranks' progress may take longer.
 const WAIT: Duration = Duration::from_secs(120);
-
-/// The steps a tap recorded: its complete `.jsonl` lines (a killed tap may leave half a line).
-fn recorded(out: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(format!("{}.jsonl", out.display())).unwrap_or_default();
-    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-    complete
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn kill9(child: &mut Child) {
     let _ = child.kill();
@@ -165,43 +156,23 @@ impl Job {
         );
     }
 
-    /// Take what rank `r`'s ended tap recorded: its complete steps, each checked against the
-    /// packed stream's chain.
+    /// Take what rank `r`'s ended process recorded: its complete steps (checked against the
+    /// stream's chain), appended to what the rank received.
     fn collect(&mut self, r: usize) {
         let rank = &mut self.ranks[r];
-        let bytes = std::fs::read(&rank.out).unwrap_or_default();
-        let mut steps = 0usize;
-        for line in recorded(&rank.out) {
-            let step = line["step"].as_u64().unwrap();
-            assert_eq!(step, rank.next, "rank {}: steps in order", rank.rank);
-            if line.get("end_of_data").is_some() {
-                assert_eq!(step, self.num_steps, "rank {}: the end", rank.rank);
-                rank.done = true;
-                break;
-            }
-            let (first, chain) = (line["first_window"].as_u64().unwrap(), &line["chain"]);
-            assert_eq!(first, step * u64::from(WORLD) + u64::from(rank.rank));
-            let hex = |key: &str| chain[key].as_str().unwrap().to_string();
-            assert_eq!(
-                [hex("rows_start"), hex("rows_end")],
-                [
-                    self.marks[first as usize].clone(),
-                    self.marks[first as usize + 1].clone()
-                ],
-                "rank {} step {step}: the stream chain",
-                rank.rank
-            );
-            rank.chain = Some(hex("step_end"));
-            rank.next += 1;
-            steps += 1;
-        }
-        let kept = steps * self.step_bytes;
-        assert!(
-            bytes.len() >= kept,
-            "rank {}: tokens behind headers",
-            rank.rank
+        let taken = take(
+            &rank.out,
+            rank.rank,
+            WORLD,
+            rank.next,
+            self.num_steps,
+            self.step_bytes,
+            &self.marks,
         );
-        rank.received.extend_from_slice(&bytes[..kept]);
+        rank.next += taken.steps;
+        rank.chain = taken.chain.or(rank.chain.take());
+        rank.done |= taken.end;
+        rank.received.extend_from_slice(&taken.bytes);
     }
 
     /// Reopen every rank whose tap ended (a clean close, or a failure a launcher restarts).

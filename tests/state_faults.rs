@@ -13,23 +13,9 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 use support::daemon::{Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, tap};
-use support::dsprep_ok;
-use support::nodes::{multinode, start_node};
+use support::nodes::{packed_multinode, start_node};
 
 const WORLD: u32 = 4;
-
-fn packed(dir: &Path) -> PackedDataset {
-    let out = dir.join("whole");
-    dsprep_ok(&[
-        "pack",
-        "--recipe",
-        multinode().to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    PackedDataset::open(&out).unwrap()
-}
 
 /// Every rank's tap on its node's socket (ranks 0, 1 on node 0; 2, 3 on node 1), started now:
 /// they wait for a daemon that is not there yet.
@@ -89,7 +75,7 @@ fn signal(daemon: &Daemon, signal: &str) {
 #[test]
 fn a_node_that_starts_late_and_one_whose_writes_stall_delay_the_steps_and_change_no_byte() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     let steps = whole.num_windows() / u64::from(WORLD);
     let extra = ["--metrics", "off", "--threads", "1"];
     let mut node0 = start_node(tmp.path(), 0, 2, WORLD, 1, &extra).unwrap();
@@ -148,7 +134,7 @@ impl Drop for Tmpfs<'_> {
 #[test]
 fn a_full_state_directory_delays_the_steps_until_it_has_room_and_changes_no_byte() {
     let tmp = tempfile::tempdir().unwrap();
-    let whole = packed(tmp.path());
+    let whole = packed_multinode(tmp.path());
     let steps = whole.num_windows() / u64::from(WORLD);
     let state = tmp.path().join("state");
     let disk = Tmpfs::mount(&state, 4 << 20);

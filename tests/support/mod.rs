@@ -6,6 +6,7 @@ pub mod daemon;
 mod fetched_tokenizer;
 pub mod nodes;
 pub mod parquet_pages;
+pub mod taps;
 pub mod watch;
 
 #[allow(unused_imports)] // each test binary includes this module; not all of them fetch

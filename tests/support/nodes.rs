@@ -9,6 +9,21 @@ pub fn multinode() -> PathBuf {
     repo_root().join("config/quickstart-multinode.toml")
 }
 
+/// `dsprep pack` of the multinode recipe into `dir/whole` (the real binary, default settings:
+/// what node daemons and parts must equal), opened.
+pub fn packed_multinode(dir: &Path) -> dsprep_client::PackedDataset {
+    let out = dir.join("whole");
+    super::dsprep_ok(&[
+        "pack",
+        "--recipe",
+        multinode().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    dsprep_client::PackedDataset::open(&out).unwrap()
+}
+
 /// `serve` arguments for node `node` of `nodes` serving `world × micro_batch`, sharing
 /// `dir/state`, plus `extra`.
 pub fn node_args(
