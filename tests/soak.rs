@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use support::daemon::{Daemon, chain_marks, expected_rank_bytes, http_get};
-use support::taps::{recorded, take};
+use support::taps::{TapRank, recorded};
 use support::watch::{MIB, Rng, RssWatcher, count_from_env, rss_bytes, seed_from_env};
 use support::{pack_dataset, quickstart_variant};
 
@@ -58,22 +58,25 @@ struct Counts {
     rank_owned_refusals: f64,
 }
 
-/// One rank: its tap processes one after another.
+/// One rank: its tap processes one after another, stopped at times.
 struct Rank {
-    rank: u32,
-    child: Option<Child>,
-    /// The current process's output (raw tokens; `.jsonl` headers beside it; `.err` stderr).
-    out: PathBuf,
-    lives: u32,
-    /// Steps complete over all earlier processes: the next process starts here.
-    next: u64,
-    /// The stream chain before `next`, as a trainer saves it.
-    chain: Option<String>,
-    received: Vec<u8>,
-    done: bool,
+    tap: TapRank,
     stopped: bool,
     /// How many steps each of its processes pulls before it closes cleanly (seeded per rank).
     segments: Rng,
+}
+
+impl std::ops::Deref for Rank {
+    type Target = TapRank;
+    fn deref(&self) -> &TapRank {
+        &self.tap
+    }
+}
+
+impl std::ops::DerefMut for Rank {
+    fn deref_mut(&mut self) -> &mut TapRank {
+        &mut self.tap
+    }
 }
 
 /// The state directory's disk, and how to fill it.
@@ -224,55 +227,18 @@ impl Soak {
     }
 
     fn spawn_tap(&mut self, r: usize, paced: bool) {
-        let rank = &mut self.ranks[r];
-        let steps = rank.segments.between(30, 300);
-        rank.lives += 1;
-        rank.out = self
-            .dir
-            .join(format!("rank{}-life{}.bin", rank.rank, rank.lives));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dsprep"));
-        command
-            .args(["tap", "--endpoint", &self.endpoint, "--world-size", "8"])
-            .args(["--rank", &rank.rank.to_string()])
-            .args(["--start-step", &rank.next.to_string()])
-            .args(["--steps", &steps.to_string()])
-            .args(["--timeout-s", "10"])
-            .args([
-                "--step-ms",
-                &if paced { self.step_ms } else { 0 }.to_string(),
-            ])
-            .arg("--out")
-            .arg(&rank.out);
-        if let Some(chain) = &rank.chain {
-            command.args(["--expect-chain", chain]);
-        }
-        let stderr = std::fs::File::create(format!("{}.err", rank.out.display())).unwrap();
-        rank.child = Some(
-            command
-                .stdout(Stdio::null())
-                .stderr(stderr)
-                .spawn()
-                .expect("spawn dsprep tap"),
-        );
+        let steps = self.ranks[r].segments.between(30, 300);
+        let step_ms = if paced { self.step_ms } else { 0 }.to_string();
+        let extra = ["--timeout-s", "10", "--step-ms", &step_ms];
+        let (dir, endpoint) = (self.dir.clone(), self.endpoint.clone());
+        self.ranks[r].spawn(&dir, &endpoint, WORLD, steps, &extra);
     }
 
     /// Take what rank `r`'s ended process recorded: its complete steps (checked against the
     /// stream's chain), appended to what the rank received.
     fn collect(&mut self, r: usize) {
-        let rank = &mut self.ranks[r];
-        let taken = take(
-            &rank.out,
-            rank.rank,
-            WORLD,
-            rank.next,
-            self.num_steps,
-            self.step_bytes,
-            &self.marks,
-        );
-        rank.next += taken.steps;
-        rank.chain = taken.chain.or(rank.chain.take());
-        rank.done |= taken.end;
-        rank.received.extend_from_slice(&taken.bytes);
+        let (steps, bytes) = (self.num_steps, self.step_bytes);
+        self.ranks[r].collect(WORLD, steps, bytes, &self.marks);
     }
 
     /// Restart ranks whose process ended (a clean close after its steps, or a failure a
@@ -485,14 +451,7 @@ fn ranks_and_the_daemon_killed_stalled_and_starved_of_disk_still_get_the_exact_s
         logs: Vec::new(),
         ranks: (0..WORLD)
             .map(|rank| Rank {
-                rank,
-                child: None,
-                out: PathBuf::new(),
-                lives: 0,
-                next: 0,
-                chain: None,
-                received: Vec::new(),
-                done: false,
+                tap: TapRank::new(rank),
                 stopped: false,
                 segments: Rng::new(seed ^ (u64::from(rank) + 1).wrapping_mul(0x9e37_79b9)),
             })
@@ -630,8 +589,9 @@ impl Drop for Soak {
     /// A failing soak leaves no process behind: stopped ranks are continued, then all killed.
     fn drop(&mut self) {
         for rank in &mut self.ranks {
-            if let Some(child) = rank.child.as_mut() {
-                if rank.stopped {
+            let stopped = rank.stopped;
+            if let Some(child) = rank.tap.child.as_mut() {
+                if stopped {
                     let _ = Command::new("kill")
                         .args(["-CONT", &child.id().to_string()])
                         .status();

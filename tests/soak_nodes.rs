@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::daemon::{Daemon, chain_marks, expected_rank_bytes};
 use support::nodes::multinode;
-use support::taps::take;
+use support::taps::TapRank;
 use support::watch::{Rng, count_from_env, seed_from_env};
 use support::{dir_bytes, dsprep_ok, pack_dataset, recipe_variant};
 
@@ -36,17 +36,6 @@ const WAIT: Duration = Duration::from_secs(120);
 fn kill9(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
-}
-
-struct Rank {
-    rank: u32,
-    child: Option<Child>,
-    out: PathBuf,
-    lives: u32,
-    next: u64,
-    chain: Option<String>,
-    received: Vec<u8>,
-    done: bool,
 }
 
 #[derive(Debug, Default)]
@@ -66,7 +55,7 @@ struct Job {
     /// Bumped at every job restart: each generation's sockets have names of their own.
     generation: u32,
     daemons: Vec<Daemon>,
-    ranks: Vec<Rank>,
+    ranks: Vec<TapRank>,
     marks: Vec<String>,
     num_steps: u64,
     step_bytes: usize,
@@ -129,50 +118,13 @@ impl Job {
         let per_node = WORLD / self.nodes;
         let endpoint = self.endpoint(r as u32 / per_node);
         let steps = self.rng.between(2, 8);
-        let rank = &mut self.ranks[r];
-        rank.lives += 1;
-        rank.out = self
-            .dir
-            .join(format!("rank{}-life{}.bin", rank.rank, rank.lives));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dsprep"));
-        command
-            .args(["tap", "--endpoint", &endpoint, "--world-size", "8"])
-            .args(["--rank", &rank.rank.to_string()])
-            .args(["--start-step", &rank.next.to_string()])
-            .args(["--steps", &steps.to_string()])
-            .args(["--timeout-s", "5"])
-            .arg("--out")
-            .arg(&rank.out);
-        if let Some(chain) = &rank.chain {
-            command.args(["--expect-chain", chain]);
-        }
-        let stderr = std::fs::File::create(format!("{}.err", rank.out.display())).unwrap();
-        rank.child = Some(
-            command
-                .stdout(Stdio::null())
-                .stderr(stderr)
-                .spawn()
-                .unwrap(),
-        );
+        let dir = self.dir.clone();
+        self.ranks[r].spawn(&dir, &endpoint, WORLD, steps, &["--timeout-s", "5"]);
     }
 
-    /// Take what rank `r`'s ended process recorded: its complete steps (checked against the
-    /// stream's chain), appended to what the rank received.
     fn collect(&mut self, r: usize) {
-        let rank = &mut self.ranks[r];
-        let taken = take(
-            &rank.out,
-            rank.rank,
-            WORLD,
-            rank.next,
-            self.num_steps,
-            self.step_bytes,
-            &self.marks,
-        );
-        rank.next += taken.steps;
-        rank.chain = taken.chain.or(rank.chain.take());
-        rank.done |= taken.end;
-        rank.received.extend_from_slice(&taken.bytes);
+        let (steps, bytes) = (self.num_steps, self.step_bytes);
+        self.ranks[r].collect(WORLD, steps, bytes, &self.marks);
     }
 
     /// Reopen every rank whose tap ended (a clean close, or a failure a launcher restarts).
@@ -294,18 +246,7 @@ fn node_daemons_killed_one_and_all_at_random_serve_every_rank_the_packed_stream(
         nodes: 0,
         generation: 0,
         daemons: Vec::new(),
-        ranks: (0..WORLD)
-            .map(|rank| Rank {
-                rank,
-                child: None,
-                out: PathBuf::new(),
-                lives: 0,
-                next: 0,
-                chain: None,
-                received: Vec::new(),
-                done: false,
-            })
-            .collect(),
+        ranks: (0..WORLD).map(TapRank::new).collect(),
         marks: chain_marks(&whole, whole.num_windows()),
         num_steps,
         step_bytes: (seq_len as usize + 1) * 2,

@@ -2,7 +2,8 @@
 //! a kill, a failure) and the next one starts at the step after the last complete one, holding
 //! the daemon to the chain saved from it, as a restarted trainer does.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 /// The steps a tap recorded so far: its complete `.jsonl` lines (a killed one may leave half a
 /// line), each a step's header or the end of data.
@@ -72,4 +73,73 @@ pub fn take(
     assert!(bytes.len() >= kept, "rank {rank}: tokens behind headers");
     taken.bytes = bytes[..kept].to_vec();
     taken
+}
+
+/// One rank of a soak: its tap processes, one after another, and what they received.
+pub struct TapRank {
+    pub rank: u32,
+    pub child: Option<Child>,
+    /// The current process's output (raw tokens; `.jsonl` headers beside it; `.err` stderr).
+    pub out: PathBuf,
+    pub lives: u32,
+    /// Steps complete over all earlier processes: the next process starts here.
+    pub next: u64,
+    /// The stream chain before `next`, as a trainer saves it.
+    pub chain: Option<String>,
+    pub received: Vec<u8>,
+    pub done: bool,
+}
+
+impl TapRank {
+    pub fn new(rank: u32) -> TapRank {
+        TapRank {
+            rank,
+            child: None,
+            out: PathBuf::new(),
+            lives: 0,
+            next: 0,
+            chain: None,
+            received: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Start the rank's next tap on `endpoint` (`world` ranks) for `steps` steps from `next`,
+    /// holding the daemon to the saved chain; `extra` goes to the tap (`--timeout-s`, …).
+    pub fn spawn(&mut self, dir: &Path, endpoint: &str, world: u32, steps: u64, extra: &[&str]) {
+        self.lives += 1;
+        self.out = dir.join(format!("rank{}-life{}.bin", self.rank, self.lives));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsprep"));
+        command
+            .args(["tap", "--endpoint", endpoint])
+            .args(["--world-size", &world.to_string()])
+            .args(["--rank", &self.rank.to_string()])
+            .args(["--start-step", &self.next.to_string()])
+            .args(["--steps", &steps.to_string()])
+            .args(extra)
+            .arg("--out")
+            .arg(&self.out);
+        if let Some(chain) = &self.chain {
+            command.args(["--expect-chain", chain]);
+        }
+        let stderr = std::fs::File::create(format!("{}.err", self.out.display())).unwrap();
+        self.child = Some(
+            command
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .expect("spawn dsprep tap"),
+        );
+    }
+
+    /// Take what the rank's ended tap recorded ([`take`]) into what the rank received.
+    pub fn collect(&mut self, world: u32, num_steps: u64, step_bytes: usize, marks: &[String]) {
+        let taken = take(
+            &self.out, self.rank, world, self.next, num_steps, step_bytes, marks,
+        );
+        self.next += taken.steps;
+        self.chain = taken.chain.or(self.chain.take());
+        self.done |= taken.end;
+        self.received.extend_from_slice(&taken.bytes);
+    }
 }
