@@ -77,6 +77,27 @@ fn local_pack(dir: &Path, file_name: &str, bytes: &[u8], format: &str, extra: &s
     out
 }
 
+/// A pack of `source` through `hub` after arming `fault`: it must succeed with the fault fired,
+/// equal the `local` pack, and record `verified`; its stderr.
+fn pack_through(
+    tmp: &Path,
+    hub: &FakeHub,
+    name: &str,
+    source: &str,
+    local: &Path,
+    verified_as: &str,
+) -> (PathBuf, String) {
+    let (out, ok, stderr) = pack(tmp, name, source, Some(hub));
+    assert!(ok, "{stderr}");
+    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
+    assert!(
+        stream_bytes(&out) == stream_bytes(local),
+        "the Hub pack differs from the local one"
+    );
+    assert_eq!(verified(&out), vec![Some(verified_as.to_string())]);
+    (out, stderr)
+}
+
 fn verified(out: &Path) -> Vec<Option<String>> {
     manifest(out)
         .inputs
@@ -115,19 +136,14 @@ fn a_parquet_page_changed_on_the_way_is_caught_by_its_crc_and_downloaded_again()
         "row group 0 lies before the footer read"
     );
     hub.fault(Host::Cdn, path, true, 0, 1, Fault::FlipByte(flip));
-    let (out, ok, stderr) = pack(
+    let (_, stderr) = pack_through(
         tmp.path(),
+        &hub,
         "once",
         &source(files, "parquet", ""),
-        Some(&hub),
+        &local,
+        "page-crc",
     );
-    assert!(ok, "{stderr}");
-    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
-    assert!(
-        stream_bytes(&out) == stream_bytes(&local),
-        "the Hub pack differs from the local one"
-    );
-    assert_eq!(verified(&out), vec![Some("page-crc".to_string())]);
     assert!(
         stderr.contains("downloading row group 0 again (1 of 3)"),
         "{stderr}"
@@ -176,19 +192,14 @@ fn a_whole_file_changed_on_the_way_is_caught_by_its_sha256_before_any_of_it_is_u
     let flip = file.len() / 2;
 
     hub.fault(Host::Cdn, path, false, 0, 1, Fault::FlipByte(flip));
-    let (out, ok, stderr) = pack(
+    let (_, stderr) = pack_through(
         tmp.path(),
+        &hub,
         "once",
         &source(files, "jsonl.gz", ""),
-        Some(&hub),
+        &local,
+        "sha256",
     );
-    assert!(ok, "{stderr}");
-    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
-    assert!(
-        stream_bytes(&out) == stream_bytes(&local),
-        "the Hub pack differs from the local one"
-    );
-    assert_eq!(verified(&out), vec![Some("sha256".to_string())]);
     let truth = hex::encode(Sha256::digest(&file));
     let changed = {
         let mut f = file.clone();
@@ -250,14 +261,7 @@ fn verify_full_checks_a_parquet_file_without_page_crcs_whole() {
     let (_, end) = text_chunk(&file, 0);
     let full = source(files, "parquet", "verify = \"full\"\n");
     hub.fault(Host::Cdn, path, false, 0, 1, Fault::FlipByte(end - 1));
-    let (out, ok, stderr) = pack(tmp.path(), "full", &full, Some(&hub));
-    assert!(ok, "{stderr}");
-    assert_eq!(hub.pending_faults(), 0, "the flipped byte was served");
-    assert!(
-        stream_bytes(&out) == stream_bytes(&local),
-        "the Hub pack differs from the local one"
-    );
-    assert_eq!(verified(&out), vec![Some("sha256".to_string())]);
+    let (out, stderr) = pack_through(tmp.path(), &hub, "full", &full, &local, "sha256");
     assert!(stderr.contains("downloading again (1 of 3)"), "{stderr}");
     // `verify` is a safety setting: the stream and its recipe hash are the same.
     let ranges = tmp.path().join("out-ranges");
