@@ -80,11 +80,12 @@ refused=$(grep -c "a data-parallel replica spans nodes" "$W/refused.out" || true
 grep -q -- "--nodes 1 --node-rank 0 --endpoint tcp://" "$W/refused.out"
 echo "replicas: all 4 node daemons refused TP 2 × PP 2 with DP 2, and printed the one-daemon launch"
 # That launch: config/slurm/serve-replicas.sbatch, one daemon over CURVE, 8 ranks with the layout.
-# The trainers here are taps without collectives, so the daemon may hold the whole (small) stream.
+# A replica's TP and PP peers must stay within the daemon's history (8 steps) of each other, as
+# their collectives keep real trainers; these taps have none, so they are paced (100 ms a step).
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
-export RANKS_PER_NODE=2 TP=2 CP=1 PP=2 MICRO_BATCH=1 PREFETCH=1000 PORT=$port
+export RANKS_PER_NODE=2 TP=2 CP=1 PP=2 MICRO_BATCH=1 PORT=$port
 export KEY_DIR=$W/keys STATE_DIR=$W/state-replicas
-export TRAINER='"$DSPREP" tap --endpoint "$DSPREP_ENDPOINT" --rank "$RANK" --world-size "$WORLD_SIZE" --tensor-parallel "$DSPREP_TP" --pipeline-parallel "$DSPREP_PP" --steps 1000000 --out "$W/replica-rank$RANK.bin"'
+export TRAINER='"$DSPREP" tap --endpoint "$DSPREP_ENDPOINT" --rank "$RANK" --world-size "$WORLD_SIZE" --tensor-parallel "$DSPREP_TP" --pipeline-parallel "$DSPREP_PP" --steps 120 --step-ms 100 --out "$W/replica-rank$RANK.bin"'
 job=$(sbatch --parsable -N 4 -o "$W/replicas.out" config/slurm/serve-replicas.sbatch "$recipe")
 wait_job "$job"
 cat "$W/replicas.out"
@@ -95,7 +96,7 @@ m = json.load(open(f"{w}/whole/manifest.json"))
 stream = b"".join(open(f"{w}/whole/{s['file']}", "rb").read() for s in m["shards"])
 window = m["window_tokens"] * (2 if m["dtype"] == "u16" else 4)
 dp_world = 2
-steps = m["num_windows"] // dp_world
+steps = 120  # what each paced tap pulls
 for rank in range(8):
     dp = (rank // 2) % 2  # tp-cp-dp-pp: rank = tp + 2 × (dp + 2 × pp)
     want = b"".join(stream[(s * dp_world + dp) * window:(s * dp_world + dp + 1) * window] for s in range(steps))
