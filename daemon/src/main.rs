@@ -24,8 +24,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a recipe and write memory-mappable token shards.
+    #[command(after_help = dsprep::hub::ENV_HELP)]
     Pack(PackArgs),
     /// Serve every data-parallel rank its batches over ZeroMQ (the loader daemon).
+    #[command(after_help = dsprep::hub::ENV_HELP)]
     Serve(ServeArgs),
     /// Pull one rank's steps from a daemon and write their raw tokens (a trainer stand-in).
     Tap {

@@ -30,6 +30,15 @@ use std::time::Duration;
 
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
+/// The environment a Hub source reads, as `pack --help` and `serve --help` show it (read once,
+/// in [`HubConfig::from_env`]; docs/settings.md has the whole table).
+pub const ENV_HELP: &str = "Hub sources (hf://) read: HF_ENDPOINT (default https://huggingface.co); \
+the token from HF_TOKEN, else the file at HF_TOKEN_PATH, else $HF_HOME/token, else \
+~/.cache/huggingface/token; DSPREP_HUB_READAHEAD (row groups fetched ahead per open file, \
+default 4), DSPREP_HUB_READ_TIMEOUT_MS (30000), DSPREP_HUB_RETRIES (attempts, 8), \
+DSPREP_HUB_BACKOFF_MS (1000); DSPREP_SPOOL_DIR (where a file read whole is checked before use; \
+default the system's temporary folder).";
+
 /// Everything that decides how (not what) the Hub is read: from the environment, with defaults.
 #[derive(Clone)]
 pub struct HubConfig {
