@@ -48,6 +48,41 @@ pub struct Parallelism {
     pub order: RankOrder,
 }
 
+impl Parallelism {
+    /// The layout from `given` (tensor, context, pipeline sizes) and `order` where set, else
+    /// `DSPREP_TP`, `DSPREP_CP`, `DSPREP_PP` and `DSPREP_RANK_ORDER` as `env` looks them up, else
+    /// 1 and `tp-cp-dp-pp`: the one reader of those variables, for the clients and `dsprep serve`.
+    pub fn from_env_or(
+        given: [Option<u32>; 3],
+        order: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Parallelism, String> {
+        let size = |given: Option<u32>, var: &str| -> Result<u32, String> {
+            match (given, env(var)) {
+                (Some(v), _) => Ok(v),
+                (None, Some(v)) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{var}={v:?} is not a whole number")),
+                (None, None) => Ok(1),
+            }
+        };
+        let order = match (order, env("DSPREP_RANK_ORDER")) {
+            (Some(text), _) => RankOrder::parse(text)?,
+            (None, Some(text)) => {
+                RankOrder::parse(&text).map_err(|e| format!("DSPREP_RANK_ORDER: {e}"))?
+            }
+            (None, None) => RankOrder::default(),
+        };
+        Ok(Parallelism {
+            tensor: size(given[0], "DSPREP_TP")?,
+            context: size(given[1], "DSPREP_CP")?,
+            pipeline: size(given[2], "DSPREP_PP")?,
+            order,
+        })
+    }
+}
+
 impl Default for Parallelism {
     fn default() -> Self {
         Parallelism {
@@ -86,6 +121,30 @@ impl Parallelism {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_come_from_what_is_given_else_the_environment_else_one() {
+        let env = |name: &str| match name {
+            "DSPREP_TP" => Some(" 4 ".to_string()),
+            "DSPREP_PP" => Some("2".to_string()),
+            "DSPREP_RANK_ORDER" => Some("tp-cp-pp-dp".to_string()),
+            _ => None,
+        };
+        let got = Parallelism::from_env_or([None, None, Some(8)], None, env).unwrap();
+        assert_eq!((got.tensor, got.context, got.pipeline), (4, 1, 8));
+        assert_eq!(got.order, RankOrder::TpCpPpDp);
+        let bad = |name: &str| (name == "DSPREP_CP").then(|| "x".to_string());
+        assert_eq!(
+            Parallelism::from_env_or([None; 3], None, bad).unwrap_err(),
+            "DSPREP_CP=\"x\" is not a whole number"
+        );
+        let order = |name: &str| (name == "DSPREP_RANK_ORDER").then(|| "dp".to_string());
+        assert!(
+            Parallelism::from_env_or([None; 3], None, order)
+                .unwrap_err()
+                .starts_with("DSPREP_RANK_ORDER: rank order \"dp\" is not one of")
+        );
+    }
 
     fn sizes(tensor: u32, context: u32, pipeline: u32, order: RankOrder) -> Parallelism {
         Parallelism {

@@ -10,7 +10,7 @@ use crate::chain::{self, Hash};
 use crate::connection::Connection;
 use crate::curve::{CLIENT_KEY_ENV, ClientKeys, SERVER_KEY_ENV};
 use crate::packed::TokenSlice;
-use crate::parallel::{Parallelism, RankOrder};
+use crate::parallel::Parallelism;
 use crate::protocol::{
     DecodeError, Owner, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
     decode_doc_sources, decode_doc_starts, ok_reply_frames,
@@ -125,17 +125,8 @@ impl ClientConfig {
                 ));
             }
         };
-        let order = match std::env::var("DSPREP_RANK_ORDER") {
-            Ok(text) => RankOrder::parse(&text)
-                .map_err(|e| ClientError::Config(format!("DSPREP_RANK_ORDER: {e}")))?,
-            Err(_) => RankOrder::default(),
-        };
-        let parallel = Parallelism {
-            tensor: read("DSPREP_TP")?.unwrap_or(1),
-            context: read("DSPREP_CP")?.unwrap_or(1),
-            pipeline: read("DSPREP_PP")?.unwrap_or(1),
-            order,
-        };
+        let parallel = Parallelism::from_env_or([None; 3], None, |name| std::env::var(name).ok())
+            .map_err(ClientError::Config)?;
         Ok(ClientConfig {
             endpoint: endpoint.to_string(),
             rank,

@@ -102,37 +102,29 @@ pub struct ServeArgs {
     pub rank_order: Option<String>,
 }
 
-/// The layout from the flags, else the clients' environment variables.
+/// The layout from the flags, else the clients' environment variables (read as they read them).
 fn parallelism(args: &ServeArgs) -> anyhow::Result<dsprep_client::Parallelism> {
-    let size = |flag: Option<u32>, name: &str, var: &str| -> anyhow::Result<u32> {
-        let value = match (flag, std::env::var(var)) {
-            (Some(v), _) => v,
-            (None, Ok(text)) => text
-                .trim()
-                .parse()
-                .with_context(|| format!("{var}={text:?} is not a whole number"))?,
-            (None, Err(_)) => 1,
-        };
+    let parallel = dsprep_client::Parallelism::from_env_or(
+        [
+            args.tensor_parallel,
+            args.context_parallel,
+            args.pipeline_parallel,
+        ],
+        args.rank_order.as_deref(),
+        |name| std::env::var(name).ok(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    for (value, name, var) in [
+        (parallel.tensor, "tensor-parallel", "DSPREP_TP"),
+        (parallel.context, "context-parallel", "DSPREP_CP"),
+        (parallel.pipeline, "pipeline-parallel", "DSPREP_PP"),
+    ] {
         anyhow::ensure!(
             value >= 1,
             "{name} must be at least 1 (from --{name} or {var})"
         );
-        Ok(value)
-    };
-    let order = match args
-        .rank_order
-        .clone()
-        .or(std::env::var("DSPREP_RANK_ORDER").ok())
-    {
-        Some(text) => dsprep_client::RankOrder::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?,
-        None => dsprep_client::RankOrder::default(),
-    };
-    Ok(dsprep_client::Parallelism {
-        tensor: size(args.tensor_parallel, "tensor-parallel", "DSPREP_TP")?,
-        context: size(args.context_parallel, "context-parallel", "DSPREP_CP")?,
-        pipeline: size(args.pipeline_parallel, "pipeline-parallel", "DSPREP_PP")?,
-        order,
-    })
+    }
+    Ok(parallel)
 }
 
 impl TryFrom<ServeArgs> for ServeOptions {
