@@ -7,11 +7,12 @@
 //!
 //! The spool file is anonymous (unlinked at once: a killed process leaves nothing behind) in
 //! `DSPREP_SPOOL_DIR` (default: the system's temporary folder). A plain thread per file writes
-//! and hashes it, so hashing stays off the IO runtime; the download streams into a bounded
-//! channel as before. A shard opened ahead of its turn spools while the one before it is read,
+//! and hashes it, so hashing stays off the IO runtime; the download streams into the same bounded
+//! channel as a streamed file's ([`ChannelRead`]). A shard opened ahead of its turn spools while the one before it is read,
 //! so at most two files per source are on disk at once.
 
 use super::ShardError;
+use super::hub_stream::ChannelRead;
 use super::parquet::{BatchSource, LocalBatches};
 use crate::hub::{
     Download, ExpectedHash, HashMismatch, HubClient, HubError, VERIFY_DOWNLOADS, Verified,
@@ -23,10 +24,6 @@ use std::io::{self, BufWriter, Read, Seek, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::mpsc;
-
-/// Body chunks buffered ahead of the spool writer.
-const CHUNKS_AHEAD: usize = 64;
 
 /// A file being downloaded and checked in the background.
 pub(crate) struct Spool {
@@ -94,11 +91,10 @@ fn spool(
     for attempt in 1..=VERIFY_DOWNLOADS {
         let mut file = tempfile::tempfile_in(dir).map_err(|e| local("create", e))?;
         let mut hasher = expected.hasher(download.file().size);
-        let (tx, mut rx) = mpsc::channel(CHUNKS_AHEAD);
-        client.spawn(download.clone().stream_into(tx));
+        let mut body = ChannelRead::start(client, download.clone());
         {
             let mut out = BufWriter::with_capacity(1 << 20, &mut file);
-            while let Some(chunk) = rx.blocking_recv() {
+            while let Some(chunk) = body.next_chunk() {
                 if cancel.load(Ordering::SeqCst) {
                     return Err(HubError::Config("the reader is gone".into()));
                 }

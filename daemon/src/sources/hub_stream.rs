@@ -32,20 +32,26 @@ impl ChannelRead {
     }
 }
 
+impl ChannelRead {
+    /// The body's next chunk, in order (blocks: the reader thread is a plain thread, never a
+    /// runtime worker); `None` at its end, and after an error.
+    pub(crate) fn next_chunk(&mut self) -> Option<Result<Bytes, HubError>> {
+        if self.done {
+            return None;
+        }
+        let next = self.chunks.blocking_recv();
+        self.done = !matches!(next, Some(Ok(_)));
+        next
+    }
+}
+
 impl Read for ChannelRead {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
-            if self.done {
-                return Ok(0);
-            }
-            // The reader thread is a plain thread (never a runtime worker): blocking is fine.
-            match self.chunks.blocking_recv() {
+            match self.next_chunk() {
                 Some(Ok(chunk)) => self.current = chunk,
-                Some(Err(error)) => {
-                    self.done = true;
-                    return Err(io::Error::other(error));
-                }
-                None => self.done = true,
+                Some(Err(error)) => return Err(io::Error::other(error)),
+                None => return Ok(0),
             }
         }
         let n = buf.len().min(self.current.len());
