@@ -7,6 +7,23 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// Up to `len` bytes of `file` from `offset` (fewer only where the file ends), read in place.
+pub fn read_at_most(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    let mut filled = 0;
+    while filled < len {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
 /// Size and sha256 (hex) of a file, read in 1 MiB pieces.
 pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
     let mut file = File::open(path)?;

@@ -225,19 +225,7 @@ pub(crate) trait ReadAt {
 
 impl ReadAt for std::fs::File {
     fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = vec![0u8; len];
-        let mut filled = 0;
-        while filled < len {
-            match FileExt::read_at(self, &mut buf[filled..], offset + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(filled);
-        Ok(buf)
+        crate::files::read_at_most(self, offset, len)
     }
 }
 

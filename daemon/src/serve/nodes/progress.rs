@@ -20,7 +20,7 @@
 //! yet. A slot read torn, or not written yet on this node's view of the file (a cluster
 //! filesystem may show another node's write late), reads as nothing known and is read again.
 
-use crate::files::patiently;
+use crate::files::{patiently, read_at_most};
 use dsprep_mixers::lanes::blocks_known;
 use dsprep_mixers::recipe::LanesSpec;
 use std::fs::File;
@@ -200,24 +200,16 @@ impl LaneProgress {
             return;
         }
         state.last_read = Some(Instant::now());
-        let mut bytes = vec![0u8; self.spec.count as usize * SLOT_BYTES];
-        let mut filled = 0;
-        while filled < bytes.len() {
-            match self.file.read_at(&mut bytes[filled..], filled as u64) {
-                Ok(0) => break, // the rest is not written yet (as this node sees the file)
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot read the lanes' progress from {}: {e} (read again while a \
-                         request waits)",
-                        self.path.display()
-                    );
-                    break;
-                }
-            }
-        }
-        for (lane, slot) in bytes[..filled].chunks_exact(SLOT_BYTES).enumerate() {
+        // Slots past what this node sees of the file are not written yet.
+        let len = self.spec.count as usize * SLOT_BYTES;
+        let bytes = read_at_most(&self.file, 0, len).unwrap_or_else(|e| {
+            tracing::warn!(
+                "cannot read the lanes' progress from {}: {e} (read again while a request waits)",
+                self.path.display()
+            );
+            Vec::new()
+        });
+        for (lane, slot) in bytes.chunks_exact(SLOT_BYTES).enumerate() {
             if let Some(fact) = LaneFact::from_slot(slot) {
                 state.facts[lane].merge(fact);
             }
