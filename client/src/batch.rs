@@ -3,7 +3,7 @@
 //! contiguous `micro_batch` windows at offset `r × micro_batch` inside it. Every rank gets the
 //! same number of steps: a last, incomplete global batch is not served.
 
-use crate::packed::Window;
+use crate::packed::{TokenSlice, Window};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchLayout {
@@ -42,6 +42,36 @@ pub fn token_sources(len: usize, doc_starts: &[u32], doc_sources: &[u16], lead: 
         out.push(source);
     }
     out
+}
+
+/// flash-attention style cumulative sequence lengths over a row's real inputs: `[0, s1, …, end]`,
+/// each `s` a document start inside the first `seq_len` tokens, `end` the inputs before the
+/// padding (`min(real_tokens, seq_len)`; `seq_len` without padding).
+pub fn cu_seqlens(doc_starts: &[u32], real_tokens: u32, seq_len: u32) -> Vec<u32> {
+    let end = real_tokens.min(seq_len);
+    let mut cu = vec![0];
+    cu.extend(doc_starts.iter().copied().filter(|&s| s > 0 && s < end));
+    cu.push(end);
+    cu
+}
+
+/// Position ids over a row's `seq_len` inputs from its [`cu_seqlens`]: restarting at 0 at each
+/// document start, and 0 on padding.
+pub fn position_ids(cu_seqlens: &[u32], seq_len: u32) -> Vec<u32> {
+    let mut ids: Vec<u32> = cu_seqlens.windows(2).flat_map(|w| 0..w[1] - w[0]).collect();
+    ids.resize(seq_len as usize, 0);
+    ids
+}
+
+/// A row's labels as a loss takes them: label `i` is token `i + 1`, or `ignore_index` where that
+/// is padding (at or after `real_tokens`).
+pub fn masked_labels(row: TokenSlice<'_>, real_tokens: u32, ignore_index: i64) -> Vec<i64> {
+    (1..row.len())
+        .map(|t| match t < real_tokens as usize {
+            true => i64::from(row.get(t).unwrap_or_default()),
+            false => ignore_index,
+        })
+        .collect()
 }
 
 /// Tokens per source over rows' token sources, as `(source, tokens)` sorted by source.

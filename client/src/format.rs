@@ -1,5 +1,6 @@
-//! The packed-output format, version 4 (documented for users in FORMAT.md); versions 1 (no
-//! stream chain), 2 (no document sources) and 3 (no phase ledger) are still read.
+//! The packed-output format, version 5 (documented for users in FORMAT.md); versions 1 (no
+//! stream chain), 2 (no document sources), 3 (no phase ledger) and 4 (no padding) are still
+//! read. A pack without padding (`[packing] strategy = "concat"`) is written as version 4.
 //!
 //! A packed directory holds:
 //! - `tokens-NNNNN.bin`: little-endian token ids (`u16` when every id fits, else `u32`), nothing
@@ -12,16 +13,20 @@
 //! - `doc_sources.u16` (v3): the recipe source index of every document start, aligned with
 //!   `doc_starts.u32` (the same offsets).
 //! - `lead_sources.u16` (v3): per window, the source of the document holding its first token.
+//! - `real_tokens.u32` (v5, `best_fit` only): per window, the tokens before its padding.
 //! - `tokenizer.json`: a copy of the tokenizer that produced the ids.
 //! - `manifest.json`: [`Manifest`], written last: a directory without it is not a packed output.
 
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT_NAME: &str = "dsprep-packed";
-/// The version `dsprep pack` writes: 2 adds the stream chain (`Manifest::chain`), 3 the
-/// document sources (`Manifest::doc_sources`, `Manifest::lead_sources`), 4 the ledger of every
-/// phase (`Manifest::phases`).
-pub const FORMAT_VERSION: u32 = 4;
+/// The newest version: 2 adds the stream chain (`Manifest::chain`), 3 the document sources
+/// (`Manifest::doc_sources`, `Manifest::lead_sources`), 4 the ledger of every phase
+/// (`Manifest::phases`), 5 padded windows (`Manifest::real_tokens`, `Manifest::packing`).
+pub const FORMAT_VERSION: u32 = 5;
+/// The version of a pack without padding: version 4, byte for byte, so that every reader of
+/// version 4 reads it; a padded pack is version 5, which they refuse.
+pub const UNPADDED_FORMAT_VERSION: u32 = 4;
 /// The oldest version readers still read.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -29,6 +34,7 @@ pub const DOC_STARTS_FILE: &str = "doc_starts.u32";
 pub const DOC_STARTS_OFFSETS_FILE: &str = "doc_starts_offsets.u64";
 pub const DOC_SOURCES_FILE: &str = "doc_sources.u16";
 pub const LEAD_SOURCES_FILE: &str = "lead_sources.u16";
+pub const REAL_TOKENS_FILE: &str = "real_tokens.u32";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 fn is_zero(n: &u64) -> bool {
@@ -114,8 +120,33 @@ pub struct Manifest {
     /// against the targets (v4; empty before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<PhaseStats>,
+    /// Per window, the tokens before its padding (v5, `best_fit`; absent: no padding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_tokens: Option<OutputFile>,
+    /// How `best_fit` packed (v5; absent with `concat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packing: Option<PackingStats>,
 }
 
+/// What `best_fit` did, in the manifest (v5).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PackingStats {
+    /// `"best_fit"`.
+    pub strategy: String,
+    /// The pool of the whole stream (lanes share it).
+    pub pool_documents: u64,
+    /// The id after each window's real tokens.
+    pub pad_id: u32,
+    /// Tokens of padding in the windows.
+    pub padding_tokens: u64,
+    /// Documents longer than a window, cut into window-sized pieces (each a document start);
+    /// no other document is cut.
+    pub documents_cut: u64,
+    pub cut_pieces: u64,
+    /// The most documents and tokens one pool held at once (with lanes: the largest lane's).
+    pub pool_peak_documents: u64,
+    pub pool_peak_tokens: u64,
+}
 /// One phase of the mix in the manifest's ledger, counted over the windows (the dropped tail is
 /// not in them): a document belongs to the phase in force where it starts (FORMAT.md).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

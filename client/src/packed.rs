@@ -3,7 +3,7 @@
 //! Opening checks the manifest and that every file has the size it promises (cheap); `dsprep
 //! verify` checks the checksums. Windows and batches are slices of the maps: nothing is copied.
 
-use crate::batch::{Batch, BatchLayout, token_sources};
+use crate::batch::{Batch, BatchLayout, cu_seqlens, masked_labels, token_sources};
 use crate::format::{self, Dtype, Manifest, OutputFile};
 use memmap2::Mmap;
 use std::fs::File;
@@ -102,9 +102,24 @@ pub struct Window<'a> {
     pub doc_sources: Option<&'a [u16]>,
     /// The source of the document that holds the first token (`None` in format 1 or 2).
     pub lead_source: Option<u16>,
+    /// Tokens before the padding: `tokens[real_tokens..]` are padding (format 5, `best_fit`);
+    /// the whole window in a pack without padding.
+    pub real_tokens: u32,
 }
 
 impl Window<'_> {
+    /// The labels as a loss takes them: the next token, or `ignore_index` (-100 in torch) where
+    /// that is padding.
+    pub fn masked_labels(&self, ignore_index: i64) -> Vec<i64> {
+        masked_labels(self.tokens, self.real_tokens, ignore_index)
+    }
+
+    /// Cumulative sequence lengths over the real inputs (see [`crate::batch::cu_seqlens`]).
+    pub fn cu_seqlens(&self) -> Vec<u32> {
+        let seq_len = self.tokens.len().saturating_sub(1) as u32;
+        cu_seqlens(self.doc_starts, self.real_tokens, seq_len)
+    }
+
     /// The source of each input token (the first `seq_len`), for a loss per source; `None` in a
     /// pack of format 1 or 2.
     pub fn input_sources(&self) -> Option<Vec<u16>> {
@@ -126,6 +141,8 @@ pub struct PackedDataset {
     doc_starts_offsets: Mmap,
     /// Format 3: `doc_sources.u16` and `lead_sources.u16`.
     sources: Option<(Mmap, Mmap)>,
+    /// Format 5 with padding: `real_tokens.u32`.
+    real_tokens: Option<Mmap>,
 }
 
 impl PackedDataset {
@@ -183,6 +200,10 @@ impl PackedDataset {
             }
             _ => None,
         };
+        let real_tokens = match &manifest.real_tokens {
+            Some(file) => Some(map_real_tokens(&dir, file, &manifest)?),
+            None => None,
+        };
         Ok(PackedDataset {
             dir,
             manifest,
@@ -190,6 +211,7 @@ impl PackedDataset {
             doc_starts,
             doc_starts_offsets,
             sources,
+            real_tokens,
         })
     }
 
@@ -245,12 +267,17 @@ impl PackedDataset {
             ),
             None => (None, None),
         };
+        let real_tokens = match &self.real_tokens {
+            Some(map) => cast::<u32>(map)[index as usize],
+            None => self.manifest.window_tokens,
+        };
         Ok(Window {
             index,
             tokens,
             doc_starts,
             doc_sources,
             lead_source,
+            real_tokens,
         })
     }
 
@@ -284,6 +311,32 @@ impl PackedDataset {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Batch { step, rank, rows })
     }
+}
+
+/// `real_tokens.u32`, checked: one count per window, each at most a window and past the window's
+/// last document start (a window begins with a document and ends with its padding).
+fn map_real_tokens(dir: &Path, file: &OutputFile, manifest: &Manifest) -> Result<Mmap, ReadError> {
+    let map = map_file(dir, file)?;
+    let corrupt = |message: String| ReadError::Corrupt {
+        path: dir.join(format::REAL_TOKENS_FILE),
+        message,
+    };
+    if map.len() as u64 != manifest.num_windows * 4 {
+        return Err(corrupt(format!(
+            "holds {} bytes, not {} counts",
+            map.len(),
+            manifest.num_windows
+        )));
+    }
+    if let Some((i, &n)) =
+        (cast::<u32>(&map).iter().enumerate()).find(|&(_, &n)| n == 0 || n > manifest.window_tokens)
+    {
+        return Err(corrupt(format!(
+            "window {i} has {n} real tokens; a window holds 1 to {}",
+            manifest.window_tokens
+        )));
+    }
+    Ok(map)
 }
 
 pub fn read_manifest(dir: &Path) -> Result<Manifest, ReadError> {

@@ -1,19 +1,24 @@
-//! Wire protocol v3 between the daemon and trainer ranks (documented frame by frame in
-//! PROTOCOL.md), and v1 and v2, which the daemon still answers. One implementation, used by both
+//! Wire protocol v4 between the daemon and trainer ranks (documented frame by frame in
+//! PROTOCOL.md), and v1 to v3, which the daemon still answers (a daemon whose windows end in
+//! padding, `best_fit`, refuses v1 to v3: their clients would train on the padding). One implementation, used by both
 //! sides.
 //!
 //! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
 //! one 64-byte frame; a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream
 //! chain around the rank's rows and the step, see `chain`) followed by the token payload, the
-//! document-boundary frame and, in v3, the document-source frame (ok), or by one UTF-8 message
+//! document-boundary frame, from v3 the document-source frame and in v4 the real-token frame
+//! (ok), or by one UTF-8 message
 //! frame (error). A reply speaks the
 //! request's version. All integers are little-endian. Decoding never panics: every malformed
 //! input is a typed error.
 
 use crate::chain::Hash;
 
-/// The version clients send: 3 adds the document-source frame to ok replies.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// The version clients send: 3 adds the document-source frame to ok replies, 4 the real-token
+/// frame (each row's tokens before its padding).
+pub const PROTOCOL_VERSION: u16 = 4;
+/// The oldest version that knows padding: a daemon that pads refuses older requests.
+pub const PADDING_VERSION: u16 = 4;
 /// The oldest version the daemon still answers (in that version).
 pub const OLDEST_VERSION: u16 = 1;
 pub const REQUEST_MAGIC: [u8; 4] = *b"DSPQ";
@@ -44,10 +49,14 @@ pub fn reply_header_len(version: u16) -> usize {
     }
 }
 
-/// The frames of an ok reply in `version`: header, tokens, document starts, and from v3 on the
-/// document sources.
+/// The frames of an ok reply in `version`: header, tokens, document starts, from v3 on the
+/// document sources, and in v4 the real-token counts.
 pub fn ok_reply_frames(version: u16) -> usize {
-    if version >= 3 { 4 } else { 3 }
+    match version {
+        ..=2 => 3,
+        3 => 4,
+        _ => 5,
+    }
 }
 
 /// What a request asks for.
@@ -474,6 +483,38 @@ pub fn decode_doc_sources(
         .collect();
     let sources = all.split_off(rows);
     Ok((all, sources))
+}
+
+/// The real-token frame of a v4 ok reply: per row, the tokens before its padding (`u32`; the
+/// whole window when the daemon does not pad).
+pub fn encode_real_tokens(rows: &[u32]) -> Vec<u8> {
+    rows.iter().flat_map(|n| n.to_le_bytes()).collect()
+}
+
+/// Decode and check a real-token frame for `rows` rows of `window_tokens` tokens: each row holds
+/// 1 to `window_tokens` real tokens.
+pub fn decode_real_tokens(
+    bytes: &[u8],
+    rows: usize,
+    window_tokens: u32,
+) -> Result<Vec<u32>, DecodeError> {
+    if bytes.len() != 4 * rows {
+        return Err(DecodeError::Frames(format!(
+            "real-token frame: {} bytes, {rows} rows need {}",
+            bytes.len(),
+            4 * rows
+        )));
+    }
+    let counts: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if let Some(bad) = counts.iter().find(|&&n| n == 0 || n > window_tokens) {
+        return Err(DecodeError::Frames(format!(
+            "real-token frame: a row of {window_tokens} tokens cannot hold {bad} real tokens"
+        )));
+    }
+    Ok(counts)
 }
 
 #[cfg(test)]

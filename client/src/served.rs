@@ -5,7 +5,7 @@
 //! connection is authenticated and encrypted; a refused handshake is a typed error
 //! (`Unauthorized`), not a hang (`connection.rs`).
 
-use crate::batch::{source_token_counts, token_sources};
+use crate::batch::{cu_seqlens, masked_labels, position_ids, source_token_counts, token_sources};
 use crate::chain::{self, Hash};
 use crate::connection::Connection;
 use crate::curve::{CLIENT_KEY_ENV, ClientKeys, SERVER_KEY_ENV};
@@ -13,7 +13,7 @@ use crate::packed::TokenSlice;
 use crate::parallel::Parallelism;
 use crate::protocol::{
     DecodeError, Owner, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
-    decode_doc_sources, decode_doc_starts, ok_reply_frames,
+    decode_doc_sources, decode_doc_starts, decode_real_tokens, ok_reply_frames,
 };
 use std::time::{Duration, Instant};
 
@@ -156,6 +156,8 @@ pub struct ServedBatch {
     doc_starts: Vec<u32>,
     /// v3: per row the source of its first token's document, and the source of every start.
     sources: Option<(Vec<u16>, Vec<u16>)>,
+    /// v4: per row, the tokens before its padding (the whole row from a daemon that does not pad).
+    real_tokens: Vec<u32>,
 }
 
 impl std::fmt::Debug for ServedBatch {
@@ -249,25 +251,31 @@ impl ServedBatch {
         Some(source_token_counts(rows.iter().map(Vec::as_slice)))
     }
 
-    /// flash-attention style cumulative sequence lengths over row `i`'s inputs: `[0, s1, …, seq_len]`
-    /// where each `s` is a document start inside the inputs.
-    pub fn cu_seqlens(&self, i: usize) -> Vec<u32> {
-        let seq_len = self.header.window_tokens - 1;
-        let mut cu = vec![0];
-        cu.extend(
-            self.doc_starts(i)
-                .iter()
-                .copied()
-                .filter(|&s| s > 0 && s < seq_len),
-        );
-        cu.push(seq_len);
-        cu
+    /// Row `i`'s tokens before its padding (`best_fit`, protocol v4); the whole row otherwise.
+    pub fn real_tokens(&self, i: usize) -> u32 {
+        self.real_tokens[i]
     }
 
-    /// Position ids over row `i`'s inputs, restarting at 0 at each document start.
+    /// Row `i`'s labels as a loss takes them: the next token, or `ignore_index` (-100 in torch)
+    /// where that is padding.
+    pub fn masked_labels(&self, i: usize, ignore_index: i64) -> Vec<i64> {
+        masked_labels(self.row(i), self.real_tokens(i), ignore_index)
+    }
+
+    /// flash-attention style cumulative sequence lengths over row `i`'s real inputs: `[0, s1, …,
+    /// end]`, each `s` a document start inside the inputs, `end` where the inputs' padding begins
+    /// (`seq_len` when there is none).
+    pub fn cu_seqlens(&self, i: usize) -> Vec<u32> {
+        cu_seqlens(
+            self.doc_starts(i),
+            self.real_tokens(i),
+            self.header.window_tokens - 1,
+        )
+    }
+
+    /// Position ids over row `i`'s inputs, restarting at 0 at each document start; 0 on padding.
     pub fn position_ids(&self, i: usize) -> Vec<u32> {
-        let cu = self.cu_seqlens(i);
-        cu.windows(2).flat_map(|w| 0..w[1] - w[0]).collect()
+        position_ids(&self.cu_seqlens(i), self.header.window_tokens - 1)
     }
 }
 
@@ -557,7 +565,8 @@ impl Client {
             ))
             .into());
         }
-        let sources = (expected == 4).then(|| frames.pop().expect("4 frames"));
+        let real_tokens = (expected >= 5).then(|| frames.pop().expect("5 frames"));
+        let sources = (expected >= 4).then(|| frames.pop().expect("4 frames"));
         let docs = frames.pop().expect("3 frames");
         let tokens = frames.pop().expect("3 frames");
         if tokens.len() != header.payload_bytes() {
@@ -578,6 +587,12 @@ impl Client {
             )?),
             None => None,
         };
+        let real_tokens = match real_tokens {
+            Some(frame) => {
+                decode_real_tokens(&frame, header.micro_batch as usize, header.window_tokens)?
+            }
+            None => vec![header.window_tokens; header.micro_batch as usize],
+        };
         let payload = if (tokens.as_ptr() as usize).is_multiple_of(4) {
             Payload::Frame(tokens)
         } else {
@@ -592,6 +607,7 @@ impl Client {
             doc_offsets,
             doc_starts,
             sources,
+            real_tokens,
         }))
     }
 }

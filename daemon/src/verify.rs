@@ -1,7 +1,9 @@
 //! `dsprep verify DIR`: checks a packed directory end to end — every file's size and sha256
 //! against the manifest, the document index's structure, that every token id is below the
 //! vocabulary size, the stream chain the manifest records (format 2), and its phase ledger
-//! (format 4: recounted from the windows). Reports the first problem with the file it is in.
+//! (format 4: recounted from the windows), and padding (format 5: every window starts a document,
+//! holds its documents before its padding, and pads with the manifest's pad id; the padding
+//! adds up to the manifest's). Reports the first problem with the file it is in.
 
 use crate::files::sha256_file;
 use anyhow::{Context, bail, ensure};
@@ -25,6 +27,12 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
     files.push(&m.doc_starts);
     files.push(&m.doc_starts_offsets);
     files.extend(m.doc_sources.iter().chain(&m.lead_sources));
+    files.extend(&m.real_tokens);
+    ensure!(
+        m.real_tokens.is_some() == m.packing.is_some(),
+        "{}: real_tokens and packing go together (format 5)",
+        dir.join(format::MANIFEST_FILE).display()
+    );
     for entry in &files {
         let path = dir.join(&entry.file);
         let (size, sha256) =
@@ -73,6 +81,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
     let mut marks = m.chain.iter().peekable();
     let mut at = chain::START;
     let mut total_starts = 0u64;
+    let mut real_tokens = 0u64;
     for index in 0..dataset.num_windows() {
         let window = dataset.window(index)?;
         at = chain::link(&at, &chain::window_digest(window.tokens.as_bytes()));
@@ -110,10 +119,25 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             "window {index}: a document start lies outside the window: {starts:?}"
         );
         total_starts += starts.len() as u64;
+        real_tokens += u64::from(window.real_tokens);
+        if let Some(packing) = &m.packing {
+            let real = window.real_tokens;
+            ensure!(
+                starts.first() == Some(&0) && starts.iter().all(|&s| s < real),
+                "window {index}: with padding every window starts a document at 0 and every \
+                 start lies before its {real} real tokens: {starts:?}"
+            );
+            ensure!(
+                (real as usize..window.tokens.len())
+                    .all(|i| window.tokens.get(i) == Some(packing.pad_id)),
+                "window {index}: a token after its {real} real tokens is not the pad id {}",
+                packing.pad_id
+            );
+        }
         if let (Some((points, counts)), Some(sources), Some(lead)) =
             (&mut ledger, window.doc_sources, window.lead_source)
         {
-            let len = window.tokens.len() as u64;
+            let len = u64::from(window.real_tokens);
             counts.add_window(points, index, len, starts, sources, lead);
         }
     }
@@ -126,16 +150,24 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         m.num_doc_starts
     );
     let expected_tokens: u64 = m.sources.iter().map(|s| s.tokens).sum();
-    let num_tokens = m.num_windows * u64::from(m.window_tokens);
     ensure!(
-        num_tokens + m.dropped_tail_tokens == expected_tokens,
-        "windows hold {num_tokens} tokens and {} were dropped, but the sources produced {expected_tokens}",
+        real_tokens + m.dropped_tail_tokens == expected_tokens,
+        "windows hold {real_tokens} tokens (padding aside) and {} were dropped, but the sources \
+         produced {expected_tokens}",
         m.dropped_tail_tokens
     );
+    if let Some(packing) = &m.packing {
+        let padding = m.num_windows * u64::from(m.window_tokens) - real_tokens;
+        ensure!(
+            padding == packing.padding_tokens,
+            "the windows hold {padding} tokens of padding, the manifest says {}",
+            packing.padding_tokens
+        );
+    }
     Ok(VerifyReport {
         num_windows: m.num_windows,
         num_files: files.len() + 1,
-        num_tokens,
+        num_tokens: real_tokens,
     })
 }
 

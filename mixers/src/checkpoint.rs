@@ -17,13 +17,24 @@
 //! source's buffer and waiting for their tokens (`crate::mixer`) are listed with the buffered
 //! positions, and pieces do pass through there: the JSON's `buffered_pieces` lists them as
 //! `[index, piece]` pairs (absent when there are none), so the binary positions stay 18 bytes.
+//! Version 3 (`DSPCKPT3`) is written only by `[packing] strategy = "best_fit"`: its pool follows
+//! the pending starts (the JSON's `pool` has its arrival counter, tokens pushed and counters):
+//!
+//! ```text
+//! u64 LE  n, then n × 14 bytes     pooled documents in arrival order: seq u64, source u16, len u32
+//! u64 LE  n, then n × u32 LE       their tokens, concatenated
+//! ```
+//! Pooled documents are tokens, not references: re-reading and re-tokenizing them would put a
+//! tokenizer pass on every resume. A `concat` stream still writes version 2, byte for byte as
+//! before; a dsprep without pools refuses a version 3 file (bad magic).
+//!
 //! Version 1 (`DSPCKPT1`, the same layout, no piece anywhere) is still
 //! read. The magic changed so that a dsprep that knows no pieces refuses a version 2 file
 //! instead of dropping the piece it cannot read and resuming at the wrong document.
 
 use crate::doc::{DocPos, SourceCursor};
 use crate::mixer::MixerState;
-use crate::packer::{PackerState, UNKNOWN_SOURCE};
+use crate::packer::{PackerState, PackingCounters, PoolState, PooledDoc, UNKNOWN_SOURCE};
 use crate::stream::StreamState;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -31,7 +42,10 @@ use sha2::{Digest, Sha256};
 const MAGIC: &[u8; 8] = b"DSPCKPT2";
 /// Version 1: the same layout, written before split rows had pieces.
 const MAGIC_V1: &[u8; 8] = b"DSPCKPT1";
+/// Version 3: version 2 and a `best_fit` pool.
+const MAGIC_V3: &[u8; 8] = b"DSPCKPT3";
 const POS_BYTES: usize = 18;
+const POOLED_DOC_BYTES: usize = 14;
 
 /// The pipeline's state at a document boundary: what comes next, and the packer's leftover.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +86,16 @@ struct Header<M> {
     /// `[index, piece]` for each buffered position that is a piece of a split row.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     buffered_pieces: Vec<(u64, u32)>,
+    /// Version 3: the `best_fit` pool's small fields (its documents are binary sections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pool: Option<PoolHeader>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PoolHeader {
+    next_seq: u64,
+    pushed_tokens: u64,
+    counters: PackingCounters,
 }
 
 pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
@@ -90,12 +114,20 @@ pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
             .filter(|(_, p)| p.is_piece())
             .map(|(i, p)| (i as u64, p.piece))
             .collect(),
+        pool: state.packer.pool.as_ref().map(|pool| PoolHeader {
+            next_seq: pool.next_seq,
+            pushed_tokens: pool.pushed_tokens,
+            counters: pool.counters,
+        }),
     };
     let json = serde_json::to_vec(&header).expect("plain data serializes");
     let mut out = Vec::with_capacity(
         64 + json.len() + stream.buffered.len() * POS_BYTES + state.packer.pending.len() * 4,
     );
-    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(match state.packer.pool {
+        Some(_) => MAGIC_V3,
+        None => MAGIC,
+    });
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
     out.extend_from_slice(&(stream.buffered.len() as u64).to_le_bytes());
@@ -109,6 +141,19 @@ pub fn encode<M: Serialize>(meta: &M, state: &PipelineState) -> Vec<u8> {
         out.extend_from_slice(&(ids.len() as u64).to_le_bytes());
         out.extend(ids.iter().flat_map(|t| t.to_le_bytes()));
     }
+    if let Some(pool) = &state.packer.pool {
+        out.extend_from_slice(&(pool.docs.len() as u64).to_le_bytes());
+        for doc in &pool.docs {
+            out.extend_from_slice(&doc.seq.to_le_bytes());
+            out.extend_from_slice(&doc.source.to_le_bytes());
+            out.extend_from_slice(&(doc.tokens.len() as u32).to_le_bytes());
+        }
+        let tokens: usize = pool.docs.iter().map(|d| d.tokens.len()).sum();
+        out.extend_from_slice(&(tokens as u64).to_le_bytes());
+        for doc in &pool.docs {
+            out.extend(doc.tokens.iter().flat_map(|t| t.to_le_bytes()));
+        }
+    }
     let digest: [u8; 32] = Sha256::digest(&out).into();
     out.extend_from_slice(&digest);
     out
@@ -121,7 +166,7 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
         return Err(CheckpointError::Truncated(bytes.len()));
     }
     let magic = &bytes[..MAGIC.len()];
-    if magic != MAGIC && magic != MAGIC_V1 {
+    if magic != MAGIC && magic != MAGIC_V1 && magic != MAGIC_V3 {
         return Err(CheckpointError::Magic);
     }
     let (body, digest) = bytes.split_at(bytes.len() - 32);
@@ -158,6 +203,20 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
     }
     let pending = r.u32s()?;
     let pending_starts = r.u32s()?;
+    let pool = match (magic == MAGIC_V3, header.pool) {
+        (false, None) => None,
+        (true, Some(pool)) => Some(read_pool(&mut r, pool)?),
+        (true, None) => {
+            return Err(CheckpointError::Malformed(
+                "a version 3 file without its pool".into(),
+            ));
+        }
+        (false, Some(_)) => {
+            return Err(CheckpointError::Malformed(
+                "a pool in a version 1 or 2 file".into(),
+            ));
+        }
+    };
     if !r.bytes.is_empty() {
         return Err(CheckpointError::Malformed(format!(
             "{} bytes after the last section",
@@ -181,9 +240,47 @@ pub fn decode<M: for<'de> Deserialize<'de>>(
             pending_starts,
             lead_source: header.lead_source.unwrap_or(UNKNOWN_SOURCE),
             windows_emitted: header.windows_emitted,
+            pool,
         },
     };
     Ok((header.meta, state))
+}
+
+/// Version 3's pool sections: the documents' arrival numbers, sources and lengths, then their
+/// tokens.
+fn read_pool(r: &mut Reader<'_>, header: PoolHeader) -> Result<PoolState, CheckpointError> {
+    let count = r.count(POOLED_DOC_BYTES)?;
+    let mut docs = Vec::with_capacity(count);
+    let mut lens = Vec::with_capacity(count);
+    for _ in 0..count {
+        let seq = u64::from_le_bytes(r.take_array()?);
+        let source = u16::from_le_bytes(r.take_array()?);
+        lens.push(u32::from_le_bytes(r.take_array()?) as usize);
+        docs.push(PooledDoc {
+            seq,
+            source,
+            tokens: Vec::new(),
+        });
+    }
+    let tokens = r.u32s()?;
+    if lens.iter().sum::<usize>() != tokens.len() {
+        return Err(CheckpointError::Malformed(format!(
+            "the pooled documents' lengths add up to {}, their tokens are {}",
+            lens.iter().sum::<usize>(),
+            tokens.len()
+        )));
+    }
+    let mut at = 0;
+    for (doc, len) in docs.iter_mut().zip(lens) {
+        doc.tokens = tokens[at..at + len].to_vec();
+        at += len;
+    }
+    Ok(PoolState {
+        docs,
+        next_seq: header.next_seq,
+        pushed_tokens: header.pushed_tokens,
+        counters: header.counters,
+    })
 }
 
 struct Reader<'a> {
@@ -298,8 +395,61 @@ mod tests {
                 pending_sources: vec![4, 1],
                 lead_source: 4,
                 windows_emitted: 11,
+                pool: None,
             },
         }
+    }
+
+    /// A `best_fit` state: no pending window, two pooled documents.
+    fn pooled_state() -> PipelineState {
+        let mut state = state();
+        state.packer = PackerState {
+            windows_emitted: 3,
+            pool: Some(PoolState {
+                docs: vec![
+                    PooledDoc {
+                        seq: 4,
+                        source: 1,
+                        tokens: vec![7, 8, 9],
+                    },
+                    PooledDoc {
+                        seq: 9,
+                        source: 0,
+                        tokens: vec![70_000],
+                    },
+                ],
+                next_seq: 10,
+                pushed_tokens: 4_321,
+                counters: PackingCounters {
+                    documents_cut: 2,
+                    cut_pieces: 5,
+                    padding_tokens: 17,
+                    pool_peak_documents: 6,
+                    pool_peak_tokens: 900,
+                },
+            }),
+            ..PackerState::default()
+        };
+        state
+    }
+
+    #[test]
+    fn a_pool_round_trips_as_version_3_and_concat_stays_version_2() {
+        let bytes = encode(&"meta", &pooled_state());
+        assert_eq!(&bytes[..8], b"DSPCKPT3");
+        let (_, back): (String, PipelineState) = decode(&bytes).unwrap();
+        assert_eq!(back, pooled_state());
+        assert_eq!(&encode(&"meta", &state())[..8], b"DSPCKPT2");
+        // A version 2 magic on a pooled file, after its checksum is made good again: refused.
+        let mut forged = bytes.clone();
+        forged[..8].copy_from_slice(b"DSPCKPT2");
+        let body = forged.len() - 32;
+        let digest: [u8; 32] = Sha256::digest(&forged[..body]).into();
+        forged[body..].copy_from_slice(&digest);
+        assert!(matches!(
+            decode::<String>(&forged),
+            Err(CheckpointError::Malformed(_))
+        ));
     }
 
     #[test]

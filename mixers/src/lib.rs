@@ -23,7 +23,7 @@ pub mod tokenize;
 
 pub use doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor};
 pub use mixer::{MixError, Mixer};
-pub use packer::{PackedWindow, Packer, PackerState};
+pub use packer::{PackedWindow, Packer, PackerConfig, PackerState, WindowPacker};
 pub use recipe::{LanesSpec, Recipe, RecipeError};
 pub use shuffle::Shuffler;
 pub use stream::{DocStream, StreamState};

@@ -10,7 +10,8 @@ use super::stream::{LoadedRecipe, Locator};
 use anyhow::{Context, anyhow};
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::{DocPos, SourceCounters};
-use dsprep_mixers::{DocStream, PackedWindow, Packer};
+use dsprep_mixers::packer::PackingCounters;
+use dsprep_mixers::{DocStream, PackedWindow, PackerConfig, WindowPacker};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -56,6 +57,9 @@ pub trait WindowSink {
     /// A document as the packer takes it.
     fn document(&mut self, _doc: ProducedDoc) {}
 
+    /// After each chunk, with `best_fit`: the packer's counters and the documents in its pool.
+    fn packing(&mut self, _counters: &PackingCounters, _pool_documents: usize) {}
+
     /// A complete window.
     fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow>;
 
@@ -76,32 +80,42 @@ pub trait WindowSink {
 pub struct RunEnd {
     /// Each source's counters (empty when the sink stopped the run).
     pub counters: Vec<SourceCounters>,
-    /// Tokens of the last window that did not fill (dropped).
+    /// Tokens of the last window that did not fill (dropped; always 0 with `best_fit`, which
+    /// packs its pool out at the end).
     pub leftover_tokens: u64,
+    /// `best_fit`'s counters at the end (`None` with `concat`, or when the sink stopped).
+    pub packing: Option<PackingCounters>,
     /// Whether the sink stopped the run before the stream's end.
     pub stopped: bool,
 }
 
-/// Run `stream` from `start` through the pipeline and a packer, handing `sink` every document,
-/// window and asked-for snapshot. `config.snapshot` is the run's own.
+/// Run `stream` from `start` through the pipeline and the packer `packing` builds, handing `sink`
+/// every document, window and asked-for snapshot. `config.snapshot` is the run's own. At the
+/// stream's end a `best_fit` packer's pool becomes the last windows.
 pub fn run_stream(
     loaded: &LoadedRecipe,
     mut stream: DocStream<Pretokenized>,
     start: StreamStart,
     mut config: PipelineConfig,
+    packing: PackerConfig,
     sink: &mut impl WindowSink,
 ) -> anyhow::Result<RunEnd> {
-    let window_tokens = loaded.recipe.packing.window_tokens();
     let began = Instant::now();
     let (mut packer, restored) = match start {
-        StreamStart::Fresh => (Packer::new(window_tokens), false),
+        StreamStart::Fresh => (WindowPacker::new(packing), false),
         StreamStart::Restore { state, what } => {
             let state = *state;
             stream.restore(&state.stream).context(what.clone())?;
-            let packer = Packer::from_state(window_tokens, state.packer).ok_or_else(|| {
+            let packer = WindowPacker::from_state(packing, state.packer).ok_or_else(|| {
                 anyhow!(
-                    "{what}: the checkpoint's packer state does not fit windows of \
-                     {window_tokens} tokens"
+                    "{what}: the checkpoint's packer state does not fit this recipe's packing \
+                     (strategy {}, windows of {} tokens{})",
+                    loaded.recipe.packing.strategy.name(),
+                    packing.window_tokens,
+                    match packing.best_fit {
+                        Some((pool, _)) => format!(", a pool of {pool} documents"),
+                        None => String::new(),
+                    }
                 )
             })?;
             (packer, true)
@@ -119,14 +133,10 @@ pub fn run_stream(
             sink.document(doc.produced(packer.position_tokens()));
             packer.push_doc(doc.tokens, doc.source, &mut windows);
         }
-        let mut stopping = false;
-        for window in windows.drain(..) {
-            if sink.window(window, &snapshots)? == Flow::Stop {
-                stopping = true;
-                break;
-            }
+        if let Some(counters) = packer.counters() {
+            sink.packing(&counters, packer.pool_documents());
         }
-        windows.clear();
+        let stopping = hand_over(&mut windows, sink, &snapshots)?;
         if let Some(state) = chunk.state
             && !stopping
         {
@@ -140,16 +150,49 @@ pub fn run_stream(
             _ => Ok(Flow::Stop),
         }
     })?;
-    Ok(match run {
-        Some(counters) => RunEnd {
-            counters,
-            leftover_tokens: packer.leftover().len() as u64,
-            stopped: false,
-        },
-        None => RunEnd {
+    let Some(counters) = run else {
+        return Ok(RunEnd {
             counters: Vec::new(),
             leftover_tokens: 0,
+            packing: None,
             stopped: true,
-        },
+        });
+    };
+    // The end of the stream: what the packer still holds becomes windows (`best_fit`).
+    packer.finish(&mut windows);
+    if !windows.is_empty() {
+        if let Some(counters) = packer.counters() {
+            sink.packing(&counters, packer.pool_documents());
+        }
+        let stopping = hand_over(&mut windows, sink, &snapshots)?;
+        if sink.chunk_end(stopping, &snapshots)? == Flow::Stop || stopping {
+            return Ok(RunEnd {
+                counters: Vec::new(),
+                leftover_tokens: 0,
+                packing: None,
+                stopped: true,
+            });
+        }
+    }
+    Ok(RunEnd {
+        counters,
+        leftover_tokens: packer.leftover_tokens(),
+        packing: packer.counters(),
+        stopped: false,
     })
+}
+
+/// Give `sink` the windows in order until one answers stop; true if one did. `windows` is
+/// emptied either way.
+fn hand_over(
+    windows: &mut Vec<PackedWindow>,
+    sink: &mut impl WindowSink,
+    snapshots: &Snapshots,
+) -> anyhow::Result<bool> {
+    for window in windows.drain(..) {
+        if sink.window(window, snapshots)? == Flow::Stop {
+            return Ok(true); // dropping the drain empties `windows`
+        }
+    }
+    Ok(false)
 }

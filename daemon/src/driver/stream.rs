@@ -11,10 +11,11 @@ use crate::sources::{LocalSource, SourceContext};
 use crate::tokenizer_cache::EngineCacheDir;
 use anyhow::{Context, anyhow};
 use dsprep_mixers::doc::DocPos;
+use dsprep_mixers::lanes::lane_buffer_size;
 use dsprep_mixers::mixer::MixInput;
-use dsprep_mixers::recipe::{MixUnit, Recipe};
+use dsprep_mixers::recipe::{MixUnit, PackStrategy, Recipe};
 use dsprep_mixers::tokenize::EngineCache;
-use dsprep_mixers::{DocStream, EngineChoice, Mixer, Shuffler, TokenizeStage};
+use dsprep_mixers::{DocStream, EngineChoice, Mixer, PackerConfig, Shuffler, TokenizeStage};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,6 +28,22 @@ pub struct LoadedRecipe {
     pub stage: Arc<TokenizeStage>,
     /// The frozen plan the run was given (`--plan`): sources' shards come from it, not listed.
     pub plan: Option<Arc<FrozenPlan>>,
+    /// What `best_fit` pads windows with (the EOS unless `[packing] pad` names another token).
+    pub pad_id: u32,
+}
+
+impl LoadedRecipe {
+    /// How the packer of a stream is built: the recipe's strategy, with the whole `best_fit`
+    /// pool, or with lane `lane`'s share of it (split as the shuffle buffer is).
+    pub fn packer(&self, lane: Option<u32>) -> PackerConfig {
+        let packing = &self.recipe.packing;
+        let pool = packing.pool_documents().unwrap_or(1);
+        let share = match (lane, self.recipe.lanes) {
+            (Some(lane), Some(spec)) => lane_buffer_size(pool, spec.count, lane),
+            _ => pool,
+        };
+        PackerConfig::new(packing, share, self.pad_id)
+    }
 }
 
 /// Load a recipe with the tokenizer engine chosen automatically (the fast path where exact).
@@ -63,12 +80,19 @@ pub fn load_recipe_with(
         engine_cache.as_ref().map(|c| c as &dyn EngineCache),
     )
     .with_context(|| format!("recipe {}", path.display()))?;
+    let pad_id = match recipe.packing.strategy {
+        PackStrategy::Concat => stage.eos_id(),
+        PackStrategy::BestFit => stage
+            .resolve_pad(recipe.packing.pad.as_ref())
+            .map_err(|e| anyhow!("recipe {}: {e}", path.display()))?,
+    };
     let mut loaded = LoadedRecipe {
         recipe,
         base,
         tokenizer_json,
         stage: Arc::new(stage),
         plan: None,
+        pad_id,
     };
     if let Some(plan) = plan {
         loaded.plan = Some(Arc::new(FrozenPlan::load(plan, &loaded, path)?));

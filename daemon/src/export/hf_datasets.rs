@@ -6,6 +6,11 @@
 //! them), `attention_mask` all ones. The stream is the packed windows concatenated; the last
 //! partial block is left out. The features are those of the Arrow schema (`int32` ids, `int8`
 //! mask).
+//!
+//! A padded pack (`best_fit`, format 5) keeps its windows: one row per window, its first
+//! `seq_len` tokens, `attention_mask` 0 and `labels` -100 on the padding (models shift `labels`
+//! themselves, so a window's last token, a label only, is not in its row). No document is cut
+//! across rows.
 
 use super::{commit, partial, report_progress};
 use crate::progress::Progress;
@@ -19,6 +24,8 @@ use std::sync::Arc;
 const DATA_FILE: &str = "data-00000-of-00001.arrow";
 /// Rows per Arrow record batch (what memory holds at once).
 const ROWS_PER_BATCH: usize = 1024;
+/// What torch's cross-entropy (and `transformers`' models) ignore in `labels`.
+const IGNORE_INDEX: i32 = -100;
 
 /// Write the directory `out`; returns (rows, bytes of the Arrow file).
 pub fn write(
@@ -59,16 +66,22 @@ fn write_dir(
     .with_context(|| format!("cannot write {}", path.display()))?;
     let mut block: Vec<i32> = Vec::with_capacity(seq_len);
     let mut total = 0u64;
+    let padded = m.real_tokens.is_some();
     for index in 0..dataset.num_windows() {
         report_progress(progress, index, dataset.num_windows());
         let window = dataset.window(index)?;
-        for i in 0..window.tokens.len() {
+        let take = if padded { seq_len } else { window.tokens.len() };
+        for i in 0..take {
             let id = window.tokens.get(i).unwrap_or(0);
             block.push(i32::try_from(id).map_err(|_| {
                 anyhow!("window {index}: token id {id} does not fit the datasets' int32 ids")
             })?);
             if block.len() == seq_len {
-                rows.push(&block);
+                let real = match padded {
+                    true => (window.real_tokens as usize).min(seq_len),
+                    false => seq_len,
+                };
+                rows.push(&block, real);
                 block.clear();
                 total += 1;
                 if rows.len() == ROWS_PER_BATCH {
@@ -94,8 +107,12 @@ fn write_dir(
 
     let info = serde_json::json!({
         "description": format!(
-            "dsprep export of a packed directory: recipe {}, blocks of {seq_len} tokens in stream order",
-            m.recipe_hash
+            "dsprep export of a packed directory: recipe {}, {}",
+            m.recipe_hash,
+            match padded {
+                true => format!("one row per window: its first {seq_len} tokens, padding masked"),
+                false => format!("blocks of {seq_len} tokens in stream order"),
+            }
         ),
         "citation": "",
         "homepage": "",
@@ -143,14 +160,19 @@ impl Rows {
         self.len
     }
 
-    fn push(&mut self, block: &[i32]) {
+    /// A row of `seq_len` ids whose first `real` are tokens and the rest padding.
+    fn push(&mut self, block: &[i32], real: usize) {
         self.input_ids.values().append_slice(block);
         self.input_ids.append(true);
-        self.labels.values().append_slice(block);
+        let labels = self.labels.values();
+        labels.append_slice(&block[..real]);
+        for _ in real..self.seq_len {
+            labels.append_value(IGNORE_INDEX);
+        }
         self.labels.append(true);
         let mask = self.attention_mask.values();
-        for _ in 0..self.seq_len {
-            mask.append_value(1);
+        for i in 0..self.seq_len {
+            mask.append_value(i8::from(i < real));
         }
         self.attention_mask.append(true);
         self.len += 1;

@@ -9,7 +9,9 @@
 //!   (`0, 1, …, n`: every sequence is a document).
 //!
 //! A document is cut where the index says one begins; the first sequence starts the stream and
-//! the last ends with the last window (the packed output's dropped tail is not in it).
+//! the last ends with the last window (the packed output's dropped tail is not in it). A padded
+//! pack (`best_fit`, format 5) gives its windows' real tokens only: every sequence is a whole
+//! document (a document longer than a window is its pieces, one sequence each), and no padding.
 
 use super::{commit, partial, report_progress};
 use crate::progress::Progress;
@@ -78,6 +80,7 @@ fn write_files(
             .map(|f| std::io::BufWriter::with_capacity(1 << 20, f))
             .with_context(|| format!("cannot create {}", path.display()))
     };
+    let m = dataset.manifest();
     let mut out = create(bin)?;
     let mut lengths: Vec<u64> = Vec::new();
     let mut current = 0u64;
@@ -85,7 +88,8 @@ fn write_files(
     for index in 0..dataset.num_windows() {
         report_progress(progress, index, dataset.num_windows());
         let window = dataset.window(index)?;
-        let raw = window.tokens.as_bytes();
+        let real = window.real_tokens as usize;
+        let raw = &window.tokens.as_bytes()[..real * m.dtype.size_bytes()];
         out.write_all(raw)
             .with_context(|| format!("cannot write {}", bin.display()))?;
         bytes += raw.len() as u64;
@@ -99,7 +103,7 @@ fn write_files(
             }
             current = 0;
         }
-        current += window.tokens.len() as u64 - at;
+        current += real as u64 - at;
     }
     if current > 0 {
         lengths.push(current);

@@ -10,6 +10,7 @@
 //! phase in force where it starts in its lane's own stream), as the pack's manifest is. Memory:
 //! a few counters per source and phase.
 
+use super::fill::{WindowFill, window_fill};
 use anyhow::{Context, bail};
 use dsprep_client::{Manifest, PackedDataset};
 use dsprep_mixers::ledger::{Counts, PhaseLedger, PhasePoints, ShareLine, share_lines};
@@ -48,6 +49,8 @@ pub struct MixLedger {
     /// A document's length is measured from its start to the next start (the last one, cut by
     /// the end of the windows, is not counted).
     pub lengths: Vec<[u64; LENGTH_BUCKETS]>,
+    /// How full the windows are, and the documents they cut.
+    pub fill: WindowFill,
 }
 
 /// Buckets of the document-length histograms: lengths up to 2^40 tokens.
@@ -123,7 +126,7 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         let (Some(sources), Some(lead)) = (window.doc_sources, window.lead_source) else {
             bail!("{}: window {w} has no document sources", dir.display());
         };
-        let len = window.tokens.len() as u64;
+        let len = u64::from(window.real_tokens);
         phases.add_window(&points, w, len, window.doc_starts, sources, lead);
         let mut cuts = Vec::with_capacity(sources.len() + 2);
         cuts.push((0u64, lead, false));
@@ -180,6 +183,7 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         spans,
         rows,
         lengths,
+        fill: window_fill(&dataset)?,
     })
 }
 
@@ -295,6 +299,7 @@ impl MixLedger {
                 &share_lines(&span.counts, &span.targets, unit),
             ));
         }
+        out.push_str(&self.fill.lines());
         out
     }
 }

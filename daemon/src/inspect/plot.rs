@@ -2,8 +2,10 @@
 //! SVG. Top: each source's realized share of the tokens along the stream (thick: of every token
 //! so far; thin: of the last `--every` tokens) with its target dashed (per phase). Bottom: per
 //! source, the histogram of its documents' lengths in tokens (log2 buckets, as a share of the
-//! source's documents, so sources of different sizes compare).
+//! source's documents, so sources of different sizes compare). Right, under the legend, for a
+//! padded pack (`best_fit`): the windows by how full of real tokens they are.
 
+use super::fill::{FILL_BUCKETS, WindowFill};
 use super::mix::{LENGTH_BUCKETS, MixLedger};
 use std::fmt::Write;
 
@@ -52,6 +54,9 @@ pub fn render_svg(ledger: &MixLedger, title: &str) -> String {
     shares_panel(&mut out, ledger);
     lengths_panel(&mut out, ledger);
     legend(&mut out, ledger);
+    if ledger.fill.padded {
+        fill_panel(&mut out, &ledger.fill);
+    }
     out.push_str("</svg>\n");
     out
 }
@@ -196,6 +201,38 @@ fn lengths_panel(out: &mut String, ledger: &MixLedger) {
                 colour(i)
             );
         }
+    }
+}
+
+/// The windows by fill, share of the windows per bucket of [`FILL_BUCKETS`].
+fn fill_panel(out: &mut String, fill: &WindowFill) {
+    let area = Area {
+        left: 790.0,
+        top: 440.0,
+        width: 150.0,
+        height: 220.0,
+    };
+    let shares: Vec<f64> = (fill.histogram.iter())
+        .map(|&c| dsprep_mixers::mixer::share(c, fill.windows))
+        .collect();
+    let top = shares.iter().fold(0.0f64, |a, &b| a.max(b)).max(0.01);
+    axes(out, &area, &format!("windows (0 to {:.0} %)", 100.0 * top));
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" text-anchor="middle" font-size="11">window fill (0 to 100 %)</text>"#,
+        area.x(0.5),
+        area.top + area.height + 16.0
+    );
+    let slot = area.width / FILL_BUCKETS as f64;
+    for (k, share) in shares.iter().enumerate().filter(|(_, s)| **s > 0.0) {
+        let y = area.y(share / top);
+        let _ = writeln!(
+            out,
+            r##"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="#555"/>"##,
+            area.left + k as f64 * slot,
+            slot * 0.9,
+            area.top + area.height - y
+        );
     }
 }
 

@@ -16,6 +16,7 @@ use super::ledger::PackLedger;
 use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
+    with_packing,
 };
 use crate::driver::lanes::{LaneInputs, deal_inputs};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig, ProducedDoc};
@@ -28,7 +29,7 @@ use dsprep_client::packed::PackedDataset;
 use dsprep_mixers::PackedWindow;
 use dsprep_mixers::doc::SourceCounters;
 use dsprep_mixers::lanes::{block_lane, blocks_known};
-use dsprep_mixers::packer::UNKNOWN_SOURCE;
+use dsprep_mixers::packer::{PackingCounters, UNKNOWN_SOURCE};
 use dsprep_mixers::recipe::LanesSpec;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -296,7 +297,8 @@ fn pack_lane(
     let began = Instant::now();
     let (dtype, per_shard) = output_layout(loaded, options);
     let stream = inputs.stream(loaded, info.lane, options.threads)?;
-    let writer = PackWriter::create(out, dtype, per_shard, None)?;
+    let padded = loaded.recipe.packing.pool_documents().is_some();
+    let writer = PackWriter::create(out, dtype, per_shard, None, padded)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();
     if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
@@ -309,7 +311,15 @@ fn pack_lane(
         tokens: vec![0u64; n],
     };
     let config = PipelineConfig::new(options.threads, CHUNK_TEXT_BYTES);
-    let run = run_stream(loaded, stream, StreamStart::Fresh, config, &mut sink);
+    let packing = loaded.packer(Some(info.lane));
+    let run = run_stream(
+        loaded,
+        stream,
+        StreamStart::Fresh,
+        config,
+        packing,
+        &mut sink,
+    );
     let LaneSink {
         writer,
         docs,
@@ -324,8 +334,9 @@ fn pack_lane(
         Ok(read) => read,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
-    let finished =
-        new_manifest(loaded, dtype, run.leftover_tokens, read, sources).and_then(|manifest| {
+    let finished = new_manifest(loaded, dtype, run.leftover_tokens, read, sources)
+        .map(|m| with_packing(m, loaded, run.packing.as_ref()))
+        .and_then(|manifest| {
             let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
             writer.add_file(LANE_INFO_FILE, &json)?;
             Ok(manifest)
@@ -400,12 +411,14 @@ fn finish_dealt(
             .context("cannot start the input-hashing thread")?
     };
     let ledger = PackLedger::new(&loaded.recipe);
-    let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger))?;
+    let padded = loaded.recipe.packing.pool_documents().is_some();
+    let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger), padded)?;
     // The finish has no checkpoints (the lanes are its input): a failure removes its partial.
     let partial = writer.partial_dir().to_path_buf();
-    if let Err(e) = copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
-        return Err(failed(writer, &partial, None, e));
-    }
+    let written = match copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
+        Ok(written) => written,
+        Err(e) => return Err(failed(writer, &partial, None, e)),
+    };
     let mut inputs_hashed = match join_hashing(hashing) {
         Ok(inputs) => inputs,
         Err(e) => return Err(failed(writer, &partial, None, e)),
@@ -414,9 +427,12 @@ fn finish_dealt(
     verified_from_lanes(&mut inputs_hashed, &lanes);
     let (docs, tokens, counters) = lane_totals(&lanes);
     let sources = source_stats(&loaded.recipe, &docs, &tokens, &counters);
-    let written = blocks * k * u64::from(loaded.recipe.packing.seq_len + 1);
     let dropped = tokens.iter().sum::<u64>() - written;
-    let manifest = match new_manifest(loaded, dtype, dropped, inputs_hashed, sources) {
+    let window_tokens = loaded.recipe.packing.window_tokens() as u64;
+    let packing = lane_packing(&lanes, blocks * k * window_tokens - written);
+    let made = new_manifest(loaded, dtype, dropped, inputs_hashed, sources)
+        .map(|m| with_packing(m, loaded, packing.as_ref()));
+    let manifest = match made {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
@@ -433,15 +449,18 @@ fn finish_dealt(
     })
 }
 
+/// Write the first `blocks` blocks of the interleave from the lanes; returns the tokens written
+/// before padding.
 fn copy_blocks(
     writer: &mut PackWriter,
     spec: &LanesSpec,
     lanes: &[PackedDataset],
     blocks: u64,
     loaded: &LoadedRecipe,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     writer.add_tokenizer(&loaded.tokenizer_json)?;
     let k = u64::from(spec.block_windows);
+    let mut real_tokens = 0;
     for block in 0..blocks {
         let (lane, lane_block) = block_lane(spec, block);
         let data = &lanes[lane as usize];
@@ -449,8 +468,10 @@ fn copy_blocks(
             let window = data
                 .window(w)
                 .with_context(|| format!("lane {lane}: window {w}"))?;
+            real_tokens += u64::from(window.real_tokens);
             writer.write_window(&PackedWindow {
                 tokens: window.tokens.to_vec(),
+                real_tokens: window.real_tokens,
                 doc_starts: window.doc_starts.to_vec(),
                 doc_sources: window.doc_sources.map_or_else(
                     || vec![UNKNOWN_SOURCE; window.doc_starts.len()],
@@ -460,7 +481,26 @@ fn copy_blocks(
             })?;
         }
     }
-    Ok(())
+    Ok(real_tokens)
+}
+
+/// `best_fit`'s counters of the whole stream: the lanes' cuts and pool peaks, and the padding of
+/// the windows written (`padding_tokens`); `None` when the lanes have none (`concat`).
+fn lane_packing(lanes: &[PackedDataset], padding_tokens: u64) -> Option<PackingCounters> {
+    let mut total: Option<PackingCounters> = None;
+    for stats in lanes.iter().filter_map(|d| d.manifest().packing.as_ref()) {
+        total.get_or_insert_default().add(&PackingCounters {
+            documents_cut: stats.documents_cut,
+            cut_pieces: stats.cut_pieces,
+            padding_tokens: 0,
+            pool_peak_documents: stats.pool_peak_documents,
+            pool_peak_tokens: stats.pool_peak_tokens,
+        });
+    }
+    total.map(|t| PackingCounters {
+        padding_tokens,
+        ..t
+    })
 }
 
 /// Per source, the documents, tokens and counters of every lane together.

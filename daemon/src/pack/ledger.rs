@@ -59,7 +59,7 @@ impl PackLedger {
         self.counts.add_window(
             &self.points,
             index,
-            window.tokens.len() as u64,
+            u64::from(window.real_tokens),
             &window.doc_starts,
             &window.doc_sources,
             window.lead_source,

@@ -21,11 +21,12 @@ use crate::progress::Progress;
 use crate::sources::Shard;
 use anyhow::{Context, anyhow};
 use dsprep_client::format::{
-    self, Dtype, InputFile, Manifest, OutputFile, SourceStats, TokenizerInfo,
+    self, Dtype, InputFile, Manifest, OutputFile, PackingStats, SourceStats, TokenizerInfo,
 };
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::SourceCounters;
 use dsprep_mixers::mixer::{share, target_shares};
+use dsprep_mixers::packer::PackingCounters;
 use dsprep_mixers::recipe::Recipe;
 use dsprep_mixers::{EngineChoice, PackedWindow};
 use failure::failed;
@@ -142,6 +143,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             chain_marks: Vec::new(),
             doc_sources: true,
             ledger: None,
+            padded: false,
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
@@ -188,7 +190,9 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
         None => {
             let ledger = PackLedger::new(recipe);
-            let writer = PackWriter::create(&options.out, dtype, windows_per_shard, Some(ledger))?;
+            let padded = loaded.recipe.packing.pool_documents().is_some();
+            let writer =
+                PackWriter::create(&options.out, dtype, windows_per_shard, Some(ledger), padded)?;
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
                 return Err(failed(writer, &partial, None, e));
             }
@@ -208,7 +212,14 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         checkpointed: continued_from,
     };
     let config = PipelineConfig::new(options.threads, pipeline::CHUNK_TEXT_BYTES);
-    let run = run_stream(&loaded, stream, start, config, &mut sink);
+    let run = run_stream(
+        &loaded,
+        stream,
+        start,
+        config,
+        loaded.packer(None),
+        &mut sink,
+    );
     let PackSink {
         meta,
         writer,
@@ -236,7 +247,9 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     }
 
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
-    let manifest = match new_manifest(&loaded, dtype, run.leftover_tokens, inputs, sources) {
+    let made = new_manifest(&loaded, dtype, run.leftover_tokens, inputs, sources)
+        .map(|m| with_packing(m, &loaded, run.packing.as_ref()));
+    let manifest = match made {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
     };
@@ -404,7 +417,31 @@ fn new_manifest(
         sources,
         chain: Vec::new(),
         phases: Vec::new(),
+        real_tokens: None,
+        packing: None,
     })
+}
+
+/// The manifest's `packing` (format 5) from `best_fit`'s counters; unchanged with `concat`.
+fn with_packing(
+    mut manifest: Manifest,
+    loaded: &LoadedRecipe,
+    counters: Option<&PackingCounters>,
+) -> Manifest {
+    let packing = &loaded.recipe.packing;
+    if let (Some(pool), Some(c)) = (packing.pool_documents(), counters) {
+        manifest.packing = Some(PackingStats {
+            strategy: packing.strategy.name().to_string(),
+            pool_documents: pool as u64,
+            pad_id: loaded.pad_id,
+            padding_tokens: c.padding_tokens,
+            documents_cut: c.documents_cut,
+            cut_pieces: c.cut_pieces,
+            pool_peak_documents: c.pool_peak_documents,
+            pool_peak_tokens: c.pool_peak_tokens,
+        });
+    }
+    manifest
 }
 
 /// Every input with its size and checksum: local files are hashed (on their own thread, beside

@@ -44,6 +44,9 @@ pub struct WriterProgress {
     /// versions, which are not continued.
     #[serde(default)]
     pub ledger: Option<PhaseLedger>,
+    /// Whether the directory holds `real_tokens.u32` (format 5: `best_fit`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub padded: bool,
 }
 
 /// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
@@ -92,6 +95,8 @@ pub struct PackWriter {
     doc_starts_offsets: HashingWriter,
     doc_sources: HashingWriter,
     lead_sources: HashingWriter,
+    /// Format 5 (`best_fit`): each window's tokens before its padding.
+    real_tokens: Option<HashingWriter>,
     num_windows: u64,
     num_doc_starts: u64,
     bytes: Vec<u8>,
@@ -104,7 +109,8 @@ pub struct PackWriter {
 
 impl PackWriter {
     /// Start a packed directory for `out` (check [`refuse_existing`] first: an existing `out` is
-    /// replaced only once the new one is complete), counting its windows into `ledger`.
+    /// replaced only once the new one is complete), counting its windows into `ledger`;
+    /// `padded`: the windows may end in padding (`best_fit`: format 5, `real_tokens.u32`).
     ///
     /// A failure once the partial directory is this pack's (its lock taken) removes it, and the
     /// error's last line says so ([`super::failure`]).
@@ -113,11 +119,20 @@ impl PackWriter {
         dtype: Dtype,
         windows_per_shard: u64,
         ledger: Option<PackLedger>,
+        padded: bool,
     ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
-        Self::create_locked(out, tmp.clone(), lock, dtype, windows_per_shard, ledger)
-            .map_err(|e| leave_partial(&tmp, None, e))
+        Self::create_locked(
+            out,
+            tmp.clone(),
+            lock,
+            dtype,
+            windows_per_shard,
+            ledger,
+            padded,
+        )
+        .map_err(|e| leave_partial(&tmp, None, e))
     }
 
     fn create_locked(
@@ -127,6 +142,7 @@ impl PackWriter {
         dtype: Dtype,
         windows_per_shard: u64,
         ledger: Option<PackLedger>,
+        padded: bool,
     ) -> anyhow::Result<Self> {
         for entry in
             std::fs::read_dir(&tmp).with_context(|| format!("cannot list {}", tmp.display()))?
@@ -146,6 +162,10 @@ impl PackWriter {
         doc_starts_offsets.write_all(&0u64.to_le_bytes())?;
         let doc_sources = create(format::DOC_SOURCES_FILE)?;
         let lead_sources = create(format::LEAD_SOURCES_FILE)?;
+        let real_tokens = match padded {
+            true => Some(create(format::REAL_TOKENS_FILE)?),
+            false => None,
+        };
         Ok(Self {
             out: out.to_path_buf(),
             tmp,
@@ -159,6 +179,7 @@ impl PackWriter {
             doc_starts_offsets,
             doc_sources,
             lead_sources,
+            real_tokens,
             num_windows: 0,
             num_doc_starts: 0,
             bytes: Vec::new(),
@@ -208,6 +229,15 @@ impl PackWriter {
         self.lead_sources
             .write_all(&window.lead_source.to_le_bytes())
             .context("cannot write the document sources")?;
+        match &mut self.real_tokens {
+            Some(file) => file
+                .write_all(&window.real_tokens.to_le_bytes())
+                .context("cannot write the real-token counts")?,
+            None if window.real_tokens as usize != window.tokens.len() => {
+                bail!("internal error: a padded window for a directory without padding")
+            }
+            None => {}
+        }
         if let Some(ledger) = &mut self.ledger {
             ledger.add(self.num_windows, window);
         }
@@ -257,6 +287,9 @@ impl PackWriter {
         self.doc_starts_offsets.sync().with_context(context)?;
         self.doc_sources.sync().with_context(context)?;
         self.lead_sources.sync().with_context(context)?;
+        if let Some(file) = &mut self.real_tokens {
+            file.sync().with_context(context)?;
+        }
         let open = usize::from(self.shard.is_some());
         Ok(WriterProgress {
             num_windows: self.num_windows,
@@ -266,6 +299,7 @@ impl PackWriter {
             chain_marks: self.chain_marks.clone(),
             doc_sources: true,
             ledger: self.ledger.as_ref().map(|l| l.counts().clone()),
+            padded: self.real_tokens.is_some(),
         })
     }
 
@@ -365,6 +399,10 @@ impl PackWriter {
             )?,
             doc_sources: reopen(format::DOC_SOURCES_FILE, progress.num_doc_starts * 2)?,
             lead_sources: reopen(format::LEAD_SOURCES_FILE, progress.num_windows * 2)?,
+            real_tokens: match progress.padded {
+                true => Some(reopen(format::REAL_TOKENS_FILE, progress.num_windows * 4)?),
+                false => None,
+            },
             tmp,
             _lock: lock,
             dtype,
@@ -435,6 +473,23 @@ impl PackWriter {
                 sha256,
             });
         }
+        manifest.real_tokens = match self.real_tokens {
+            Some(writer) => {
+                let (size_bytes, sha256) = writer
+                    .finish()
+                    .context("cannot finish the real-token counts")?;
+                Some(OutputFile {
+                    file: format::REAL_TOKENS_FILE.into(),
+                    size_bytes,
+                    sha256,
+                })
+            }
+            None => None,
+        };
+        manifest.format_version = match manifest.real_tokens {
+            Some(_) => format::FORMAT_VERSION,
+            None => format::UNPADDED_FORMAT_VERSION,
+        };
         manifest.shards = self.shards;
         manifest.num_windows = self.num_windows;
         manifest.num_doc_starts = self.num_doc_starts;

@@ -101,6 +101,22 @@ pub fn print_summary(report: &PackReport) {
             s.name, s.rows_split, s.split_pieces
         );
     }
+    if let Some(p) = &m.packing {
+        let window_tokens = m.num_windows * u64::from(m.window_tokens);
+        println!(
+            "packing: best_fit, pool of {} documents: padding {} tokens ({:.2}% of the windows' \
+             tokens, pad id {}); {} documents longer than a window cut into {} pieces, no other \
+             document cut; pool peak {} documents, {} tokens",
+            p.pool_documents,
+            p.padding_tokens,
+            100.0 * p.padding_tokens as f64 / window_tokens.max(1) as f64,
+            p.pad_id,
+            p.documents_cut,
+            p.cut_pieces,
+            p.pool_peak_documents,
+            p.pool_peak_tokens
+        );
+    }
     if m.recipe.get("lanes").is_some() {
         println!(
             "dropped tail: {} tokens (each lane's last partial window, and what the longer lanes \

@@ -9,12 +9,14 @@ use super::store::StepStore;
 use crate::driver::pipeline::ProducedDoc;
 use dsprep_mixers::ledger::{Counts, PhasePoints, share_lines};
 use dsprep_mixers::mixer::share;
+use dsprep_mixers::packer::PackingCounters;
 use dsprep_mixers::recipe::{MixUnit, Recipe};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -51,6 +53,9 @@ pub struct Metrics {
     pub phase_tokens: Vec<Vec<AtomicU64>>,
     /// CURVE handshakes admitted and refused (`serve/auth.rs`).
     pub auth: AuthCounters,
+    /// `best_fit`: the pool's capacity (the whole stream's), and per stream (lane) its packer's
+    /// counters and pool fill as of its last chunk; `None` with `concat`.
+    pub packing: Option<(u64, std::sync::Mutex<BTreeMap<u32, (PackingCounters, u64)>>)>,
 }
 
 /// What the CURVE authenticator decided.
@@ -105,6 +110,16 @@ impl Metrics {
             lanes: Vec::new(),
             input_bytes_assigned: 0,
             auth: AuthCounters::default(),
+            packing: (recipe.packing.pool_documents())
+                .map(|pool| (pool as u64, Default::default())),
+        }
+    }
+
+    /// Lane `lane`'s packer as of its last chunk (`best_fit`).
+    pub fn set_packing(&self, lane: u32, counters: &PackingCounters, pool_documents: usize) {
+        if let Some((_, streams)) = &self.packing {
+            let mut streams = streams.lock().unwrap_or_else(|p| p.into_inner());
+            streams.insert(lane, (*counters, pool_documents as u64));
         }
     }
 
@@ -227,6 +242,7 @@ impl Metrics {
                 ),
             ],
         );
+        self.render_packing(&mut scrape);
         let s = store.snapshot();
         scrape.gauge(
             "dsprep_steps",
@@ -302,6 +318,44 @@ impl Metrics {
     /// The ledger per phase: the documents and tokens produced in it per source (counters), and
     /// per source its target, realized shares of tokens and of documents, and the deviation (in
     /// the recipe's unit) as `dsprep_phase_mix{phase,source,kind}`.
+    /// `best_fit`'s counters over this daemon's streams, and its pools' fill.
+    fn render_packing(&self, scrape: &mut Scrape) {
+        let Some((capacity, streams)) = &self.packing else {
+            return;
+        };
+        let streams = streams.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total = PackingCounters::default();
+        let mut fill = 0;
+        for (counters, pool) in streams.values() {
+            total.add(counters);
+            fill += pool;
+        }
+        for (name, help, value) in [
+            (
+                "dsprep_documents_cut",
+                "Documents longer than a window cut into window-sized pieces (best_fit cuts no \
+                 other), in the streams this daemon runs",
+                total.documents_cut,
+            ),
+            (
+                "dsprep_padding_tokens",
+                "Pad tokens written after windows' last documents (best_fit)",
+                total.padding_tokens,
+            ),
+        ] {
+            scrape.counter(name, help, [(Labels::new(), value)]);
+        }
+        scrape.gauge(
+            "dsprep_packing_pool_documents",
+            "Documents waiting in the best_fit pools of this daemon's streams, and the recipe's \
+             pool (the whole stream's)",
+            [
+                (labels(&[("kind", "fill")]), fill as i64),
+                (labels(&[("kind", "capacity")]), *capacity as i64),
+            ],
+        );
+    }
+
     fn render_phases(&self, scrape: &mut Scrape) {
         let load = |counters: &Vec<AtomicU64>| counters.iter().map(|c| c.load(Relaxed)).collect();
         let counts: Vec<Counts> = (self.phase_tokens.iter().zip(&self.phase_documents))

@@ -16,6 +16,7 @@ use anyhow::anyhow;
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::checkpoint::PipelineState;
+use dsprep_mixers::packer::PackingCounters;
 use dsprep_mixers::{DocStream, PackedWindow};
 use std::time::Instant;
 
@@ -86,6 +87,7 @@ impl StepAssembler {
         step.doc_starts.push(window.doc_starts);
         step.doc_sources.push(window.doc_sources);
         step.lead_sources.push(window.lead_source);
+        step.real_tokens.push(window.real_tokens);
         step.digests.push(digest);
         if step.doc_starts.len() as u64 == self.global_batch {
             let mut next = StepData::new(step.step + 1, self.global_batch as usize);
@@ -198,7 +200,14 @@ impl Producer<'_> {
                 written: start.step,
             },
         };
-        let run = run_stream(self.loaded, stream, from, self.config, &mut sink)?;
+        let run = run_stream(
+            self.loaded,
+            stream,
+            from,
+            self.config,
+            self.loaded.packer(None),
+            &mut sink,
+        )?;
         if run.stopped {
             return Ok(Ended::Stopped);
         }
@@ -240,6 +249,10 @@ impl WindowSink for StepSink<'_> {
 
     fn document(&mut self, doc: ProducedDoc) {
         self.metrics.count_document(0, &doc);
+    }
+
+    fn packing(&mut self, counters: &PackingCounters, pool_documents: usize) {
+        self.metrics.set_packing(0, counters, pool_documents);
     }
 
     fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {

@@ -7,8 +7,8 @@ use super::nodes::progress::{Gate, LaneProgress};
 use super::owners::{Claimant, Owners};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
-    DecodeError, OLDEST_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
-    encode_doc_sources, encode_doc_starts, ok_reply_frames,
+    DecodeError, OLDEST_VERSION, PADDING_VERSION, ReplyChain, ReplyHeader, Request, RequestKind,
+    Status, encode_doc_sources, encode_doc_starts, encode_real_tokens, ok_reply_frames,
 };
 use std::cell::Cell;
 use std::sync::Arc;
@@ -27,6 +27,9 @@ pub struct Layout {
     /// one node).
     pub first_rank: u32,
     pub local_ranks: u32,
+    /// Whether windows may end in padding (`best_fit`): clients older than protocol v4 cannot
+    /// tell it from tokens, and are refused.
+    pub pads: bool,
 }
 
 impl Layout {
@@ -179,6 +182,16 @@ impl Server {
             }
         };
         let layout = self.layout;
+        if layout.pads && request.version < PADDING_VERSION {
+            let msg = format!(
+                "this daemon packs best_fit windows that end in padding, which a protocol v{} \
+                 client would train on as tokens; upgrade the trainer's dsprep_client to one that \
+                 speaks v{PADDING_VERSION} (it masks the padding)",
+                request.version
+            );
+            self.reply_error(&identity, &request, Status::UnsupportedVersion, &msg);
+            return;
+        }
         if let Some(expected) = request.recipe_hash
             && expected != layout.recipe_hash
         {
@@ -343,14 +356,18 @@ impl Server {
         self.metrics.count_reply("ok");
         let (header, starts) = (header.encode(), encode_doc_starts(&rows));
         let mut frames = vec![identity, &header, payload, &starts];
-        let sources;
-        if ok_reply_frames(request.version) == 4 {
+        let (sources, real_tokens);
+        if ok_reply_frames(request.version) >= 4 {
             let rows: Vec<&[u16]> = step.doc_sources[first_row..first_row + mb]
                 .iter()
                 .map(Vec::as_slice)
                 .collect();
             sources = encode_doc_sources(&step.lead_sources[first_row..first_row + mb], &rows);
             frames.push(&sources);
+        }
+        if ok_reply_frames(request.version) >= 5 {
+            real_tokens = encode_real_tokens(&step.real_tokens[first_row..first_row + mb]);
+            frames.push(&real_tokens);
         }
         let _ = self.router.send_multipart(frames, 0);
     }

@@ -39,6 +39,8 @@ pub struct StepData {
     /// The source of every window's document starts, and of its first token.
     pub doc_sources: Vec<Vec<u16>>,
     pub lead_sources: Vec<u16>,
+    /// Every window's tokens before its padding (the whole window without `best_fit`).
+    pub real_tokens: Vec<u32>,
     /// sha256 of every window's bytes, in order: what the stream chain links.
     pub digests: Vec<Hash>,
     /// The stream chain around the windows held (`dsprep_client::chain`).
@@ -54,6 +56,7 @@ impl StepData {
             doc_starts: Vec::with_capacity(windows),
             doc_sources: Vec::with_capacity(windows),
             lead_sources: Vec::with_capacity(windows),
+            real_tokens: Vec::with_capacity(windows),
             digests: Vec::with_capacity(windows),
             chain: StepChain::default(),
         }

@@ -73,11 +73,61 @@ pub struct PackingSpec {
     /// Tokens per training sequence; windows hold `seq_len + 1` tokens (inputs and labels
     /// overlap by one).
     pub seq_len: u32,
+    /// How documents become windows. `concat` (the default, absent from the canonical form so
+    /// that recipes written before `strategy` existed keep their hash) or `best_fit`.
+    #[serde(default, skip_serializing_if = "PackStrategy::is_concat")]
+    pub strategy: PackStrategy,
+    /// `best_fit`: documents waiting in the pool (split between lanes as the shuffle buffer is).
+    /// Filled in with [`DEFAULT_POOL_DOCUMENTS`] when absent; refused with `concat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_documents: Option<usize>,
+    /// `best_fit`: the id written after a window's last document (absent: the recipe's EOS).
+    /// Padding is marked by each window's real-token count, never by comparing ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad: Option<TokenRef>,
+}
+
+/// The pool of `best_fit` when the recipe does not size it.
+pub const DEFAULT_POOL_DOCUMENTS: usize = 10_000;
+/// The most bytes a whole `best_fit` pool may hold: `pool_documents × (seq_len + 1) × 4` (every
+/// pooled document is at most a window) must stay at or below this.
+pub const MAX_POOL_BYTES: u64 = 4 << 30;
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PackStrategy {
+    /// Concatenate documents and cut the stream into windows (documents split across windows).
+    #[default]
+    Concat,
+    /// Fill each window best-fit-decreasing from a pool of whole documents; the rest is padding.
+    BestFit,
+}
+
+impl PackStrategy {
+    fn is_concat(&self) -> bool {
+        *self == PackStrategy::Concat
+    }
+
+    /// As the recipe spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PackStrategy::Concat => "concat",
+            PackStrategy::BestFit => "best_fit",
+        }
+    }
 }
 
 impl PackingSpec {
     pub fn window_tokens(&self) -> usize {
         self.seq_len as usize + 1
+    }
+
+    /// The `best_fit` pool of the whole stream (`None` with `concat`).
+    pub fn pool_documents(&self) -> Option<usize> {
+        match self.strategy {
+            PackStrategy::Concat => None,
+            PackStrategy::BestFit => Some(self.pool_documents.unwrap_or(DEFAULT_POOL_DOCUMENTS)),
+        }
     }
 }
 
@@ -420,6 +470,7 @@ impl Recipe {
 
     /// Defaults that depend on other fields, filled in so the canonical form spells them out.
     fn fill_defaults(&mut self) {
+        self.packing.pool_documents = self.packing.pool_documents();
         for source in &mut self.sources {
             if let Some(content) = &mut source.content
                 && content.url_template.is_none()

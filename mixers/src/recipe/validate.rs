@@ -1,8 +1,8 @@
 //! Recipe validation without IO: every problem is collected, each with its field path.
 
 use super::{
-    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, MixUnit, Oversize,
-    RECIPE_VERSION, Recipe, TextField, TokenRef,
+    ContentSpec, FieldError, Format, HubLocation, MAX_DOCUMENT_BYTES_LIMIT, MAX_POOL_BYTES,
+    MixUnit, Oversize, PackStrategy, RECIPE_VERSION, Recipe, TextField, TokenRef,
 };
 use crate::split::MIN_SPLIT_LIMIT_BYTES;
 use std::collections::HashSet;
@@ -53,6 +53,7 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
             format!("must be between 1 and {MAX_SEQ_LEN}, got {seq_len}"),
         );
     }
+    packing_problems(recipe, &mut fail);
     if recipe.shuffle.buffer_size > MAX_BUFFER_SIZE {
         fail(
             "shuffle.buffer_size".into(),
@@ -175,6 +176,79 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
 
 /// `[[mix.phase]]`: a mix in tokens, points in increasing order, weights of named sources, not
 /// all zero.
+/// `[packing]` beyond `seq_len`: the pool of `best_fit` and what it needs (whether `pad` names
+/// a special token of the tokenizer is checked once the tokenizer is loaded).
+fn packing_problems(recipe: &Recipe, fail: &mut impl FnMut(String, String)) {
+    let packing = &recipe.packing;
+    let window = packing.window_tokens() as u64;
+    match packing.strategy {
+        PackStrategy::Concat => {
+            for (field, set) in [
+                ("pool_documents", packing.pool_documents.is_some()),
+                ("pad", packing.pad.is_some()),
+            ] {
+                if set {
+                    fail(
+                        format!("packing.{field}"),
+                        "only applies to strategy = \"best_fit\" (concat never pads): remove it \
+                         or set packing.strategy = \"best_fit\""
+                            .into(),
+                    );
+                }
+            }
+        }
+        PackStrategy::BestFit => {
+            let pool = packing.pool_documents().unwrap_or_default();
+            let bytes = (pool as u64).saturating_mul(window).saturating_mul(4);
+            if pool == 0 {
+                fail(
+                    "packing.pool_documents".into(),
+                    "must be at least 1 (documents waiting to fill windows; the default is 10000)"
+                        .into(),
+                );
+            } else if bytes > MAX_POOL_BYTES {
+                fail(
+                    "packing.pool_documents".into(),
+                    format!(
+                        "{pool} documents of up to {window} tokens may hold {} GiB, over the \
+                         pool's cap of {} GiB: use at most {} documents at this seq_len",
+                        bytes >> 30,
+                        MAX_POOL_BYTES >> 30,
+                        MAX_POOL_BYTES / (window * 4)
+                    ),
+                );
+            }
+            let overhead = 1 + u64::from(recipe.tokenizer.bos.is_some());
+            if window <= overhead {
+                fail(
+                    "packing.seq_len".into(),
+                    format!(
+                        "a window of {window} tokens holds nothing but the BOS/EOS every \
+                         document carries: best_fit needs seq_len of at least {overhead}"
+                    ),
+                );
+            }
+            if let Some(TokenRef::Text(text)) = &packing.pad
+                && text.is_empty()
+            {
+                fail(
+                    "packing.pad".into(),
+                    "must be a token string or id, got an empty string".into(),
+                );
+            }
+            if !recipe.mix.phases.is_empty() {
+                fail(
+                    "packing.strategy".into(),
+                    "best_fit cannot be combined with [[mix.phase]] yet: a phase's ledger counts \
+                     documents where they start in the stream, and best_fit moves them between \
+                     windows; use strategy = \"concat\" with phases"
+                        .into(),
+                );
+            }
+        }
+    }
+}
+
 fn phase_problems(recipe: &Recipe) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     let phases = &recipe.mix.phases;

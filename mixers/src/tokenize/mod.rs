@@ -321,6 +321,44 @@ impl TokenizeStage {
         self.bos
     }
 
+    /// The pad id of a `best_fit` recipe: `[packing] pad` when set, which must name a special
+    /// (added) token of the tokenizer, else the recipe's EOS. The error says what to change.
+    pub fn resolve_pad(&self, pad: Option<&TokenRef>) -> Result<u32, String> {
+        let Some(pad) = pad else {
+            return Ok(self.eos);
+        };
+        let hf = self.hf().map_err(|e| e.to_string())?;
+        let id = match pad {
+            TokenRef::Id(id) => hf.id_to_token(*id).map(|_| *id).ok_or_else(|| {
+                format!(
+                    "packing.pad = {id} is not an id of {} (its ids are 0 to {}): name one of \
+                     its special tokens, or remove pad to pad with the EOS (id {})",
+                    self.origin,
+                    self.vocab_size.saturating_sub(1),
+                    self.eos
+                )
+            })?,
+            TokenRef::Text(text) => hf.token_to_id(text).ok_or_else(|| {
+                format!(
+                    "packing.pad = {text:?} is not a token of {}: name one of its special \
+                     tokens, or remove pad to pad with the EOS (id {})",
+                    self.origin, self.eos
+                )
+            })?,
+        };
+        let decoder = hf.get_added_tokens_decoder();
+        if decoder.get(&id).is_some_and(|t| t.special) {
+            return Ok(id);
+        }
+        let text = hf.id_to_token(id).unwrap_or_default();
+        Err(format!(
+            "packing.pad = {pad} is the ordinary token {text:?} (id {id}), which text itself \
+             becomes: name a special token of {} instead, or remove pad to pad with the EOS \
+             (id {})",
+            self.origin, self.eos
+        ))
+    }
+
     /// sha256 of the `tokenizer.json` bytes, hex.
     pub fn sha256(&self) -> &str {
         &self.sha256

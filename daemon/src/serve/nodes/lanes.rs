@@ -35,6 +35,7 @@ use dsprep_client::format::Dtype;
 use dsprep_mixers::PackedWindow;
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lanes::{NodeSlice, block_lane, lane_windows_before};
+use dsprep_mixers::packer::PackingCounters;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -253,7 +254,14 @@ impl LaneRun<'_> {
             fast_forward: FastForward::new(format!("lane {lane}"), skip),
             writer,
         };
-        let run = run_stream(self.loaded, stream, from, config, &mut sink)?;
+        let run = run_stream(
+            self.loaded,
+            stream,
+            from,
+            config,
+            self.loaded.packer(Some(lane)),
+            &mut sink,
+        )?;
         let blocks = sink.blocks;
         if !run.stopped {
             tracing::info!("lane {lane} ended after {blocks} blocks");
@@ -306,6 +314,12 @@ impl WindowSink for LaneSink<'_> {
 
     fn document(&mut self, doc: ProducedDoc) {
         self.run.metrics.count_document(self.lane, &doc);
+    }
+
+    fn packing(&mut self, counters: &PackingCounters, pool_documents: usize) {
+        self.run
+            .metrics
+            .set_packing(self.lane, counters, pool_documents);
     }
 
     fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {

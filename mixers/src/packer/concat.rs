@@ -1,4 +1,4 @@
-//! The packer: concatenates tokenized documents and cuts the stream into windows of
+//! The `concat` packer: concatenates tokenized documents and cuts the stream into windows of
 //! `seq_len + 1` tokens (inputs `w[..seq_len]`, labels `w[1..]`, as torchtitan does). Documents
 //! are split across windows; there is no padding. The tokens left at the end that do not fill a
 //! window are dropped by the driver and counted ([`Packer::leftover`]).
@@ -7,32 +7,7 @@
 //! each of them came from, and the source of the document that holds its first token (a window
 //! that begins in the middle of a document has no start at 0).
 
-/// The source index of documents whose source is not known: those pending in a checkpoint
-/// written before sources were recorded (FORMAT.md v3).
-pub const UNKNOWN_SOURCE: u16 = u16::MAX;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PackedWindow {
-    pub tokens: Vec<u32>,
-    /// Offsets in `tokens` where a document begins, strictly increasing.
-    pub doc_starts: Vec<u32>,
-    /// The recipe index of each starting document's source, one per `doc_starts`.
-    pub doc_sources: Vec<u16>,
-    /// The source of the document that holds `tokens[0]`.
-    pub lead_source: u16,
-}
-
-/// The packer's whole state: the tokens of the window being filled, their document starts and
-/// sources.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PackerState {
-    pub pending: Vec<u32>,
-    pub pending_starts: Vec<u32>,
-    pub pending_sources: Vec<u16>,
-    /// The source of the document that holds `pending[0]`.
-    pub lead_source: u16,
-    pub windows_emitted: u64,
-}
+use super::{PackedWindow, PackerState};
 
 pub struct Packer {
     window_tokens: usize,
@@ -77,6 +52,7 @@ impl Packer {
                 let full =
                     std::mem::replace(&mut self.pending, Vec::with_capacity(self.window_tokens));
                 out.push(PackedWindow {
+                    real_tokens: full.len() as u32,
                     tokens: full,
                     doc_starts: std::mem::take(&mut self.pending_starts),
                     doc_sources: std::mem::take(&mut self.pending_sources),
@@ -109,6 +85,7 @@ impl Packer {
             pending_sources: self.pending_sources.clone(),
             lead_source: self.lead_source,
             windows_emitted: self.windows_emitted,
+            pool: None,
         }
     }
 
@@ -121,7 +98,11 @@ impl Packer {
                 .last()
                 .is_none_or(|&s| (s as usize) < state.pending.len())
             && state.pending_sources.len() == state.pending_starts.len();
-        if window_tokens == 0 || state.pending.len() >= window_tokens || !starts_ok {
+        if window_tokens == 0
+            || state.pending.len() >= window_tokens
+            || !starts_ok
+            || state.pool.is_some()
+        {
             return None;
         }
         let mut pending = state.pending;
@@ -159,12 +140,14 @@ mod tests {
             w,
             vec![
                 PackedWindow {
+                    real_tokens: 4,
                     tokens: vec![1, 2, 3, 4],
                     doc_starts: vec![0, 3],
                     doc_sources: vec![0, 1],
                     lead_source: 0,
                 },
                 PackedWindow {
+                    real_tokens: 4,
                     tokens: vec![5, 6, 7, 8],
                     doc_starts: vec![],
                     doc_sources: vec![],
@@ -181,6 +164,7 @@ mod tests {
         assert_eq!(
             w[1],
             PackedWindow {
+                real_tokens: 2,
                 tokens: vec![3, 4],
                 doc_starts: vec![0],
                 doc_sources: vec![1],
