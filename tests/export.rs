@@ -9,7 +9,7 @@ mod support;
 
 use dsprep_client::PackedDataset;
 use std::path::Path;
-use support::{dsprep_fails, dsprep_ok, pack_dataset, quickstart};
+use support::{dsprep_fails, dsprep_ok, pack_dataset, quickstart, recipe_variant};
 
 /// The packed stream's token ids, and where each document starts in it.
 fn stream(packed: &PackedDataset) -> (Vec<u32>, Vec<usize>) {
@@ -204,6 +204,107 @@ fn hf_datasets_export_is_the_stream_in_seq_len_blocks() {
         }
     }
     assert_eq!(rows, tokens.len() / seq_len, "every whole block, in order");
+}
+
+/// Column `name` of an Arrow batch, row `r`, as i64s.
+fn row_of(batch: &arrow_array::RecordBatch, name: &str, r: usize) -> Vec<i64> {
+    use arrow_array::cast::AsArray;
+    let list = batch
+        .column_by_name(name)
+        .unwrap()
+        .as_list::<i32>()
+        .value(r);
+    match list.data_type() {
+        arrow_schema::DataType::Int8 => (list.as_primitive::<arrow_array::types::Int8Type>())
+            .values()
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect(),
+        _ => (list.as_primitive::<arrow_array::types::Int32Type>())
+            .values()
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect(),
+    }
+}
+
+/// A best_fit pack: Megatron gets every whole document and no padding; the datasets directory
+/// one row per window with `attention_mask` 0 and `labels` -100 exactly on the padding.
+#[test]
+fn a_best_fit_pack_exports_whole_documents_and_masked_padding() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = recipe_variant(
+        &quickstart(),
+        tmp.path(),
+        "bf.toml",
+        &[("seq_len = 512", "seq_len = 512\nstrategy = \"best_fit\"")],
+    );
+    let dir = tmp.path().join("packed");
+    let packed = pack_dataset(&recipe, &dir);
+    let seq_len = packed.manifest().seq_len as usize;
+    let mut documents = Vec::new();
+    let mut windows = Vec::new();
+    for w in 0..packed.num_windows() {
+        let window = packed.window(w).unwrap();
+        let (tokens, real) = (window.tokens.to_vec(), window.real_tokens as usize);
+        let ends = window.doc_starts.iter().skip(1).map(|&s| s as usize);
+        for (&start, end) in window.doc_starts.iter().zip(ends.chain([real])) {
+            documents.push(tokens[start as usize..end].to_vec());
+        }
+        windows.push((tokens, real));
+    }
+    let prefix = tmp.path().join("mega");
+    let export = |to: &str, out: &Path| {
+        let args = [
+            "export",
+            dir.to_str().unwrap(),
+            "--to",
+            to,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        dsprep_ok(&args)
+    };
+    export("megatron", &prefix);
+    let index = read_index(&tmp.path().join("mega.idx"));
+    let bin = std::fs::read(tmp.path().join("mega.bin")).unwrap();
+    let ids: Vec<u32> = bin
+        .chunks_exact(2)
+        .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+        .collect();
+    let mut at = 0;
+    let got: Vec<Vec<u32>> = (index.lengths.iter())
+        .map(|&n| {
+            at += n as usize;
+            ids[at - n as usize..at].to_vec()
+        })
+        .collect();
+    assert!(
+        got == documents,
+        "Megatron's sequences are the windows' documents"
+    );
+
+    let out = tmp.path().join("hf");
+    export("hf-datasets", &out);
+    let file = std::fs::File::open(out.join("data-00000-of-00001.arrow")).unwrap();
+    let mut rows = 0;
+    for batch in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
+        let batch = batch.unwrap();
+        for r in 0..batch.num_rows() {
+            let (tokens, real) = &windows[rows];
+            let real = (*real).min(seq_len);
+            let want: Vec<i64> = tokens[..seq_len].iter().map(|&t| i64::from(t)).collect();
+            assert_eq!(row_of(&batch, "input_ids", r), want, "row {rows}");
+            let mask: Vec<i64> = (0..seq_len).map(|i| i64::from(i < real)).collect();
+            assert_eq!(row_of(&batch, "attention_mask", r), mask, "row {rows}");
+            let labels: Vec<i64> = (0..seq_len)
+                .map(|i| if i < real { want[i] } else { -100 })
+                .collect();
+            assert_eq!(row_of(&batch, "labels", r), labels, "row {rows}");
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, windows.len(), "one row per window");
 }
 
 #[test]

@@ -72,6 +72,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
             (0..batch.rows()).map(|i| batch.doc_sources(i)).collect();
         let lead_sources: Option<Vec<u16>> =
             (0..batch.rows()).map(|i| batch.lead_source(i)).collect();
+        let real_tokens: Vec<u32> = (0..batch.rows()).map(|i| batch.real_tokens(i)).collect();
         let chain = h.chain.map(|c| {
             serde_json::json!({
                 "step_start": chain::to_hex(&c.step_start), "rows_start": chain::to_hex(&c.rows_start),
@@ -82,7 +83,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
             "step": h.step, "rank": h.rank, "world_size": h.world_size, "micro_batch": h.micro_batch,
             "window_tokens": h.window_tokens, "dtype_bytes": h.dtype_bytes, "recipe_hash": hex::encode(h.recipe_hash),
             "first_window": h.first_window, "doc_starts": doc_starts, "chain": chain,
-            "doc_sources": doc_sources, "lead_sources": lead_sources,
+            "doc_sources": doc_sources, "lead_sources": lead_sources, "real_tokens": real_tokens,
         });
         writeln!(headers, "{line}")?;
         // Flushed per step: a tap killed mid-run leaves every completed step on disk.

@@ -6,6 +6,7 @@ pub mod daemon;
 mod fetched_tokenizer;
 pub mod nodes;
 pub mod parquet_pages;
+pub mod serve_run;
 pub mod taps;
 pub mod watch;
 
