@@ -13,7 +13,7 @@ use support::daemon::{
     Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, headers, tap_all,
 };
 use support::nodes::{multinode, node_args};
-use support::serve_run::Run;
+use support::serve_run::{Run, global_batches};
 use support::*;
 
 const BEST_FIT: &str = "seq_len = 512\nstrategy = \"best_fit\"\npool_documents = 300\n";
@@ -199,13 +199,6 @@ fn node_daemons_and_lane_parts_give_exactly_the_packed_best_fit_stream() {
         "parts + finish differ from one pack"
     );
     assert!(dsprep_ok(&["verify", parts.to_str().unwrap()]).starts_with("ok: "));
-}
-
-/// Windows `[step × gb, (step + 1) × gb)` for `steps`, as bytes.
-fn global_batches(data: &PackedDataset, gb: u64, steps: std::ops::Range<u64>) -> Vec<u8> {
-    (steps.start * gb..steps.end * gb)
-        .flat_map(|w| data.window(w).unwrap().tokens.as_bytes().to_vec())
-        .collect()
 }
 
 #[test]

@@ -9,8 +9,8 @@ mod support;
 use dsprep::checkpoint::CheckpointDir;
 use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
-use support::daemon::Daemon;
-use support::serve_run::Run;
+use support::daemon::tap;
+use support::serve_run::{Run, global_batches};
 use support::*;
 
 /// The quickstart with another shuffle buffer, mixed in documents or in tokens, written with
@@ -24,13 +24,6 @@ fn quickstart_with_buffer(dir: &Path, buffer: usize, unit: &str) -> PathBuf {
             ("[mix]\n", &format!("[mix]\nunit = {unit:?}\n")),
         ],
     )
-}
-
-/// Windows `[step × gb, (step + 1) × gb)` for `steps`, as bytes.
-fn global_batches(dataset: &PackedDataset, gb: u64, steps: std::ops::Range<u64>) -> Vec<u8> {
-    (steps.start * gb..steps.end * gb)
-        .flat_map(|w| dataset.window(w).unwrap().tokens.as_bytes().to_vec())
-        .collect()
 }
 
 #[test]
@@ -428,6 +421,16 @@ fn a_killed_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
 fn a_killed_pack_mixed_in_tokens_continues_where_it_stopped_and_writes_the_same_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     killed_pack_continues(tmp.path(), &quickstart_in_tokens(tmp.path()));
+}
+
+/// `best_fit`: the pool is in the checkpoint, and the padding's counts file is cut back with the
+/// others.
+#[test]
+fn a_killed_best_fit_pack_continues_where_it_stopped_and_writes_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let replace = [("seq_len = 512", "seq_len = 512\nstrategy = \"best_fit\"")];
+    let recipe = quickstart_variant(tmp.path(), "bf.toml", &replace);
+    killed_pack_continues(tmp.path(), &recipe);
 }
 
 /// The kill comes after the first 1 MiB shard (~524 k tokens): past a phase boundary at 300 k

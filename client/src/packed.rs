@@ -313,8 +313,9 @@ impl PackedDataset {
     }
 }
 
-/// `real_tokens.u32`, checked: one count per window, each at most a window and past the window's
-/// last document start (a window begins with a document and ends with its padding).
+/// `real_tokens.u32`, checked: one count per window, each 1 to a window's tokens. (That every
+/// window starts a document and all its starts lie before its real tokens is `dsprep verify`'s
+/// to check, with the tokens.)
 fn map_real_tokens(dir: &Path, file: &OutputFile, manifest: &Manifest) -> Result<Mmap, ReadError> {
     let map = map_file(dir, file)?;
     let corrupt = |message: String| ReadError::Corrupt {

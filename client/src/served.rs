@@ -215,7 +215,8 @@ impl ServedBatch {
         slice(self.row(i), 0, self.header.window_tokens as usize - 1)
     }
 
-    /// Row `i`'s labels: its last `seq_len` tokens.
+    /// Row `i`'s labels: its last `seq_len` tokens as they are, padding included; a loss wants
+    /// [`ServedBatch::masked_labels`] when the daemon pads (`best_fit`).
     pub fn labels(&self, i: usize) -> TokenSlice<'_> {
         slice(self.row(i), 1, self.header.window_tokens as usize)
     }

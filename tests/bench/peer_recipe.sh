@@ -8,6 +8,7 @@
 #   SPLIT_BYTES=16384 peer_recipe …       # oversize = "split" at that max_document_bytes for the
 #                                         # sources in SPLIT_SOURCES (default: the-stack-v2)
 #   PEER_WEIGHTS="w1 w2 w3 w4 w5" peer_recipe …   # other weights, in the sources' order
+#   POOL_DOCUMENTS=10000 peer_recipe …    # [packing] strategy = "best_fit" with that pool
 # bench_tokenizer NAME: sets TOK (the tokenizer.json's path) and EOS for gpt2, qwen3, llama3 or
 # llama2 (the last two fetched by config/tokenizers/fetch.sh). Needs ROOT (the repository).
 bench_tokenizer() {
@@ -30,6 +31,7 @@ dsprep_bin() {
 
 peer_recipe() {
   printf 'version = 1\n[tokenizer]\npath = "%s"\neos = "%s"\n[packing]\nseq_len = %s\n' "$TOK" "${EOS:-<|endoftext|>}" "$1"
+  if [ -n "${POOL_DOCUMENTS:-}" ]; then printf 'strategy = "best_fit"\npool_documents = %s\n' "$POOL_DOCUMENTS"; fi
   printf '[shuffle]\nseed = 0\nbuffer_size = %s\n[mix]\nstopping = "first_exhausted"\nunit = "%s"\n' "$2" "${MIX_UNIT:-documents}"
   if [ "${3:-0}" != 0 ]; then printf '[lanes]\ncount = %s\nblock_windows = 4\n' "$3"; fi
   local s name weight col k=0 weights   # must not clobber the caller's variables

@@ -4,6 +4,7 @@
 # 100k-document shuffle buffer; and the checkpoint's write time and size.
 #
 # usage: tests/bench/resume_bench.sh CORPUS_DIR     (CORPUS_DIR from make_short_docs.py)
+#        POOL_DOCUMENTS=10000 tests/bench/resume_bench.sh CORPUS_DIR   # [packing] best_fit
 # Needs a release build: cargo build --release -p dsprep (DSPREP_BIN overrides the binary).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -19,6 +20,7 @@ path = "$ROOT/config/tokenizers/gpt2/tokenizer.json"
 eos = "<|endoftext|>"
 [packing]
 seq_len = 2048
+$([ -n "${POOL_DOCUMENTS:-}" ] && printf 'strategy = "best_fit"\npool_documents = %s' "$POOL_DOCUMENTS")
 [shuffle]
 seed = 0
 buffer_size = 100000

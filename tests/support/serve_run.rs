@@ -2,7 +2,16 @@
 //! checkpoints in a state directory, and pull global batches through real `dsprep tap` ranks.
 
 use super::daemon::{Daemon, tap};
+use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
+
+/// Windows `[step × gb, (step + 1) × gb)` of `data` for `steps`, as bytes: what the ranks of a
+/// global batch of `gb` windows get, put back together.
+pub fn global_batches(data: &PackedDataset, gb: u64, steps: std::ops::Range<u64>) -> Vec<u8> {
+    (steps.start * gb..steps.end * gb)
+        .flat_map(|w| data.window(w).unwrap().tokens.as_bytes().to_vec())
+        .collect()
+}
 
 /// A daemon of `recipe` on `dir/d.sock` with its state in `state`, checkpointing every `every`
 /// steps and keeping 3.

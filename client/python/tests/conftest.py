@@ -1,7 +1,7 @@
 """Fixtures for the Python client's tests: the real `dsprep` binary (`DSPREP_BIN`, default
 `<repo>/target/debug/dsprep`), a `dsprep serve` process on an ipc socket in a temp dir (or the
-endpoint given), and the quickstart packed once per session by `dsprep pack`. No mocks: real
-processes, real sockets.
+endpoint given), and the quickstart packed once per session by `dsprep pack` (as shipped, and
+as a `best_fit` variant whose windows end in padding). No mocks: real processes, real sockets.
 """
 
 from __future__ import annotations
@@ -125,18 +125,47 @@ def daemon_factory(tmp_path):
         d.stop()
 
 
-@pytest.fixture(scope="session")
-def packed_dir(tmp_path_factory) -> Path:
-    """The quickstart packed by `dsprep pack`: what every rank must be served."""
-    out = tmp_path_factory.mktemp("pack") / "packed"
+def pack(recipe: Path, out: Path) -> Path:
     done = subprocess.run(
-        [str(dsprep_bin()), "pack", "--recipe", str(QUICKSTART), "--out", str(out), "--quiet"],
+        [str(dsprep_bin()), "pack", "--recipe", str(recipe), "--out", str(out), "--quiet"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def packed_dir(tmp_path_factory) -> Path:
+    """The quickstart packed by `dsprep pack`: what every rank must be served."""
+    return pack(QUICKSTART, tmp_path_factory.mktemp("pack") / "packed")
+
+
+#: The `best_fit` variant's `[packing]` additions: a pool small enough that the quickstart's
+#: windows often end in padding.
+BEST_FIT_PACKING = 'strategy = "best_fit"\npool_documents = 200\n'
+
+
+@pytest.fixture(scope="session")
+def best_fit_recipe(tmp_path_factory) -> Path:
+    """The quickstart's recipe with `[packing] strategy = "best_fit"` and `pool_documents = 200`,
+    in a temp dir (its relative paths made absolute)."""
+    text = QUICKSTART.read_text()
+    config = QUICKSTART.parent
+    edits = [("[packing]\n", "[packing]\n" + BEST_FIT_PACKING), ('"tokenizers/', f'"{config}/tokenizers/'), ('"samples/', f'"{config}/samples/')]
+    for old, new in edits:
+        assert old in text, f"{QUICKSTART} changed: no {old!r} in it"
+        text = text.replace(old, new)
+    recipe = tmp_path_factory.mktemp("best_fit") / "recipe.toml"
+    recipe.write_text(text)
+    return recipe
+
+
+@pytest.fixture(scope="session")
+def best_fit_dir(best_fit_recipe) -> Path:
+    """The `best_fit` quickstart packed by `dsprep pack` (format 5)."""
+    return pack(best_fit_recipe, best_fit_recipe.parent / "packed")
 
 
 class RawWindows:
@@ -146,7 +175,7 @@ class RawWindows:
     def __init__(self, packed: Path):
         import json
 
-        m = json.loads((packed / "manifest.json").read_text())
+        self.manifest = m = json.loads((packed / "manifest.json").read_text())
         dtype = "<u2" if m["dtype"] == "u16" else "<u4"
         self.window_tokens = m["window_tokens"]
         self.tokens = np.concatenate([np.fromfile(packed / s["file"], dtype=dtype) for s in m["shards"]]).reshape(-1, self.window_tokens)
@@ -156,6 +185,11 @@ class RawWindows:
         self.num_windows = m["num_windows"]
         self.doc_sources_all = np.fromfile(packed / "doc_sources.u16", dtype="<u2")
         self.lead_sources = np.fromfile(packed / "lead_sources.u16", dtype="<u2")
+        # Format 5 (best_fit): each window's tokens before its padding; without it, every token.
+        if "real_tokens" in m:
+            self.real_tokens = np.fromfile(packed / "real_tokens.u32", dtype="<u4")
+        else:
+            self.real_tokens = np.full(self.num_windows, self.window_tokens)
 
     def doc_sources(self, window: int) -> np.ndarray:
         return self.doc_sources_all[self.offsets[window] : self.offsets[window + 1]]
@@ -189,3 +223,8 @@ class RawWindows:
 @pytest.fixture(scope="session")
 def raw(packed_dir) -> RawWindows:
     return RawWindows(packed_dir)
+
+
+@pytest.fixture(scope="session")
+def best_fit_raw(best_fit_dir) -> RawWindows:
+    return RawWindows(best_fit_dir)

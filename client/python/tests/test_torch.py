@@ -1,11 +1,12 @@
 """The torch adapter with a real torch: tensors equal the served numpy batches, served and packed
-sources are interchangeable, and the state round-trips, also through torchdata's
-StatefulDataLoader when that is installed.
+sources are interchangeable, padding (best_fit) is ignored by the loss, and the state round-trips,
+also through torchdata's StatefulDataLoader when that is installed.
 
 CI installs torch and torchdata (into a venv cached outside the clone, `client/python/extras-venv.sh`)
 and sets DSPREP_REQUIRE_EXTRAS=1: there a missing torch fails these tests instead of skipping them.
 Elsewhere they are skipped, with the reason printed, where torch is not installed."""
 
+import itertools
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ else:
         "CI runs these tests there)",
     )
 
-from dsprep_client import Client, DsprepIterableDataset, RecipeMismatch  # noqa: E402
+from dsprep_client import Client, DsprepIterableDataset, PackedDataset, RecipeMismatch  # noqa: E402
 
 
 def test_yields_torch_tensors_equal_to_the_numpy_batches(daemon_factory, packed_dir):
@@ -46,6 +47,34 @@ def test_yields_torch_tensors_equal_to_the_numpy_batches(daemon_factory, packed_
         assert np.array_equal(a["position_ids"].numpy(), want.position_ids)
         assert all(torch.equal(x, torch.from_numpy(y)) for x, y in zip(a["cu_seqlens"], want.cu_seqlens))
     reference.close()
+
+
+def test_best_fit_items_carry_real_tokens_and_the_loss_ignores_the_padding(daemon_factory, best_fit_recipe, best_fit_dir, best_fit_raw):
+    mb, steps = 4, 200
+    packed = DsprepIterableDataset(str(best_fit_dir), micro_batch=mb, rank=0, world_size=1)
+    daemon = daemon_factory(recipe=best_fit_recipe, world_size=1, micro_batch=mb, prefetch=8)
+    served = iter(DsprepIterableDataset(daemon.endpoint, rank=0, world_size=1, timeout=10))
+    reference = PackedDataset(best_fit_dir, micro_batch=mb)
+    padded = 0
+    for item in itertools.islice(packed, steps):
+        want, other = reference.batch_at(item["step"]), next(served)
+        for key in ("input_ids", "labels", "position_ids", "real_tokens", "cu_seqlens_flat"):
+            assert torch.equal(item[key], other[key]), key
+        assert item["real_tokens"].dtype == torch.int64 and item["real_tokens"].shape == (mb,)
+        assert item["real_tokens"].tolist() == want.real_tokens.tolist()
+        assert item["labels"].dtype == torch.int64 and torch.equal(item["labels"], torch.from_numpy(want.labels))
+        assert torch.equal(item["position_ids"], torch.from_numpy(want.position_ids))
+        for i, (w, real) in enumerate(zip(want.window_indices(), item["real_tokens"].tolist())):
+            labels = item["labels"][i]
+            assert torch.all(labels[real - 1 :] == -100), f"window {w}: -100 from the last real token on"
+            assert torch.equal(labels[: real - 1], torch.from_numpy(best_fit_raw.tokens[w, 1:real].astype(np.int64)))
+            assert torch.all(item["position_ids"][i, real:] == 0)
+            if real < best_fit_raw.window_tokens and not padded:
+                # The loss counts exactly the real next tokens: -100 is cross_entropy's ignore index.
+                loss = torch.nn.functional.cross_entropy(torch.zeros(512, 50257), labels, reduction="none")
+                assert torch.equal(loss > 0, torch.arange(512) < real - 1)
+            padded += real < best_fit_raw.window_tokens
+    assert padded >= 20, "the steps compared hold padded rows"
 
 
 def test_state_dict_round_trip(daemon_factory, raw):

@@ -174,8 +174,6 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
     errors
 }
 
-/// `[[mix.phase]]`: a mix in tokens, points in increasing order, weights of named sources, not
-/// all zero.
 /// `[packing]` beyond `seq_len`: the pool of `best_fit` and what it needs (whether `pad` names
 /// a special token of the tokenizer is checked once the tokenizer is loaded).
 fn packing_problems(recipe: &Recipe, fail: &mut impl FnMut(String, String)) {
@@ -249,6 +247,8 @@ fn packing_problems(recipe: &Recipe, fail: &mut impl FnMut(String, String)) {
     }
 }
 
+/// `[[mix.phase]]`: a mix in tokens, points in increasing order, weights of named sources, not
+/// all zero.
 fn phase_problems(recipe: &Recipe) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     let phases = &recipe.mix.phases;

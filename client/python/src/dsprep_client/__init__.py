@@ -1,12 +1,12 @@
-"""Python trainer client of dsprep: `Client` speaks wire protocol v2 to `dsprep serve` (one rank,
-checking the stream chain of every step),
-`PackedDataset` reads a `dsprep pack` directory with the same batch API, and
-`DsprepIterableDataset` wraps either for torch (imported lazily: torch is optional).
+"""Python trainer client of dsprep: `Client` speaks wire protocol v4 to `dsprep serve` (one rank,
+checking the stream chain of every step), `PackedDataset` reads a `dsprep pack` directory (format
+v5) with the same batch API, and `DsprepIterableDataset` wraps either for torch (imported lazily:
+torch is optional). A `Batch`'s labels carry `IGNORE_INDEX` (-100) where the next token is padding.
 """
 
 from typing import Any
 
-from .batch import Batch
+from .batch import IGNORE_INDEX, Batch
 from .client import Client
 from .errors import (
     ChainMismatch,
@@ -37,6 +37,7 @@ __all__ = [
     "DaemonGone",
     "DsprepError",
     "DsprepIterableDataset",
+    "IGNORE_INDEX",
     "LayoutMismatch",
     "Malformed",
     "Unauthorized",

@@ -1,8 +1,8 @@
 """One trainer rank's connection to `dsprep serve`: `next_batch()` / `batch_at(step)` over a
 ZeroMQ DEALER socket, with a timeout per attempt, reconnect, and the 20 ms step-ahead retry of
-the Rust client (client/src/served.rs). Batches are numpy views of the received frames. With
-CURVE keys the connection is authenticated and encrypted, and a refused handshake raises
-`Unauthorized` (curve.py).
+the Rust client (client/src/served.rs). A batch's tokens are numpy views of the received
+frames. With CURVE keys the connection is authenticated and encrypted, and a refused handshake
+raises `Unauthorized` (curve.py).
 """
 
 from __future__ import annotations

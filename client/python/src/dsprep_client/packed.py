@@ -1,7 +1,9 @@
-"""Reader of a `dsprep pack` output directory (FORMAT.md, format v1) through numpy.memmap, with
-the batch API of the served client: `batch_at(step)`, `next_batch()`, `rank`, `world_size`,
-`micro_batch`, `state_dict()`. A trainer switches between served and packed data by swapping
-one object. Opening checks the manifest and file sizes (cheap); `dsprep verify` checks checksums.
+"""Reader of a `dsprep pack` output directory (FORMAT.md, format v5; v1 to v4 are still read)
+through numpy.memmap, with the batch API of the served client: `batch_at(step)`, `next_batch()`,
+`rank`, `world_size`, `micro_batch`, `state_dict()`. A trainer switches between served and packed
+data by swapping one object. Opening checks the manifest, the file sizes and the real-token
+counts (cheap); `dsprep verify` checks checksums. The windows of a pack without
+`real_tokens.u32` (`concat`, format 4 and older) have no padding: `window_tokens` real tokens.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from .parallel import data_parallel, parallel_from_env
 from .errors import ConfigError, DsprepError, RecipeMismatch
 
 FORMAT_NAME = "dsprep-packed"
-#: The version `dsprep pack` writes (2 adds the stream chain, 3 the documents' sources, 4 the
-#: manifest's phase ledger); 1 is still read.
-FORMAT_VERSION = 4
+#: The newest version `dsprep pack` writes (2 adds the stream chain, 3 the documents' sources, 4
+#: the manifest's phase ledger, 5 padded windows: `real_tokens.u32` and the manifest's `packing`;
+#: a pack without padding is still written as 4); 1 is still read.
+FORMAT_VERSION = 5
 OLDEST_FORMAT_VERSION = 1
 
 
 class PackedFormatError(DsprepError):
-    """The directory is not a readable packed output of format v1."""
+    """The directory is not a readable packed output (format v1 to v5), naming the file at fault."""
 
 
 class PackedDataset:
@@ -82,6 +85,10 @@ class PackedDataset:
             self._lead_sources = self._map(m["lead_sources"], np.dtype("<u2"))
             if len(self._doc_sources) != len(self._doc_starts) or len(self._lead_sources) != self.num_windows:
                 raise PackedFormatError(f"{self.path}: doc_sources.u16 / lead_sources.u16 do not match the document index")
+        # Format 5 (`best_fit`): each window's tokens before its padding.
+        self._real_tokens: Optional[np.ndarray] = None
+        if "real_tokens" in m:
+            self._real_tokens = self._map_real_tokens(m["real_tokens"])
         self.num_steps = self.num_windows // (self.dp_size * self.micro_batch)
         #: The step `next_batch` reads next.
         self.next_step = 0
@@ -111,6 +118,10 @@ class PackedDataset:
         """The source of the document holding window `index`'s first token (None before format 3)."""
         return None if self._lead_sources is None else int(self._lead_sources[index])
 
+    def window_real_tokens(self, index: int) -> int:
+        """Window `index`'s tokens before its padding (`window_tokens` in a pack without padding)."""
+        return self.window_tokens if self._real_tokens is None else int(self._real_tokens[index])
+
     def batch_at(self, step: int) -> Optional[Batch]:
         """This rank's rows at `step`, or None past the last step; `next_batch` continues after it."""
         if step < 0:
@@ -129,6 +140,7 @@ class PackedDataset:
         if self._doc_sources is not None and self._lead_sources is not None:
             sources = [self.window_doc_sources(i) for i in rows]
             leads = np.asarray(self._lead_sources[first : first + self.micro_batch])
+        real = None if self._real_tokens is None else np.asarray(self._real_tokens[first : first + self.micro_batch])
         self.next_step = step + 1
         return Batch(
             step=step,
@@ -141,6 +153,7 @@ class PackedDataset:
             recipe_hash=self.served_recipe_hash,
             doc_sources=sources,
             lead_sources=leads if sources is not None else None,
+            real_tokens=real,
         )
 
     def next_batch(self) -> Optional[Batch]:
@@ -171,6 +184,20 @@ class PackedDataset:
         if size == 0:
             return np.zeros(0, dtype=dtype)
         return np.memmap(path, dtype=dtype, mode="r")
+
+    def _map_real_tokens(self, entry: Dict[str, Any]) -> np.ndarray:
+        """`real_tokens.u32`, checked as the Rust reader does: one count per window, each 1 to
+        `window_tokens`."""
+        counts = self._map(entry, np.dtype("<u4"))
+        path = self.path / entry["file"]
+        if len(counts) != self.num_windows:
+            raise PackedFormatError(f"{path}: holds {4 * len(counts)} bytes, not {self.num_windows} counts")
+        bad = np.flatnonzero((counts == 0) | (counts > self.window_tokens))
+        if len(bad):
+            raise PackedFormatError(
+                f"{path}: window {bad[0]} has {counts[bad[0]]} real tokens; a window holds 1 to {self.window_tokens}"
+            )
+        return counts
 
     def _map_shard(self, entry: Dict[str, Any]) -> np.ndarray:
         flat = self._map(entry, self._dtype)

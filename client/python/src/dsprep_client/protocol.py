@@ -1,11 +1,13 @@
-"""Wire protocol v3 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+"""Wire protocol v4 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
 describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
 
-A request is one 64-byte frame. A reply is a header (224 bytes from v2: v1's 96, then the stream
-chain around the rank's rows and the step; a reply speaks the request's version), then the token
-frame, the document-boundary frame and (v3) the document-source frame (ok), nothing (end of data)
-or one UTF-8 message (an error status, raised as its exception class). Token, boundary and source
-frames become numpy views without a copy.
+A request is one frame (64 bytes in v1 and v2, 80 from v3). A reply is a header (224 bytes from
+v2: v1's 96, then the stream chain around the rank's rows and the step; a reply speaks the
+request's version), then the token frame, the document-boundary frame, (v3) the document-source
+frame and (v4) the real-token frame (ok), nothing (end of data) or one UTF-8 message (an error
+status, raised as its exception class). Token, boundary, source and real-token frames become
+numpy views without a copy. A daemon whose windows end in padding (`best_fit`) refuses requests
+older than v4, whose clients would train on the padding.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import numpy as np
 from .batch import Batch
 from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
 
-#: The version this client sends: 3 adds the document-source frame.
-PROTOCOL_VERSION = 3
+#: The version this client sends: 3 adds the document-source frame, 4 the real-token frame.
+PROTOCOL_VERSION = 4
 #: The oldest version the daemon answers.
 OLDEST_VERSION = 1
 REQUEST_MAGIC = b"DSPQ"
@@ -30,7 +32,7 @@ REPLY_HEADER_LEN = REPLY_HEADER_V1_LEN + 4 * 32
 KIND_BATCH = 1
 #: Version 3: the trainer process is done with its rank (no reply).
 KIND_RELEASE = 2
-#: A version 3 request: v2's 64 bytes, then the owner's global rank, 4 reserved bytes, session.
+#: A request from version 3 on: v2's 64 bytes, then the owner's global rank, 4 reserved bytes, session.
 REQUEST_V3_LEN = 80
 STATUS_OK = 0
 STATUS_END_OF_DATA = 1
@@ -138,7 +140,7 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
     if header.status != STATUS_OK:
         message = bytes(frame_view(frames[1])).decode("utf-8", "replace") if len(frames) > 1 else ""
         raise STATUS_ERRORS[header.status](message, header)
-    expected = 4 if header.version >= 3 else 3
+    expected = ok_reply_frames(header.version)
     if len(frames) != expected:
         raise ProtocolError(f"an ok reply of version {header.version} has {expected} frames, got {len(frames)}")
     tokens_view, docs_view = frame_view(frames[1]), frame_view(frames[2])
@@ -148,9 +150,11 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
     tokens = np.frombuffer(tokens_view, dtype=dtype).reshape(header.micro_batch, header.window_tokens)
     tokens.flags.writeable = False  # a view of the received frame: the same bytes the daemon sent
     doc_starts = decode_doc_starts(docs_view, header.micro_batch, header.window_tokens)
-    leads, sources = None, None
-    if expected == 4:
+    leads, sources, real_tokens = None, None, None
+    if expected >= 4:
         leads, sources = decode_doc_sources(frame_view(frames[3]), doc_starts)
+    if expected >= 5:
+        real_tokens = decode_real_tokens(frame_view(frames[4]), header.micro_batch, header.window_tokens)
     num_steps = None if header.num_steps == UNKNOWN_STEPS else header.num_steps
     return Batch(
         step=header.step,
@@ -164,7 +168,27 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
         chain=header.chain,
         doc_sources=sources,
         lead_sources=leads,
+        real_tokens=real_tokens,
     )
+
+
+def ok_reply_frames(version: int) -> int:
+    """The frames of an ok reply in `version`: header, tokens, document starts, from v3 the
+    document sources, from v4 the real tokens."""
+    return 3 if version <= 2 else 4 if version == 3 else 5
+
+
+def decode_real_tokens(view: memoryview, rows: int, window_tokens: int) -> np.ndarray:
+    """The real-token frame (v4): a u32 per row, the tokens before its padding (`window_tokens`
+    from a daemon that does not pad); checked (1 to `window_tokens` each), then a uint32 view."""
+    if len(view) != 4 * rows:
+        raise ProtocolError(f"real-token frame: {len(view)} bytes, {rows} rows need {4 * rows}")
+    counts = np.frombuffer(view, dtype="<u4")
+    counts.flags.writeable = False
+    bad = counts[(counts == 0) | (counts > window_tokens)]
+    if len(bad):
+        raise ProtocolError(f"real-token frame: a row of {window_tokens} tokens cannot hold {bad[0]} real tokens")
+    return counts
 
 
 def decode_doc_sources(view: memoryview, doc_starts: list) -> tuple:

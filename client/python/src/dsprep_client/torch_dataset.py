@@ -26,14 +26,18 @@ Source = Union[Client, PackedDataset]
 
 
 def to_tensors(batch: Batch) -> Dict[str, Any]:
-    """A batch as torch tensors: ids, labels and positions as int64 `[micro_batch, seq_len]`,
-    `cu_seqlens` per row and `cu_seqlens_flat` (int32), `step` as an int, and where the daemon or
-    pack records them (protocol v3, format 3) `input_sources`: int64 `[micro_batch, seq_len]`,
-    the recipe source index of every input token, to log the loss per source."""
+    """A batch as torch tensors: ids, labels and positions as int64 `[micro_batch, seq_len]`
+    (labels -100, torch's ignore index, where the next token is padding; positions 0 there),
+    `real_tokens` as int64 `[micro_batch]` (each row's tokens before its padding: `seq_len + 1`
+    without padding), `cu_seqlens` per row (over the real inputs) and `cu_seqlens_flat` (int32,
+    see `Batch.cu_seqlens_flat`), `step` as an int, and where the daemon or pack records them
+    (protocol v3, format 3) `input_sources`: int64 `[micro_batch, seq_len]`, the recipe source
+    index of every input token, to log the loss per source."""
     as_long = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
     out = {
         "input_ids": as_long(batch.input_ids),
         "labels": as_long(batch.labels),
+        "real_tokens": as_long(batch.real_tokens),
         "position_ids": torch.from_numpy(batch.position_ids),
         "cu_seqlens": [torch.from_numpy(cu) for cu in batch.cu_seqlens],
         "cu_seqlens_flat": torch.from_numpy(batch.cu_seqlens_flat),
