@@ -44,7 +44,7 @@ fn header() -> ReplyHeader {
 fn request_round_trips_and_has_a_fixed_layout() {
     let bytes = request().encode();
     assert_eq!(&bytes[0..4], b"DSPQ");
-    assert_eq!(&bytes[4..6], &[3, 0]);
+    assert_eq!(&bytes[4..6], &[4, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
     assert_eq!(bytes.len(), 80);
     assert_eq!(
@@ -159,14 +159,14 @@ fn each_malformation_has_its_error() {
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
     let mut bad = good.clone();
-    bad[4] = 4;
+    bad[4] = 5;
     assert_eq!(
         Request::decode(&bad),
-        Err(DecodeError::Version { found: 4 })
+        Err(DecodeError::Version { found: 5 })
     );
     assert_eq!(
-        DecodeError::Version { found: 4 }.to_string(),
-        "protocol version 4 is not supported (this side speaks versions 1 to 3)"
+        DecodeError::Version { found: 5 }.to_string(),
+        "protocol version 5 is not supported (this side speaks versions 1 to 4)"
     );
     bad[4] = 0;
     assert_eq!(
@@ -295,5 +295,22 @@ proptest! {
         let owner = Some(Owner { global_rank, session });
         let req = Request { version: PROTOCOL_VERSION, kind: RequestKind::Batch, request_id: id, rank, world_size: world, step, recipe_hash: (hash != [0; 32]).then_some(hash), owner };
         prop_assert_eq!(Request::decode(&req.encode()), Ok(req));
+    }
+}
+
+#[test]
+fn the_real_token_frame_of_v4_is_checked() {
+    assert_eq!(ok_reply_frames(4), 5);
+    assert_eq!(ok_reply_frames(3), 4);
+    let frame = encode_real_tokens(&[513, 7]);
+    assert_eq!(decode_real_tokens(&frame, 2, 513), Ok(vec![513, 7]));
+    let short = decode_real_tokens(&frame[..7], 2, 513).unwrap_err();
+    assert_eq!(short.to_string(), "real-token frame: 7 bytes, 2 rows need 8");
+    for (bad, rows) in [(0u32, 1usize), (514, 1)] {
+        let err = decode_real_tokens(&encode_real_tokens(&[bad]), rows, 513).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("real-token frame: a row of 513 tokens cannot hold {bad} real tokens")
+        );
     }
 }
