@@ -7,7 +7,6 @@
 mod support;
 
 use dsprep::checkpoint::CheckpointDir;
-use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
 use support::daemon::tap;
 use support::serve_run::{Run, global_batches};

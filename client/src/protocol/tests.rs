@@ -305,7 +305,10 @@ fn the_real_token_frame_of_v4_is_checked() {
     let frame = encode_real_tokens(&[513, 7]);
     assert_eq!(decode_real_tokens(&frame, 2, 513), Ok(vec![513, 7]));
     let short = decode_real_tokens(&frame[..7], 2, 513).unwrap_err();
-    assert_eq!(short.to_string(), "real-token frame: 7 bytes, 2 rows need 8");
+    assert_eq!(
+        short.to_string(),
+        "real-token frame: 7 bytes, 2 rows need 8"
+    );
     for (bad, rows) in [(0u32, 1usize), (514, 1)] {
         let err = decode_real_tokens(&encode_real_tokens(&[bad]), rows, 513).unwrap_err();
         assert_eq!(

@@ -53,10 +53,13 @@ pub struct Metrics {
     pub phase_tokens: Vec<Vec<AtomicU64>>,
     /// CURVE handshakes admitted and refused (`serve/auth.rs`).
     pub auth: AuthCounters,
-    /// `best_fit`: the pool's capacity (the whole stream's), and per stream (lane) its packer's
-    /// counters and pool fill as of its last chunk; `None` with `concat`.
-    pub packing: Option<(u64, std::sync::Mutex<BTreeMap<u32, (PackingCounters, u64)>>)>,
+    /// `best_fit`: the pool's capacity (the whole stream's), and per stream its packer; `None`
+    /// with `concat`.
+    pub packing: Option<(u64, PackerStates)>,
 }
+
+/// Per stream (lane; 0 without lanes), its packer's counters and pool fill as of its last chunk.
+pub type PackerStates = std::sync::Mutex<BTreeMap<u32, (PackingCounters, u64)>>;
 
 /// What the CURVE authenticator decided.
 #[derive(Default)]
