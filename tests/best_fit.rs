@@ -250,6 +250,72 @@ fn a_killed_best_fit_daemon_resumes_exactly_and_at_another_world_size() {
     assert_eq!(&std::fs::read(&newest).unwrap()[..8], b"DSPCKPT3");
 }
 
+/// Node daemons of a best_fit lanes recipe: one SIGKILLed and resumed from its lanes'
+/// checkpoints (their pools in them), then the whole job restarted on one node: every rank's
+/// bytes are the packed stream's.
+#[test]
+fn a_killed_best_fit_node_daemon_resumes_and_the_job_resumes_on_another_node_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = best_fit_recipe(&multinode(), tmp.path(), "bf-lanes.toml");
+    let whole = tmp.path().join("whole");
+    dsprep_ok(&pack_args(&recipe, &whole, &[]));
+    let data = PackedDataset::open(&whole).unwrap();
+    let marks = chain_marks(&data, data.num_windows());
+    let node = |node: u32, nodes: u32, resume: bool| {
+        let endpoint = format!(
+            "ipc://{}",
+            tmp.path().join(format!("node{node}.sock")).display()
+        );
+        let mut extra = vec!["--metrics", "off", "--checkpoint-every", "3"];
+        if resume {
+            extra.extend(["--resume", "latest"]);
+        }
+        let args = node_args(tmp.path(), node, nodes, 4, 1, &extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Daemon::start_with(&recipe, &endpoint, &args).unwrap()
+    };
+    let pull = |daemons: &[&Daemon], from: u64, steps: u64, tag: &str| -> Vec<Vec<u8>> {
+        let expect = ["--expect-chain", &marks[from as usize * 4]];
+        let outs = tap_all(tmp.path(), daemons, 4, from, steps, tag, &expect);
+        (outs.iter())
+            .map(|out| {
+                assert_eq!(assert_tap_chains(out, &marks), steps as usize, "{tag}");
+                std::fs::read(out).unwrap()
+            })
+            .collect()
+    };
+    let (node0, mut node1) = (node(0, 2, false), node(1, 2, false));
+    let first = pull(&[&node0, &node1], 0, 40, "a");
+    node1.child.kill().unwrap();
+    node1.child.wait().unwrap();
+    let mut node1 = node(1, 2, true);
+    let second = pull(&[&node0, &node1], 40, 30, "b");
+    assert!(
+        node1.log_text().contains(": resuming from"),
+        "{}",
+        node1.log_text()
+    );
+    node1.terminate();
+    let mut node0 = node0;
+    node0.terminate();
+    let one = node(0, 1, true);
+    let third = pull(&[&one], 70, 30, "c");
+    for rank in 0..4u64 {
+        let got = [
+            &first[rank as usize][..],
+            &second[rank as usize],
+            &third[rank as usize],
+        ]
+        .concat();
+        let want = expected_rank_bytes(&data, 4, 1, rank);
+        assert!(
+            got == want[..got.len()],
+            "rank {rank}: the resumed bytes differ"
+        );
+        assert_eq!(got.len(), 100 * 513 * 2);
+    }
+}
+
 #[test]
 fn bad_best_fit_settings_name_the_field_and_what_to_change() {
     let tmp = tempfile::tempdir().unwrap();
