@@ -256,11 +256,7 @@ fn read_pool(r: &mut Reader<'_>, header: PoolHeader) -> Result<PoolState, Checkp
         let seq = u64::from_le_bytes(r.take_array()?);
         let source = u16::from_le_bytes(r.take_array()?);
         lens.push(u32::from_le_bytes(r.take_array()?) as usize);
-        docs.push(PooledDoc {
-            seq,
-            source,
-            tokens: Vec::new(),
-        });
+        docs.push((seq, source));
     }
     let tokens = r.u32s()?;
     if lens.iter().sum::<usize>() != tokens.len() {
@@ -271,10 +267,16 @@ fn read_pool(r: &mut Reader<'_>, header: PoolHeader) -> Result<PoolState, Checkp
         )));
     }
     let mut at = 0;
-    for (doc, len) in docs.iter_mut().zip(lens) {
-        doc.tokens = tokens[at..at + len].to_vec();
-        at += len;
-    }
+    let docs = (docs.into_iter().zip(lens))
+        .map(|((seq, source), len)| {
+            at += len;
+            PooledDoc {
+                seq,
+                source,
+                tokens: tokens[at - len..at].into(),
+            }
+        })
+        .collect();
     Ok(PoolState {
         docs,
         next_seq: header.next_seq,
@@ -410,12 +412,12 @@ mod tests {
                     PooledDoc {
                         seq: 4,
                         source: 1,
-                        tokens: vec![7, 8, 9],
+                        tokens: vec![7, 8, 9].into(),
                     },
                     PooledDoc {
                         seq: 9,
                         source: 0,
-                        tokens: vec![70_000],
+                        tokens: vec![70_000].into(),
                     },
                 ],
                 next_seq: 10,

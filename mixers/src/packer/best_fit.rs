@@ -12,6 +12,7 @@
 use super::{PackedWindow, PackerState, PackingCounters, PoolState, PooledDoc};
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The pool's order: by length, then arrival (reversed, so that the last of a length is the
 /// earliest).
@@ -21,7 +22,9 @@ pub struct BestFitPacker {
     window_tokens: usize,
     capacity: usize,
     pad_id: u32,
-    pool: BTreeMap<PoolKey, (u16, Vec<u32>)>,
+    /// Each document's source and tokens, shared with the snapshots that hold it (a snapshot per
+    /// step costs a reference per pooled document, not a copy of the pool).
+    pool: BTreeMap<PoolKey, (u16, Arc<[u32]>)>,
     pool_tokens: u64,
     next_seq: u64,
     pushed_tokens: u64,
@@ -67,7 +70,7 @@ impl BestFitPacker {
         }
         let key = (rest.len() as u32, Reverse(self.next_seq));
         self.next_seq += 1;
-        self.pool.insert(key, (source, rest.to_vec()));
+        self.pool.insert(key, (source, Arc::from(rest)));
         self.pool_tokens += rest.len() as u64;
         let counters = &mut self.counters;
         counters.pool_peak_documents = counters.pool_peak_documents.max(self.pool.len() as u64);
@@ -144,7 +147,7 @@ impl BestFitPacker {
             .map(|(&(_, Reverse(seq)), (source, tokens))| PooledDoc {
                 seq,
                 source: *source,
-                tokens: tokens.clone(),
+                tokens: Arc::clone(tokens),
             })
             .collect();
         docs.sort_unstable_by_key(|d| d.seq);

@@ -64,13 +64,14 @@ pub struct PoolState {
     pub counters: PackingCounters,
 }
 
-/// A document waiting in a `best_fit` pool: at most a window of tokens.
+/// A document waiting in a `best_fit` pool: under a window of tokens, shared between the packer
+/// and its snapshots.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PooledDoc {
     /// Its arrival number: of two documents of one length the earlier is taken first.
     pub seq: u64,
     pub source: u16,
-    pub tokens: Vec<u32>,
+    pub tokens: std::sync::Arc<[u32]>,
 }
 
 /// What `best_fit` did, for the summary, the manifest and `/metrics`.
