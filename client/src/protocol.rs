@@ -1,7 +1,7 @@
 //! Wire protocol v4 between the daemon and trainer ranks (documented frame by frame in
 //! PROTOCOL.md), and v1 to v3, which the daemon still answers (a daemon whose windows end in
-//! padding, `best_fit`, refuses v1 to v3: their clients would train on the padding). One implementation, used by both
-//! sides.
+//! padding, `best_fit`, refuses v1 to v3: their clients would train on the padding). One
+//! implementation, used by both sides.
 //!
 //! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
 //! one 64-byte frame; a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream

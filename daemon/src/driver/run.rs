@@ -133,10 +133,7 @@ pub fn run_stream(
             sink.document(doc.produced(packer.position_tokens()));
             packer.push_doc(doc.tokens, doc.source, &mut windows);
         }
-        if let Some(counters) = packer.counters() {
-            sink.packing(&counters, packer.pool_documents());
-        }
-        let stopping = hand_over(&mut windows, sink, &snapshots)?;
+        let stopping = deliver(&packer, &mut windows, sink, &snapshots)?;
         if let Some(state) = chunk.state
             && !stopping
         {
@@ -161,10 +158,7 @@ pub fn run_stream(
     // The end of the stream: what the packer still holds becomes windows (`best_fit`).
     packer.finish(&mut windows);
     if !windows.is_empty() {
-        if let Some(counters) = packer.counters() {
-            sink.packing(&counters, packer.pool_documents());
-        }
-        let stopping = hand_over(&mut windows, sink, &snapshots)?;
+        let stopping = deliver(&packer, &mut windows, sink, &snapshots)?;
         if sink.chunk_end(stopping, &snapshots)? == Flow::Stop || stopping {
             return Ok(RunEnd {
                 counters: Vec::new(),
@@ -182,13 +176,17 @@ pub fn run_stream(
     })
 }
 
-/// Give `sink` the windows in order until one answers stop; true if one did. `windows` is
-/// emptied either way.
-fn hand_over(
+/// Tell `sink` where the `best_fit` packer stands, then give it the windows in order until one
+/// answers stop; true if one did. `windows` is emptied either way.
+fn deliver(
+    packer: &WindowPacker,
     windows: &mut Vec<PackedWindow>,
     sink: &mut impl WindowSink,
     snapshots: &Snapshots,
 ) -> anyhow::Result<bool> {
+    if let Some(counters) = packer.counters() {
+        sink.packing(&counters, packer.pool_documents());
+    }
     for window in windows.drain(..) {
         if sink.window(window, snapshots)? == Flow::Stop {
             return Ok(true); // dropping the drain empties `windows`

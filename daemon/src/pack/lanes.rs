@@ -297,7 +297,7 @@ fn pack_lane(
     let began = Instant::now();
     let (dtype, per_shard) = output_layout(loaded, options);
     let stream = inputs.stream(loaded, info.lane, options.threads)?;
-    let padded = loaded.recipe.packing.pool_documents().is_some();
+    let padded = loaded.recipe.packing.pads();
     let writer = PackWriter::create(out, dtype, per_shard, None, padded)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();
@@ -411,7 +411,7 @@ fn finish_dealt(
             .context("cannot start the input-hashing thread")?
     };
     let ledger = PackLedger::new(&loaded.recipe);
-    let padded = loaded.recipe.packing.pool_documents().is_some();
+    let padded = loaded.recipe.packing.pads();
     let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger), padded)?;
     // The finish has no checkpoints (the lanes are its input): a failure removes its partial.
     let partial = writer.partial_dir().to_path_buf();

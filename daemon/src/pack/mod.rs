@@ -190,7 +190,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
         None => {
             let ledger = PackLedger::new(recipe);
-            let padded = loaded.recipe.packing.pool_documents().is_some();
+            let padded = loaded.recipe.packing.pads();
             let writer =
                 PackWriter::create(&options.out, dtype, windows_per_shard, Some(ledger), padded)?;
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {

@@ -152,7 +152,7 @@ impl Served {
             recipe_hash,
             first_rank: node.first_rank,
             local_ranks: node.local_ranks,
-            pads: recipe.packing.pool_documents().is_some(),
+            pads: recipe.packing.pads(),
         };
         let work = match recipe.lanes {
             Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),

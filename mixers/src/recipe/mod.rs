@@ -122,6 +122,12 @@ impl PackingSpec {
         self.seq_len as usize + 1
     }
 
+    /// Whether windows may end in padding (`best_fit`): the packed format and the wire say how
+    /// many of each window's tokens are real.
+    pub fn pads(&self) -> bool {
+        self.strategy == PackStrategy::BestFit
+    }
+
     /// The `best_fit` pool of the whole stream (`None` with `concat`).
     pub fn pool_documents(&self) -> Option<usize> {
         match self.strategy {
