@@ -8,6 +8,7 @@ mod support;
 
 use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use dsprep_client::{PackedDataset, ReadError};
+use sha2::Digest;
 use std::path::{Path, PathBuf};
 use support::daemon::{
     Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, headers, tap_all,
@@ -376,6 +377,48 @@ fn bad_best_fit_settings_name_the_field_and_what_to_change() {
         assert!(err.contains(want), "case {k}: {err}");
         assert!(!out.exists());
     }
+}
+
+/// `best_fit` with `[[mix.phase]]` is refused with the reason; `verify` finds a padding token
+/// that is not the pad id, even with the shard's checksum made good again.
+#[test]
+fn phases_are_refused_and_verify_finds_a_changed_pad_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let phased = quickstart_with_a_phase(tmp.path(), 300_000);
+    let recipe = best_fit_recipe(&phased, tmp.path(), "bf-phase.toml");
+    let err = dsprep_fails(&pack_args(&recipe, &tmp.path().join("no"), &[]));
+    assert!(
+        err.contains("packing.strategy: best_fit cannot be combined with [[mix.phase]] yet"),
+        "{err}"
+    );
+
+    let recipe = best_fit_recipe(&quickstart(), tmp.path(), "bf.toml");
+    let out = tmp.path().join("packed");
+    dsprep_ok(&pack_args(&recipe, &out, &[]));
+    let data = PackedDataset::open(&out).unwrap();
+    let w = (0..data.num_windows() - 1)
+        .find(|&w| data.window(w).unwrap().real_tokens < 513)
+        .unwrap();
+    let real = u64::from(data.window(w).unwrap().real_tokens);
+    drop(data);
+    let shard = out.join("tokens-00000.bin");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let at = ((w * 513 + real) * 2) as usize;
+    bytes[at..at + 2].copy_from_slice(&7u16.to_le_bytes());
+    std::fs::write(&shard, &bytes).unwrap();
+    let manifest = out.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    m["shards"][0]["sha256"] = digest.into();
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let err = dsprep_fails(&["verify", out.to_str().unwrap()]);
+    assert!(
+        err.contains(&format!(
+            "window {w}: a token after its {real} real tokens is not the pad id 50256"
+        )),
+        "{err}"
+    );
 }
 
 #[test]
