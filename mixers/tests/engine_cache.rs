@@ -193,9 +193,9 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ),
         ("empty", Vec::new(), "no header line"),
         (
-            "another format",
-            [b"dsprep-engine-cache/0".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/0\", this build reads \"dsprep-engine-cache/1\"",
+            "the previous format",
+            [b"dsprep-engine-cache/1".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/1\", this build reads \"dsprep-engine-cache/2\"",
         ),
     ];
     for (what, bytes, why) in damaged {

@@ -75,11 +75,55 @@ pub(crate) struct ByteLevelBpe {
 /// (UAX #15) finds in NFC is its own NFC, which most text is: ASCII, and any text without
 /// combining marks or characters NFC replaces.
 pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
-    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
+    if is_nfc_by_runs(text) {
         Cow::Borrowed(text)
     } else {
         Cow::Owned(text.nfc().map(|(c, _)| c).collect())
     }
+}
+
+/// The crate's quick check of `text`, run only over its stretches of non-ASCII characters: the
+/// check passes over an ASCII character and starts afresh after it (ASCII is in NFC and has
+/// combining class 0), so the stretches' checks together are the text's. Skipping the ASCII
+/// bytes eight at a time is most of a text's bytes.
+fn is_nfc_by_runs(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    loop {
+        at = next_non_ascii(bytes, at);
+        if at >= bytes.len() {
+            return true;
+        }
+        let end = bytes[at..]
+            .iter()
+            .position(u8::is_ascii)
+            .map_or(bytes.len(), |n| at + n);
+        // Both ends are character boundaries: ASCII bytes, or the text's ends.
+        let Some(run) = text.get(at..end) else {
+            return false;
+        };
+        if is_nfc_quick(run.chars()) != IsNormalized::Yes {
+            return false;
+        }
+        at = end;
+    }
+}
+
+/// The first byte at or after `at` that is not ASCII (`bytes.len()` if none).
+fn next_non_ascii(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(word) = bytes.get(at..at + 8) {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let high = u64::from_le_bytes(eight) & 0x8080_8080_8080_8080;
+        if high != 0 {
+            return at + (high.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    bytes[at.min(bytes.len())..]
+        .iter()
+        .position(|b| !b.is_ascii())
+        .map_or(bytes.len(), |n| at + n)
 }
 
 fn thread_slot() -> usize {
@@ -88,13 +132,17 @@ fn thread_slot() -> usize {
     (hasher.finish() % REGEX_COPIES as u64) as usize
 }
 
-/// `text[start..end]`, as an error rather than a panic if a regex ever reported a non-boundary.
-fn slice(text: &str, start: usize, end: usize) -> Result<&str, Cut> {
-    text.get(start..end).ok_or_else(|| {
-        Cut::Error(format!(
-            "pre-tokenizer regex reported bytes {start}..{end}, not a char range"
-        ))
-    })
+/// That `start..end` is a range of `text` (ordered, inside it), as an error rather than a panic if
+/// a regex ever reported another.
+#[inline]
+fn check_range(text: &str, start: usize, end: usize) -> Result<(), Cut> {
+    if start <= end && end <= text.len() {
+        return Ok(());
+    }
+    Err(Cut::Error(format!(
+        "pre-tokenizer regex reported bytes {start}..{end} of a text of {} bytes",
+        text.len()
+    )))
 }
 
 /// Why cutting a text into pieces stopped.
@@ -154,8 +202,8 @@ impl ByteLevelBpe {
         let vocab = ByteVocab::from_tables(&tables.vocab)?;
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
-             {} merges{}; normalizer {}; {} added tokens; pre-tokenizer regex {:?}{}; piece \
-             cache {} KiB per thread)",
+             {} merges{}, {} tokens looked up whole; normalizer {}; {} added tokens; \
+             pre-tokenizer regex {:?}{}; piece cache {} KiB per thread)",
             vocab.num_tokens,
             vocab.merges.len(),
             if vocab.ignore_merges {
@@ -163,6 +211,7 @@ impl ByteLevelBpe {
             } else {
                 ""
             },
+            vocab.whole.len(),
             if tables.nfc { "NFC" } else { "none" },
             tables.added.len(),
             tables.pattern,
@@ -266,58 +315,121 @@ impl ByteLevelBpe {
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), Cut> {
+        let bytes = text.as_bytes();
         let mut previous = 0;
         for found in matches {
             let (start, end) = found.map_err(|HandBack| Cut::HandBack)?;
             if self.keep_gaps && previous < start {
-                self.encode_piece(slice(text, previous, start)?, cache, out);
+                check_range(text, previous, start)?;
+                self.encode_piece(bytes, previous, start, cache, out);
             }
             if self.keep_matches && start < end {
-                self.encode_piece(slice(text, start, end)?, cache, out);
+                check_range(text, start, end)?;
+                self.encode_piece(bytes, start, end, cache, out);
             }
             previous = end;
         }
         if self.keep_gaps && previous < text.len() {
-            self.encode_piece(slice(text, previous, text.len())?, cache, out);
+            self.encode_piece(bytes, previous, text.len(), cache, out);
         }
         Ok(())
     }
 
-    /// HF's BPE model on one piece: the whole piece's token under `ignore_merges`, else the
-    /// merge loop over its bytes; from the cache when these bytes were merged before.
-    #[inline]
-    fn encode_piece(&self, piece: &str, cache: &mut PieceCache, out: &mut Vec<u32>) {
-        let bytes = piece.as_bytes();
-        if let Some(ids) = cache.get(bytes) {
-            match ids {
-                [id] => out.push(*id),
-                ids => out.extend_from_slice(ids),
+    /// HF's BPE model on `text[start..end]`: from the piece cache when these bytes were merged
+    /// before, else the piece's token when it is one token whole (HF's lookup under
+    /// `ignore_merges`, or a token the merge loop makes of its own bytes), else the merge loop
+    /// over its bytes.
+    #[inline(always)]
+    fn encode_piece(
+        &self,
+        text: &[u8],
+        start: usize,
+        end: usize,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) {
+        if end - start <= piece_cache::SHORT_KEY {
+            let key = piece_cache::short_key_at(text, start, end);
+            let hash = piece_cache::short_hash(key);
+            if let Some(ids) = cache.get_short(key, hash) {
+                match ids {
+                    [id] => out.push(*id),
+                    ids => out.extend_from_slice(ids),
+                }
+                return;
             }
+            if let Some(id) = self.vocab.whole.get_short(key, hash) {
+                out.push(id);
+                cache.insert_short(key, hash, &[id]);
+                return;
+            }
+            let first = out.len();
+            self.merge(&text[start..end], cache, out);
+            cache.insert_short(key, hash, &out[first..]);
             return;
         }
-        let start = out.len();
-        match self
-            .vocab
-            .ignore_merges
-            .then(|| self.vocab.whole.get(bytes))
-            .flatten()
-        {
-            Some(&id) => out.push(id),
-            None => {
-                let symbols = &mut cache.symbols;
-                symbols.clear();
-                symbols.extend(bytes.iter().map(|&b| self.vocab.byte_ids[usize::from(b)]));
-                self.vocab.merges.merge(symbols);
-                out.extend_from_slice(symbols);
-            }
+        let bytes = &text[start..end];
+        if let Some(ids) = cache.get(bytes) {
+            out.extend_from_slice(ids);
+            return;
         }
-        cache.insert(bytes, &out[start..]);
+        let first = out.len();
+        match self.vocab.whole.get_long(bytes) {
+            Some(id) => out.push(id),
+            None => self.merge(bytes, cache, out),
+        }
+        cache.insert(bytes, &out[first..]);
+    }
+
+    /// The merge loop over a piece's bytes, its ids appended to `out`.
+    fn merge(&self, bytes: &[u8], cache: &mut PieceCache, out: &mut Vec<u32>) {
+        let symbols = &mut cache.symbols;
+        self.vocab
+            .merges
+            .merge_bytes(bytes, &self.vocab.byte_pairs, symbols);
+        out.extend_from_slice(symbols);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// NFC by stretches between ASCII characters is HF's NFC of the whole text.
+        #[test]
+        fn nfc_is_hfs_on_random_text(text in proptest::collection::vec(prop_oneof![
+            prop::sample::select(vec![
+                'a', 'e', ' ', '1', '.', '\u{301}', '\u{302}', '\u{323}', '\u{308}', '\u{e9}',
+                '\u{212b}', '\u{2126}', '\u{1100}', '\u{1161}', '\u{11a8}', '\u{3000}',
+                '\u{5d0}', '\u{5b7}', '\u{5bc}'
+            ]),
+            any::<char>(),
+        ], 0..40).prop_map(|cs| cs.into_iter().collect::<String>())) {
+            let mut hf = tokenizers::NormalizedString::from(text.as_str());
+            tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf)
+                .expect("nfc");
+            prop_assert_eq!(nfc(&text), hf.get());
+        }
+    }
+
+    #[test]
+    fn the_first_non_ascii_byte_is_found_at_every_offset() {
+        for len in 0..20 {
+            for at in 0..=len {
+                let mut bytes = vec![b'a'; len];
+                if at < len {
+                    bytes[at] = 0xC3;
+                }
+                for from in 0..=len {
+                    let want = if at < len && from <= at { at } else { len };
+                    assert_eq!(next_non_ascii(&bytes, from), want, "{len} {at} {from}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn nfc_composes_like_hf() {
@@ -337,6 +449,19 @@ mod tests {
             ("a\u{302}\u{323}", "\u{1ead}"),
         ] {
             assert_eq!(nfc(text), composed, "{text:?}");
+        }
+        // Stretches between ASCII characters: a mark after a space composes with nothing, a mark
+        // out of order after ASCII, long ASCII before and after.
+        for text in [
+            "word \u{301} word",
+            "a\u{323}\u{302} and 12345678 then a\u{302}\u{323}",
+            "plain ascii for more than eight bytes \u{e9}\u{301}",
+            "\u{e9}",
+            "ascii\u{2126}",
+        ] {
+            let mut hf = tokenizers::NormalizedString::from(text);
+            tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf).expect("nfc");
+            assert_eq!(nfc(text), hf.get(), "{text:?}");
         }
         let mut hf = tokenizers::NormalizedString::from("Cafe\u{301} \u{212b} \u{1100}\u{1161}");
         tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf).expect("nfc");

@@ -1,21 +1,24 @@
 //! The vocabulary of a byte-level BPE as the fast path uses it: each of the 256 bytes' ids, the
-//! tokens as bytes (for `ignore_merges`, where HF looks a whole piece up before merging), and the
-//! merge table ([`super::merges`]) read from HF's own model. Nothing here needs proving: the merge
-//! loop is HF's, over HF's merges, so the only checks are that every byte has a token (else HF
-//! would take its unknown-token path) and that the merges name tokens of the vocabulary.
+//! pieces that are one token whole ([`super::whole_tokens`]), and the merge table
+//! ([`super::merges`]) read from HF's own model. Nothing here needs proving: the merge loop is
+//! HF's, over HF's merges, and the whole tokens are what HF's lookup (`ignore_merges`) or that
+//! merge loop gives, so the only checks are that every byte has a token (else HF would take its
+//! unknown-token path) and that the merges name tokens of the vocabulary.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use tokenizers::models::bpe::BPE;
 
-use super::merges::Merges;
+use super::merges::{BytePairs, Merges};
 use super::pipeline::Refusal;
+use super::whole_tokens::WholeTokens;
 
 /// What the byte-level engine needs of the vocabulary.
 pub(crate) struct ByteVocab {
-    /// Token bytes → id; filled only for `ignore_merges` vocabularies (Llama 3).
-    pub whole: FxHashMap<Vec<u8>, u32>,
-    pub byte_ids: [u32; 256],
+    /// The pieces that are one token whole.
+    pub whole: WholeTokens,
+    /// The bytes' tokens, and the merges of every two of them.
+    pub byte_pairs: BytePairs,
     pub merges: Merges,
     pub ignore_merges: bool,
     pub num_tokens: usize,
@@ -26,7 +29,8 @@ pub(crate) struct ByteVocab {
 /// vocabulary from.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct VocabTables {
-    /// Token bytes and id, for `ignore_merges` vocabularies; empty otherwise.
+    /// The pieces that are one token whole, as bytes and id: for `ignore_merges` vocabularies
+    /// every token, else the tokens whose bytes the merge loop merges back into them.
     pub whole: Vec<(Vec<u8>, u32)>,
     /// The 256 bytes' ids.
     pub byte_ids: Vec<u32>,
@@ -45,10 +49,11 @@ impl ByteVocab {
                 tables.byte_ids.len()
             ))
         })?;
+        let merges = Merges::new(tables.merges.iter().copied());
         Ok(Self {
-            whole: tables.whole.iter().cloned().collect(),
-            byte_ids,
-            merges: Merges::new(tables.merges.iter().copied()),
+            whole: WholeTokens::new(&tables.whole),
+            byte_pairs: BytePairs::new(&merges, byte_ids),
+            merges,
             ignore_merges: tables.ignore_merges,
             num_tokens: tables.num_tokens,
         })
@@ -92,19 +97,19 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
         .collect();
     let vocab = bpe.get_vocab();
     let mut seen_ids: FxHashSet<u32> = FxHashSet::default();
-    let mut whole = Vec::new();
+    let mut tokens = Vec::new();
     for (token, &id) in &vocab {
         if !seen_ids.insert(id) {
             return Err(Refusal::new(format!(
                 "two vocabulary entries share id {id}"
             )));
         }
-        if bpe.ignore_merges
-            && let Some(bytes) = token_bytes(token, &char_to_byte)
-        {
-            whole.push((bytes, id));
+        if let Some(bytes) = token_bytes(token, &char_to_byte) {
+            tokens.push((bytes, id));
         }
     }
+    // A fixed order, so that an engine-cache entry is the same bytes on every build.
+    tokens.sort_unstable_by_key(|&(_, id)| id);
     // Every byte needs a token, else HF's per-character lookup takes its unknown-token path.
     let table = byte_to_char();
     let mut byte_ids = vec![0u32; 256];
@@ -114,6 +119,11 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
         })?;
     }
     let merges = merge_table(bpe, &vocab)?;
+    let whole = if bpe.ignore_merges {
+        tokens
+    } else {
+        merging_to_themselves(tokens, &merges, &byte_ids)?
+    };
     Ok(VocabTables {
         whole,
         byte_ids,
@@ -121,6 +131,27 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
         ignore_merges: bpe.ignore_merges,
         num_tokens: vocab.len(),
     })
+}
+
+/// The tokens whose bytes HF's merge loop (over `merges`) merges into that one token.
+fn merging_to_themselves(
+    tokens: Vec<(Vec<u8>, u32)>,
+    merges: &[(u32, u32, u32)],
+    byte_ids: &[u32],
+) -> Result<Vec<(Vec<u8>, u32)>, Refusal> {
+    let byte_ids: [u32; 256] = byte_ids
+        .try_into()
+        .map_err(|_| Refusal::new("the byte ids are not 256".to_string()))?;
+    let table = Merges::new(merges.iter().copied());
+    let byte_pairs = BytePairs::new(&table, byte_ids);
+    let mut symbols = Vec::new();
+    Ok(tokens
+        .into_iter()
+        .filter(|(bytes, id)| {
+            table.merge_bytes(bytes, &byte_pairs, &mut symbols);
+            symbols == [*id]
+        })
+        .collect())
 }
 
 /// HF's merges as ids, in rank order: each pair's tokens and the token their concatenation is.

@@ -1,7 +1,10 @@
 //! What the pre-tokenizer scanners share: the character classes they test (`\p{L}`, `\p{N}`,
 //! `\s`, and case-insensitive letters), taken from `regex-syntax`, the crate fancy-regex compiles
-//! HF's patterns with, so scanner and regex use the same Unicode tables; the bound past which a
-//! scanner hands a text back to the regex; and the loop that tiles a text with matches.
+//! HF's patterns with, so scanner and regex use the same Unicode tables; the runs of one class,
+//! which classify ASCII with a byte table (built from those tables) and test runs of ASCII letters
+//! and of spaces 8 bytes at a time, decoding a character only where they meet a non-ASCII byte;
+//! the bound past which a scanner hands a text back to the regex; and the loop that tiles a text
+//! with matches.
 
 use regex_syntax::hir::{Class, HirKind};
 
@@ -19,7 +22,9 @@ pub(crate) enum Kind {
 }
 
 pub(crate) struct CharClasses {
-    ascii: [Kind; 128],
+    /// The kind of each byte that is a whole character (ASCII); `None` for the bytes of longer
+    /// UTF-8 sequences, whose characters are looked up in the ranges.
+    bytes: [Option<Kind>; 256],
     /// Sorted, disjoint code point ranges of `\p{L}`, `\p{N}` and `\s`.
     letters: Vec<(u32, u32)>,
     numbers: Vec<(u32, u32)>,
@@ -62,18 +67,29 @@ pub(crate) fn contains(ranges: &[(u32, u32)], c: u32) -> bool {
 impl CharClasses {
     pub(crate) fn new() -> Result<Self, String> {
         let mut classes = Self {
-            ascii: [Kind::Other; 128],
+            bytes: [None; 256],
             letters: ranges(r"\p{L}")?,
             numbers: ranges(r"\p{N}")?,
             spaces: ranges(r"\s")?,
         };
         for b in 0..128u8 {
-            classes.ascii[usize::from(b)] = classes.classify_slow(char::from(b));
+            let kind = classes.classify(char::from(b));
+            // `letters_end` tests ASCII letters 8 bytes at a time, without the tables.
+            if (kind == Kind::Letter) != b.is_ascii_alphabetic() {
+                return Err(format!("\\p{{L}} and ASCII letters disagree on {b:#04x}"));
+            }
+            classes.bytes[usize::from(b)] = Some(kind);
         }
         Ok(classes)
     }
 
-    fn classify_slow(&self, c: char) -> Kind {
+    /// The kind of `b` if it is a whole character (ASCII), else `None`.
+    #[inline]
+    pub(crate) fn byte_kind(&self, b: u8) -> Option<Kind> {
+        self.bytes[usize::from(b)]
+    }
+
+    fn classify(&self, c: char) -> Kind {
         let c = u32::from(c);
         if contains(&self.letters, c) {
             Kind::Letter
@@ -86,20 +102,122 @@ impl CharClasses {
         }
     }
 
-    pub(crate) fn kind(&self, c: char) -> Kind {
-        if c.is_ascii() {
-            self.ascii[c as usize]
-        } else {
-            self.classify_slow(c)
+    /// The kind and byte width of the character at byte `at` of `text` (a char boundary), or
+    /// `None` at the end. ASCII is one table look-up; other characters are decoded.
+    #[inline]
+    pub(crate) fn kind_at(&self, text: &str, at: usize) -> Option<(Kind, usize)> {
+        let &b = text.as_bytes().get(at)?;
+        match self.bytes[usize::from(b)] {
+            Some(kind) => Some((kind, 1)),
+            None => self.wide_kind_at(text, at),
         }
     }
 
-    /// The byte length of the run of `kind` at the start of `text`.
-    pub(crate) fn run(&self, text: &str, kind: Kind) -> usize {
-        text.char_indices()
-            .find(|&(_, c)| self.kind(c) != kind)
-            .map_or(text.len(), |(i, _)| i)
+    #[inline(never)]
+    fn wide_kind_at(&self, text: &str, at: usize) -> Option<(Kind, usize)> {
+        let c = text.get(at..)?.chars().next()?;
+        Some((self.classify(c), c.len_utf8()))
     }
+
+    /// The end (byte offset) of the run of `kind` from byte `at` of `text` (a char boundary): a
+    /// loop over ASCII bytes that decodes a character only where it meets a longer one.
+    #[inline]
+    pub(crate) fn run_end(&self, text: &str, mut at: usize, kind: Kind) -> usize {
+        let bytes = text.as_bytes();
+        loop {
+            while let Some(&b) = bytes.get(at)
+                && self.bytes[usize::from(b)] == Some(kind)
+            {
+                at += 1;
+            }
+            match self.kind_at(text, at) {
+                Some((found, width)) if found == kind => at += width,
+                _ => return at,
+            }
+        }
+    }
+
+    /// The end of the whitespace run from byte `at` of `text` (a char boundary), and the end of
+    /// its last CR or LF if it has one. Runs of U+0020 are tested 8 bytes at a time.
+    pub(crate) fn spaces_end(&self, text: &str, mut at: usize) -> (usize, Option<usize>) {
+        let bytes = text.as_bytes();
+        let mut newline_end = None;
+        loop {
+            at = ascii_spaces_end(bytes, at);
+            match self.kind_at(text, at) {
+                Some((Kind::Space, width)) => {
+                    if matches!(bytes.get(at), Some(b'\r' | b'\n')) {
+                        newline_end = Some(at + 1);
+                    }
+                    at += width;
+                }
+                _ => return (at, newline_end),
+            }
+        }
+    }
+
+    /// [`Self::run_end`] for letters, whose ASCII stretches are tested 8 bytes at a time.
+    #[inline]
+    pub(crate) fn letters_end(&self, text: &str, at: usize) -> usize {
+        let end = ascii_letters_end(text.as_bytes(), at);
+        match text.as_bytes().get(end) {
+            Some(&b) if !b.is_ascii() => self.run_end(text, end, Kind::Letter),
+            _ => end,
+        }
+    }
+}
+
+/// `0x01` in every byte of a `u64`.
+const ONES: u64 = u64::from_ne_bytes([1; 8]);
+const HIGH_BITS: u64 = ONES * 0x80;
+
+/// The high bit of each byte of `chunk` that is not an ASCII letter, and of no other byte.
+fn non_letters(chunk: u64) -> u64 {
+    // Each byte less its high bit, lowercased: 0x20..=0x7f, so the sums below carry no byte into
+    // the next one; a sum's high bit says the byte is at least 'a', or past 'z'.
+    let folded = (chunk & !HIGH_BITS) | (ONES * 0x20);
+    let from_a = folded + ONES * (0x80 - u64::from(b'a'));
+    let past_z = folded + ONES * (0x80 - u64::from(b'z') - 1);
+    !(from_a & !past_z & !chunk) & HIGH_BITS
+}
+
+/// The end of the run of U+0020 from byte `at` of `bytes`, 8 bytes at a time.
+fn ascii_spaces_end(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        // Zero in each byte that is a space: the lowest set bit is in the first that is not.
+        let others = u64::from_le_bytes(*chunk) ^ (ONES * u64::from(b' '));
+        if others != 0 {
+            return at + (others.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while bytes.get(at) == Some(&b' ') {
+        at += 1;
+    }
+    at
+}
+
+/// The end of the run of ASCII letters from byte `at` of `bytes`, 8 bytes at a time.
+fn ascii_letters_end(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let stops = non_letters(u64::from_le_bytes(*chunk));
+        if stops != 0 {
+            // The lowest set bit is in the first byte (little-endian) that is no ASCII letter.
+            return at + (stops.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while bytes.get(at).is_some_and(u8::is_ascii_alphabetic) {
+        at += 1;
+    }
+    at
+}
+
+/// The byte width of the last character of `text[..end]` (0 if `end` is 0 or not a boundary).
+pub(crate) fn width_before(text: &str, end: usize) -> usize {
+    text.get(..end)
+        .and_then(|s| s.chars().next_back())
+        .map_or(0, char::len_utf8)
 }
 
 /// How far a scanner follows one whitespace run before it hands the text back to HF's regex.
@@ -131,4 +249,64 @@ pub(crate) fn tile<'a>(
         at = found.map_or(text.len(), |(_, end)| end);
         Some(found)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every byte value at every place in and past the first 8-byte chunk, and short tails.
+    #[test]
+    fn ascii_runs_8_bytes_at_a_time_match_a_byte_loop() {
+        for (fill, fast, slow) in [
+            (
+                b'q',
+                ascii_letters_end as fn(&[u8], usize) -> usize,
+                u8::is_ascii_alphabetic as fn(&u8) -> bool,
+            ),
+            (b' ', ascii_spaces_end, |b: &u8| *b == b' '),
+        ] {
+            for len in 0..20 {
+                for place in 0..len {
+                    for b in 0..=255u8 {
+                        let mut bytes = vec![fill; len];
+                        bytes[place] = b;
+                        for from in 0..len {
+                            let expected = bytes[from..]
+                                .iter()
+                                .position(|b| !slow(b))
+                                .map_or(len, |i| from + i);
+                            assert_eq!(fast(&bytes, from), expected, "{bytes:?} from {from}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn runs_cross_into_longer_characters() {
+        let classes = CharClasses::new().expect("tables");
+        let letters_then = |tail: &str| {
+            let text = format!("abcdefghijKLMNOP{tail}");
+            classes.letters_end(&text, 0) - 16
+        };
+        assert_eq!(letters_then("é日x!"), "é日x".len());
+        assert_eq!(letters_then("\u{301}"), 0); // a mark is no \p{L}
+        assert_eq!(letters_then("×a"), 0); // bytes C3 97: 'C' and a control once unmarked
+        assert_eq!(letters_then("\u{2003}a"), 0);
+        let text = "          \u{a0}\u{3000}\t\u{85}\n  \u{2028}   x";
+        let end = text.len() - 1;
+        assert_eq!(
+            classes.spaces_end(text, 0),
+            (end, Some(text.find("\n  ").unwrap() + 1))
+        );
+        assert_eq!(
+            classes.spaces_end(text, 3),
+            (end, Some(text.find("\n  ").unwrap() + 1))
+        );
+        assert_eq!(classes.spaces_end("  \u{2003}  \r", 0), (8, Some(8)));
+        assert_eq!(classes.spaces_end("  \u{2003}  ", 0), (7, None));
+        assert_eq!(classes.run_end("12٣٤²Ⅻx", 0, Kind::Number), "12٣٤²Ⅻ".len());
+    }
 }

@@ -11,7 +11,9 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, contains, ranges, tile};
+use super::char_classes::{
+    CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, contains, ranges, tile, width_before,
+};
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
 pub(crate) const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -27,10 +29,26 @@ pub(crate) struct Cl100kSplitter {
     max_digits: usize,
     /// For each contraction, per letter, the characters `(?i:x)` matches (e.g. `s`: s, S, ſ).
     contractions: Vec<Vec<Vec<(u32, u32)>>>,
+    /// Per ASCII character, the one contraction whose first letter it is, if any.
+    contraction_by_first: Box<[Option<u8>; 128]>,
 }
 
-fn is_cr_or_lf(c: char) -> bool {
-    c == '\r' || c == '\n'
+fn is_cr_or_lf(b: u8) -> bool {
+    b == b'\r' || b == b'\n'
+}
+
+/// The end of `letters` (a character class per letter) spelled from byte `at` of `text`, if they
+/// are.
+fn spelled_end(text: &str, at: usize, letters: &[Vec<(u32, u32)>]) -> Option<usize> {
+    let mut end = at;
+    for class in letters {
+        let c = text.get(end..)?.chars().next()?;
+        if !contains(class, u32::from(c)) {
+            return None;
+        }
+        end += c.len_utf8();
+    }
+    Some(end)
 }
 
 impl Cl100kSplitter {
@@ -54,93 +72,140 @@ impl Cl100kSplitter {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let mut contraction_by_first = Box::new([None; 128]);
+        for (index, letters) in (0u8..).zip(&contractions) {
+            let first = letters.first().ok_or("a contraction without letters")?;
+            for b in 0..128u8 {
+                if contains(first, u32::from(b))
+                    && contraction_by_first[usize::from(b)]
+                        .replace(index)
+                        .is_some()
+                {
+                    return Err(format!("two contractions start with {:?}", char::from(b)));
+                }
+            }
+        }
         Ok(Self {
             classes: CharClasses::new()?,
             max_digits,
             contractions,
+            contraction_by_first,
         })
     }
 
-    /// Byte length of the contraction (after the apostrophe) `rest` starts with, if any.
-    fn contraction(&self, rest: &str) -> Option<usize> {
-        self.contractions.iter().find_map(|letters| {
-            let mut len = 0;
-            let mut chars = rest.chars();
-            for class in letters {
-                let c = chars.next()?;
-                if !contains(class, u32::from(c)) {
-                    return None;
-                }
-                len += c.len_utf8();
+    /// The end (byte offset) of the contraction (after an apostrophe) that starts at byte `at`
+    /// of `text`, if any. After an ASCII character only the one contraction it starts is tried.
+    fn contraction(&self, text: &str, at: usize) -> Option<usize> {
+        let &b = text.as_bytes().get(at)?;
+        if b.is_ascii() {
+            let index = self.contraction_by_first[usize::from(b)]?;
+            return spelled_end(text, at, self.contractions.get(usize::from(index))?);
+        }
+        self.contractions
+            .iter()
+            .find_map(|letters| spelled_end(text, at, letters))
+    }
+
+    /// The end of the `\p{N}{1,3}` (or `\p{N}`) match at `start`, whose first character is a
+    /// number `width` bytes wide.
+    fn digits_end(&self, text: &str, start: usize, width: usize) -> usize {
+        let mut end = start + width;
+        for _ in 1..self.max_digits {
+            match self.classes.kind_at(text, end) {
+                Some((Kind::Number, width)) => end += width,
+                _ => break,
             }
-            Some(len)
-        })
+        }
+        end
     }
 
     /// The end (byte offset) of the match that starts at `start` (a char boundary before the end).
+    /// The commonest shapes, ASCII `word` and ` word` (or `(word`, `.word`, ...), take a short
+    /// way; [`Self::any_match_end`] takes every shape.
+    #[inline]
     fn match_end(&self, text: &str, start: usize) -> Result<usize, HandBack> {
-        let rest = &text[start..];
-        let Some(c) = rest.chars().next() else {
+        let bytes = text.as_bytes();
+        match bytes.get(start) {
+            Some(b) if b.is_ascii_alphabetic() => Ok(self.classes.letters_end(text, start + 1)),
+            Some(&b)
+                if self.joins_letters(b)
+                    && bytes.get(start + 1).is_some_and(u8::is_ascii_alphabetic) =>
+            {
+                Ok(self.classes.letters_end(text, start + 2))
+            }
+            _ => self.any_match_end(text, start),
+        }
+    }
+
+    /// Whether ASCII `b` is a `[^\r\n\p{L}\p{N}]` that starts no contraction.
+    fn joins_letters(&self, b: u8) -> bool {
+        matches!(self.classes.byte_kind(b), Some(Kind::Space | Kind::Other))
+            && !matches!(b, b'\r' | b'\n' | b'\'')
+    }
+
+    #[inline(never)]
+    fn any_match_end(&self, text: &str, start: usize) -> Result<usize, HandBack> {
+        let classes = &self.classes;
+        let bytes = text.as_bytes();
+        let Some((kind, width)) = classes.kind_at(text, start) else {
             return Ok(start);
         };
-        let width = c.len_utf8();
-        let kind = self.classes.kind(c);
-        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-        if c == '\''
-            && let Some(len) = self.contraction(&rest[1..])
-        {
-            return Ok(start + 1 + len);
-        }
-        // [^\r\n\p{L}\p{N}]?\p{L}+
+        // [^\r\n\p{L}\p{N}]?\p{L}+ starting with its letters: the common case first.
         if kind == Kind::Letter {
-            return Ok(start + self.classes.run(rest, Kind::Letter));
+            return Ok(classes.letters_end(text, start + width));
         }
-        // Letter runs (the common case) are done; the rest looks one character ahead.
-        let next_kind = rest[width..].chars().next().map(|n| self.classes.kind(n));
-        if kind != Kind::Number && !is_cr_or_lf(c) && next_kind == Some(Kind::Letter) {
-            return Ok(start + width + self.classes.run(&rest[width..], Kind::Letter));
+        let first = bytes[start];
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if first == b'\''
+            && let Some(end) = self.contraction(text, start + 1)
+        {
+            return Ok(end);
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+ starting with one other character; the rest looks one
+        // character ahead.
+        let next = classes.kind_at(text, start + width);
+        if let Some((Kind::Letter, next_width)) = next
+            && kind != Kind::Number
+            && !is_cr_or_lf(first)
+        {
+            return Ok(classes.letters_end(text, start + width + next_width));
         }
         // \p{N}{1,3} (or \p{N})
         if kind == Kind::Number {
-            let end = rest
-                .char_indices()
-                .take(self.max_digits)
-                .take_while(|&(_, n)| self.classes.kind(n) == Kind::Number)
-                .last()
-                .map_or(width, |(i, n)| i + n.len_utf8());
-            return Ok(start + end);
+            return Ok(self.digits_end(text, start, width));
         }
         //  ?[^\s\p{L}\p{N}]+[\r\n]*
-        let body = if c == ' ' && next_kind == Some(Kind::Other) {
-            1
-        } else {
-            0
+        let body = match next {
+            Some((Kind::Other, _)) if first == b' ' => start + 1,
+            _ if kind == Kind::Other => start,
+            _ => return self.whitespace_end(text, start),
         };
-        if kind == Kind::Other || body == 1 {
-            let end = body + self.classes.run(&rest[body..], Kind::Other);
-            let newlines = rest[end..]
-                .find(|n: char| !is_cr_or_lf(n))
-                .unwrap_or(rest.len() - end);
-            return Ok(start + end + newlines);
+        let mut end = classes.run_end(text, body, Kind::Other);
+        while bytes.get(end).is_some_and(|&b| is_cr_or_lf(b)) {
+            end += 1;
         }
-        // Whitespace from here on. The regex walks the whole run for the next three.
-        let run = self.classes.run(rest, Kind::Space);
-        if run > SCANNED_RUN_LIMIT {
+        Ok(end)
+    }
+
+    /// The end of the match at `start` where none of the alternatives before `\s*[\r\n]+`
+    /// matches: a whitespace character starts it. The regex walks the whole run for these.
+    fn whitespace_end(&self, text: &str, start: usize) -> Result<usize, HandBack> {
+        let (end, newline_end) = self.classes.spaces_end(text, start);
+        if end - start > SCANNED_RUN_LIMIT {
             return Err(HandBack);
         }
-        let spaces = &rest[..run];
         // \s*[\r\n]+ : \s* gives back characters until a CR or LF can follow, so the match ends
         // just after the run's last CR or LF (no CR or LF follows it inside the run).
-        if let Some(last) = spaces.rfind(is_cr_or_lf) {
-            return Ok(start + last + 1);
+        if let Some(newline_end) = newline_end {
+            return Ok(newline_end);
         }
         // \s+(?!\S) : the run, less its last character when a non-space follows and that leaves
         // at least one; else \s+ : the single whitespace character.
-        if run == rest.len() {
-            return Ok(start + run);
+        if end == text.len() {
+            return Ok(end);
         }
-        let last = spaces.chars().next_back().map_or(0, char::len_utf8);
-        Ok(start + if run > last { run - last } else { run })
+        let last = width_before(text, end);
+        Ok(if end - last > start { end - last } else { end })
     }
 
     /// The matches of the pattern in `text`, as HF's regex would report them: `(start, end)` byte
@@ -212,6 +277,16 @@ mod tests {
         "\u{85}\u{2028}\u{2029}x \u{b}\u{c}y",
         "\u{301}abc \u{301}\u{301}",
         "ǅungla ß ʰ",
+        // ASCII runs (longer than 8 bytes too) that run into longer characters.
+        "abcdefghijé abcdefghij\u{301} abcdefgh日本 abcdefghij² abcdefghij\u{a0}x (abcdefghijé",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ@[`{abcdefghijklmnopqrstuvwxyz abcdefg×yz abcdefg\u{2003}x",
+        "0123456789٣٤ 12345678Ⅻ !!!!!!!!!!é ........\u{301} ?????????\u{a0} ×é \u{a0}é",
+        "          \u{3000}  x         \u{85}x\n\n\n\n\n\n\n\n\n\ny \t\t\t\t\t\t\t\t\t!",
+        "    \n        \r\n\t  foo \u{2028}\n\u{2029}  x  \u{85}  \r  x\r\n",
+        "         ",
+        "x         ",
+        "'sa 'tt 'rev 'vee 'mm 'lll 'dd 'r 'v 'l 'S 'RE 'LL 'ſ 'ſa 'Rx 'vE 'lL 'é '\u{301}",
+        "x'\ny'\r\n'' '' '\t .'s ('t",
     ];
 
     #[test]
@@ -286,11 +361,32 @@ mod tests {
         ]
     }
 
+    /// Single characters, and ASCII stretches long enough for the scanner's 8-byte steps.
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => character().prop_map(String::from),
+            1 => "[a-zA-Z]{1,20}",
+            1 => "[0-9]{1,12}",
+            1 => " {1,12}",
+            1 => "[ \t\r\n]{1,6}",
+            1 => "[ -~]{1,24}",
+        ]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3000))]
         #[test]
         fn matches_hf_on_random_text(text in proptest::collection::vec(character(), 0..48)
             .prop_map(|cs| cs.into_iter().collect::<String>()))
+        {
+            for pattern in [CL100K_PATTERN, QWEN2_PATTERN] {
+                prop_assert_eq!(ours(pattern, &text), hf(pattern, &text));
+            }
+        }
+
+        #[test]
+        fn matches_hf_on_text_with_ascii_stretches(
+            text in proptest::collection::vec(piece(), 0..32).prop_map(|pieces| pieces.concat()))
         {
             for pattern in [CL100K_PATTERN, QWEN2_PATTERN] {
                 prop_assert_eq!(ours(pattern, &text), hf(pattern, &text));

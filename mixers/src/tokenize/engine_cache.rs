@@ -3,7 +3,7 @@
 //! worked out once per file on a machine, not once per process. The caller keeps the bytes (the
 //! daemon in files: `daemon/src/tokenizer_cache.rs`); this module only writes and checks them.
 //!
-//! An entry is one header line, `dsprep-engine-cache/1 <sha256 of the payload>`, then the payload
+//! An entry is one header line, `dsprep-engine-cache/2 <sha256 of the payload>`, then the payload
 //! (JSON). It is used only when the payload's hash matches, it names the same tokenizer file
 //! (sha256 of its bytes) and it was written by the same build of the engine (this crate's version
 //! and the `tokenizers` version its parse follows); anything else is ignored, with the reason, and
@@ -17,7 +17,7 @@ use super::byte_level::ByteLevelTables;
 use super::sentencepiece::SentencePieceTables;
 
 /// The first word of an entry; bump the number when the entry's layout changes.
-const FORMAT: &str = "dsprep-engine-cache/1";
+const FORMAT: &str = "dsprep-engine-cache/2";
 
 /// The `tokenizers` release whose parse the tables follow (a test checks it against Cargo.lock).
 pub(crate) const TOKENIZERS_VERSION: &str = "0.23.2";

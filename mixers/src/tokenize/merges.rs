@@ -10,75 +10,216 @@
 //! is the same pair: the loop is "merge the lowest-ranked adjacent pair, leftmost first, until none
 //! is in the table". [`Merges::merge`] runs exactly that: a scan over the symbols for short words
 //! (most pieces), and the same heap-and-links loop as HF's for long ones.
+//!
+//! The loop is bound by looking pairs up, each a random access into a table of hundreds of
+//! thousands of merges: the table is open addressing with one 16-byte slot per pair (a lookup is
+//! one cache line, where a SwissTable reads its control bytes and then the slot), and a byte-level
+//! word's first pairs, all pairs of two bytes' tokens, come from a dense 256 × 256 table
+//! ([`BytePairs`]).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use rustc_hash::FxHashMap;
-
 /// Words with more symbols than this are merged with a heap (O(n log n)); shorter ones by a scan
 /// for the lowest pair (O(n²), but no allocation and a few cache lines).
 const SCAN_LIMIT: usize = 48;
+/// Words of at most this many symbols (most pieces that reach the loop) are scanned over
+/// fixed-size arrays: the lowest pair and the shift after a merge are then the same 16 steps
+/// every time, which the compiler unrolls without a branch to mispredict.
+const SMALL: usize = 16;
+
+/// A pair that is not a merge, in the packed form `rank << 32 | merged id` (above every real one).
+const NO_MERGE: u64 = u64::MAX;
+/// A free slot's key (the pair `(u32::MAX, u32::MAX)`, which no vocabulary of u32 ids can list).
+const FREE: u64 = u64::MAX;
 
 /// The merge table: `(left, right)` ids → `(rank, merged id)`, as HF's `BPE::merges` holds it.
 pub(crate) struct Merges {
-    table: FxHashMap<u64, u64>,
+    /// `[key, rank << 32 | merged]` per slot, linear probing, at most three quarters full.
+    slots: Box<[[u64; 2]]>,
+    /// 64 − log2(slots).
+    shift: u32,
+    len: usize,
 }
 
 fn key(left: u32, right: u32) -> u64 {
     (u64::from(left) << 32) | u64::from(right)
 }
 
+/// A merge's rank and merged id, packed as the scan compares them: the lowest rank is the least.
+fn packed(rank: u32, merged: u32) -> u64 {
+    (u64::from(rank) << 32) | u64::from(merged)
+}
+
 impl Merges {
     /// From the merge list in rank order, each pair and the token it makes, as ids.
     pub fn new(merges: impl IntoIterator<Item = (u32, u32, u32)>) -> Self {
-        let mut table = FxHashMap::default();
-        for (rank, (left, right, merged)) in merges.into_iter().enumerate() {
+        let merges: Vec<(u32, u32, u32)> = merges.into_iter().collect();
+        // At most three quarters full (Llama 3's 280,000 merges: 8 MiB).
+        let capacity = (merges.len() * 4 / 3 + 1).next_power_of_two().max(16);
+        let mut table = Self {
+            slots: vec![[FREE, NO_MERGE]; capacity].into_boxed_slice(),
+            shift: 64 - capacity.trailing_zeros(),
+            len: 0,
+        };
+        for (rank, &(left, right, merged)) in merges.iter().enumerate() {
             let rank = u32::try_from(rank).unwrap_or(u32::MAX);
-            // HF keeps the first rank of a pair listed twice (its serializer wrote that one).
-            table
-                .entry(key(left, right))
-                .or_insert((u64::from(rank) << 32) | u64::from(merged));
+            table.insert_first(key(left, right), packed(rank, merged));
         }
-        Self { table }
+        table
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// Keep `value` for `key` unless the key is there already: HF keeps the first rank of a pair
+    /// listed twice (its serializer wrote that one).
+    fn insert_first(&mut self, key: u64, value: u64) {
+        if key == FREE {
+            return;
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = self.home(key);
+        loop {
+            let slot = &mut self.slots[at];
+            if slot[0] == key {
+                return;
+            }
+            if slot[0] == FREE {
+                *slot = [key, value];
+                self.len += 1;
+                return;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// `rank << 32 | merged id` of the pair `key`, or [`NO_MERGE`].
+    #[inline]
+    fn lookup(&self, key: u64) -> u64 {
+        let mask = self.slots.len() - 1;
+        let mut at = self.home(key);
+        loop {
+            let [found, value] = self.slots[at & mask];
+            if found == key {
+                return value;
+            }
+            if found == FREE {
+                return NO_MERGE;
+            }
+            at += 1;
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.len
     }
 
     /// `(rank, merged id)` of a pair, if it is a merge.
     #[inline]
     fn get(&self, left: u32, right: u32) -> Option<(u32, u32)> {
-        self.table
-            .get(&key(left, right))
-            .map(|&v| ((v >> 32) as u32, v as u32))
+        let value = self.lookup(key(left, right));
+        (value != NO_MERGE).then_some(((value >> 32) as u32, value as u32))
     }
 
     /// Merge `symbols` (a word's initial ids) in place, as HF's merge loop does.
     pub fn merge(&self, symbols: &mut Vec<u32>) {
-        if symbols.len() <= SCAN_LIMIT {
-            self.merge_by_scan(symbols);
+        if symbols.len() <= SMALL {
+            let mut pairs = [NO_MERGE; SMALL];
+            for (i, slot) in pairs
+                .iter_mut()
+                .enumerate()
+                .take(symbols.len().saturating_sub(1))
+            {
+                *slot = self.lookup(key(symbols[i], symbols[i + 1]));
+            }
+            self.merge_small(symbols, &mut pairs);
+        } else if symbols.len() <= SCAN_LIMIT {
+            let mut pairs = [NO_MERGE; SCAN_LIMIT];
+            for (i, slot) in pairs
+                .iter_mut()
+                .enumerate()
+                .take(symbols.len().saturating_sub(1))
+            {
+                *slot = self.lookup(key(symbols[i], symbols[i + 1]));
+            }
+            self.merge_by_scan(symbols, &mut pairs);
         } else {
             self.merge_by_heap(symbols);
         }
     }
 
-    fn merge_by_scan(&self, symbols: &mut Vec<u32>) {
-        // Per pair (i, i+1): its rank above its merged id, u64::MAX where it is not a merge. The
-        // smallest is the lowest rank; equal values are the same pair, and the scan keeps the
-        // leftmost. Symbols and pairs shift left by hand: at these lengths a loop beats memmove.
-        let mut pairs = [u64::MAX; SCAN_LIMIT];
-        let pair = |symbols: &[u32], i: usize| {
-            self.table
-                .get(&key(symbols[i], symbols[i + 1]))
-                .copied()
-                .unwrap_or(u64::MAX)
-        };
-        let mut n = symbols.len();
-        for (i, slot) in pairs.iter_mut().enumerate().take(n.saturating_sub(1)) {
-            *slot = pair(symbols, i);
+    /// Merge a byte-level word given as its bytes: `symbols` is set to the bytes' tokens
+    /// (`byte_pairs.byte_ids`), then merged as [`Self::merge`] does, its first pairs read from
+    /// the dense table.
+    pub fn merge_bytes(&self, bytes: &[u8], byte_pairs: &BytePairs, symbols: &mut Vec<u32>) {
+        symbols.clear();
+        symbols.extend(bytes.iter().map(|&b| byte_pairs.byte_ids[usize::from(b)]));
+        if bytes.len() <= SMALL {
+            let mut pairs = [NO_MERGE; SMALL];
+            for (slot, two) in pairs.iter_mut().zip(bytes.windows(2)) {
+                *slot = byte_pairs.get(two[0], two[1]);
+            }
+            self.merge_small(symbols, &mut pairs);
+            return;
         }
+        if bytes.len() > SCAN_LIMIT {
+            self.merge_by_heap(symbols);
+            return;
+        }
+        let mut pairs = [NO_MERGE; SCAN_LIMIT];
+        for (slot, two) in pairs.iter_mut().zip(bytes.windows(2)) {
+            *slot = byte_pairs.get(two[0], two[1]);
+        }
+        self.merge_by_scan(symbols, &mut pairs);
+    }
+
+    /// The scan for words of at most [`SMALL`] symbols, from each adjacent pair's packed
+    /// `(rank, merged)` in `pairs` ([`NO_MERGE`] past the last pair).
+    fn merge_small(&self, symbols: &mut Vec<u32>, pairs: &mut [u64; SMALL]) {
+        let mut n = symbols.len();
+        let mut word = [0u32; SMALL];
+        word[..n].copy_from_slice(symbols);
+        loop {
+            let low = pairs.iter().copied().fold(NO_MERGE, u64::min);
+            if low == NO_MERGE {
+                break;
+            }
+            // The leftmost pair of the lowest rank (equal values are the same pair).
+            let best = pairs.iter().position(|&p| p == low).unwrap_or(0);
+            word[best] = low as u32;
+            // Drop symbol best + 1 and pair best + 1: everything after them moves down one.
+            for j in 1..SMALL - 1 {
+                let moved = j > best;
+                word[j] = if moved { word[j + 1] } else { word[j] };
+                pairs[j] = if moved { pairs[j + 1] } else { pairs[j] };
+            }
+            word[SMALL - 1] = 0;
+            pairs[SMALL - 1] = NO_MERGE;
+            n -= 1;
+            pairs[best] = if best + 1 < n {
+                self.lookup(key(word[best], word[best + 1]))
+            } else {
+                NO_MERGE
+            };
+            if best > 0 {
+                pairs[best - 1] = self.lookup(key(word[best - 1], word[best]));
+            }
+        }
+        symbols.clear();
+        symbols.extend_from_slice(&word[..n]);
+    }
+
+    /// The scan, from each adjacent pair's packed `(rank, merged)` in `pairs` ([`NO_MERGE`] where
+    /// the pair is not a merge).
+    fn merge_by_scan(&self, symbols: &mut Vec<u32>, pairs: &mut [u64; SCAN_LIMIT]) {
+        // The smallest packed value is the lowest rank; equal values are the same pair, and the
+        // scan keeps the leftmost. Symbols and pairs shift left by hand: at these lengths a loop
+        // beats memmove.
+        let pair = |symbols: &[u32], i: usize| self.lookup(key(symbols[i], symbols[i + 1]));
+        let mut n = symbols.len();
         while n >= 2 {
             let mut best = 0;
             for i in 1..n - 1 {
@@ -86,7 +227,7 @@ impl Merges {
                     best = i;
                 }
             }
-            if pairs[best] == u64::MAX {
+            if pairs[best] == NO_MERGE {
                 break;
             }
             symbols[best] = pairs[best] as u32;
@@ -95,11 +236,11 @@ impl Merges {
                 pairs[j] = pairs[j + 1];
             }
             n -= 1;
-            pairs[n - 1] = u64::MAX;
+            pairs[n - 1] = NO_MERGE;
             if best + 1 < n {
                 pairs[best] = pair(symbols, best);
             } else {
-                pairs[best] = u64::MAX;
+                pairs[best] = NO_MERGE;
             }
             if best > 0 {
                 pairs[best - 1] = pair(symbols, best - 1);
@@ -160,6 +301,29 @@ impl Merges {
             }
         }
         symbols.truncate(kept);
+    }
+}
+
+/// Every pair of two bytes' tokens, looked up once: a byte-level word starts as its bytes'
+/// tokens, so all of its first pairs come from here (512 KiB, of which text touches a few lines).
+pub(crate) struct BytePairs {
+    /// The token of each byte.
+    pub byte_ids: [u32; 256],
+    /// `rank << 32 | merged id` of the pair (byte `a`'s token, byte `b`'s token) at `a * 256 + b`.
+    pairs: Box<[u64]>,
+}
+
+impl BytePairs {
+    pub fn new(merges: &Merges, byte_ids: [u32; 256]) -> Self {
+        let pairs = (0..256 * 256)
+            .map(|ab: usize| merges.lookup(key(byte_ids[ab >> 8], byte_ids[ab & 0xFF])))
+            .collect();
+        Self { byte_ids, pairs }
+    }
+
+    #[inline]
+    fn get(&self, a: u8, b: u8) -> u64 {
+        self.pairs[usize::from(a) << 8 | usize::from(b)]
     }
 }
 
@@ -235,9 +399,30 @@ mod tests {
                 m.merge_by_heap(&mut by_heap);
                 prop_assert_eq!(&by_heap, &want);
             }
+            // The same word as bytes whose tokens are the word's ids (bytes 0..4 are "a".."d";
+            // every other byte is a token no merge names).
+            let mut byte_ids = [99u32; 256];
+            byte_ids[..4].copy_from_slice(&[0, 1, 2, 3]);
+            let bytes: Vec<u8> = word.iter().map(|&id| id as u8).collect();
+            let mut from_bytes = vec![7; 3];
+            m.merge_bytes(&bytes, &BytePairs::new(&m, byte_ids), &mut from_bytes);
+            prop_assert_eq!(&from_bytes, &want);
+            if word.len() <= SMALL {
+                let mut small = word.clone();
+                let mut pairs = [NO_MERGE; SMALL];
+                for i in 0..small.len().saturating_sub(1) {
+                    pairs[i] = m.lookup(key(small[i], small[i + 1]));
+                }
+                m.merge_small(&mut small, &mut pairs);
+                prop_assert_eq!(&small, &want);
+            }
             if word.len() <= SCAN_LIMIT {
                 let mut by_scan = word;
-                m.merge_by_scan(&mut by_scan);
+                let mut pairs = [NO_MERGE; SCAN_LIMIT];
+                for i in 0..by_scan.len().saturating_sub(1) {
+                    pairs[i] = m.lookup(key(by_scan[i], by_scan[i + 1]));
+                }
+                m.merge_by_scan(&mut by_scan, &mut pairs);
                 prop_assert_eq!(&by_scan, &want);
             }
         }

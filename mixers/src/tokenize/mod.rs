@@ -20,6 +20,7 @@ mod merges;
 mod piece_cache;
 mod pipeline;
 mod sentencepiece;
+mod whole_tokens;
 
 use std::sync::OnceLock;
 

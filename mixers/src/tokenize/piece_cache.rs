@@ -2,81 +2,90 @@
 //! ([`CACHE_BYTES`] per thread, allocated on the thread's first document, never grown).
 //!
 //! Most pieces of a text are words met before (" the", "\n", "    return"), and a hit skips the
-//! merge loop. The cache is direct-mapped: a piece hashes to one slot holding its bytes and ids
-//! inline, so a lookup is one hash and one cache line, and a new piece simply replaces what was
-//! in its slot. Three tables by piece length, each with slots just large enough for its pieces,
-//! so that the whole cache (2.25 MiB) stays in a core's L2 beside everything else: short pieces
-//! (at most [`SHORT_KEY`] bytes and [`SHORT_IDS`] ids: most of the pieces of prose) in 16-byte
-//! slots, medium ones (at most [`MEDIUM_KEY`] bytes and [`MEDIUM_IDS`] ids) in 32-byte slots,
-//! the rest in 64-byte slots. Pieces longer than [`MAX_KEY`] bytes, or of more ids than their
-//! table holds, are not cached (they are rare and cheap to miss). The ids never depend on the cache: it only holds
-//! what the merge loop gave for the same bytes, for the one engine that owns it (a thread that
-//! switches engines clears it first).
+//! merge loop. Pieces of at most [`SHORT_KEY`] bytes (nearly all of them) are keyed by one
+//! 128-bit number ([`short_key`]: the bytes and the length, read from the text in one load where
+//! it can be) and kept with up to [`SHORT_IDS`] ids in 32-byte slots, two to a 64-byte bucket:
+//! a lookup is one hash and one cache line, a new piece takes its bucket's first slot and moves
+//! the one there to the second, and a hit in the second slot moves it back to the first, so a
+//! bucket keeps the two pieces it saw most recently. Longer pieces (up to [`MAX_KEY`] bytes and
+//! [`MAX_IDS`] ids) have a direct-mapped table of 64-byte slots. Longer pieces, and pieces of
+//! more ids than their table holds, are not cached (they are rare and cheap to miss). The ids
+//! never depend on the cache: it only holds what the merge loop gave for the same bytes, for the
+//! one engine that owns it (a thread that switches engines clears it first).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Longest piece of the short table, in bytes (the 16th byte of its key holds the length).
+pub(crate) const SHORT_KEY: usize = 15;
+/// Most ids of a piece in the short table.
+pub(crate) const SHORT_IDS: usize = 4;
+/// log2 of the short table's buckets (two slots each).
+const SHORT_BITS: u32 = 14;
 /// Longest piece cached, in bytes.
 pub(crate) const MAX_KEY: usize = 32;
-/// Most ids a cached piece may have.
+/// Most ids of a piece in the long table.
 pub(crate) const MAX_IDS: usize = 7;
 const SLOT_BITS: u32 = 14;
-/// Longest piece of the short table, in bytes.
-pub(crate) const SHORT_KEY: usize = 6;
-/// Most ids of a piece in the short table.
-pub(crate) const SHORT_IDS: usize = 2;
-const SHORT_BITS: u32 = 14;
-/// Longest piece of the medium table, in bytes.
-pub(crate) const MEDIUM_KEY: usize = 16;
-/// Most ids of a piece in the medium table.
-pub(crate) const MEDIUM_IDS: usize = 3;
-const MEDIUM_BITS: u32 = 15;
-/// Memory of one thread's cache: 16,384 short slots of 16 bytes (256 KiB), 32,768 medium slots
-/// of 32 bytes (1 MiB) and 16,384 slots of 64 bytes (1 MiB).
-pub(crate) const CACHE_BYTES: usize = (1 << SLOT_BITS) * std::mem::size_of::<Slot>()
-    + (1 << SHORT_BITS) * std::mem::size_of::<ShortSlot>()
-    + (1 << MEDIUM_BITS) * std::mem::size_of::<MediumSlot>();
+/// Memory of one thread's cache: 16,384 buckets of two 32-byte short slots (1 MiB) and 16,384
+/// long slots of 64 bytes (1 MiB).
+pub(crate) const CACHE_BYTES: usize = (1 << SHORT_BITS) * std::mem::size_of::<Bucket>()
+    + (1 << SLOT_BITS) * std::mem::size_of::<Slot>();
 
-/// A piece of `SHORT_KEY + 1 ..= MEDIUM_KEY` bytes: its bytes zero-padded, its ids, and its
-/// length (0: empty) and id count in `meta`'s low two bytes.
-#[derive(Clone, Copy)]
-#[repr(C, align(32))]
-struct MediumSlot {
-    key: [u64; 2],
-    ids: [u32; MEDIUM_IDS],
-    meta: u32,
+/// The bits of a short key's top byte that hold its id count (its low bits hold the length).
+const COUNT_SHIFT: u32 = 124;
+const COUNT_BITS: u128 = 0xF << COUNT_SHIFT;
+
+/// A piece of 1 to [`SHORT_KEY`] bytes as one number: its bytes little-endian, zero above them,
+/// and its length in the top byte (so no piece's key is 0, the free slots' key).
+#[inline]
+pub(crate) fn short_key(piece: &[u8]) -> u128 {
+    let mut word = [0u8; 16];
+    word[..piece.len()].copy_from_slice(piece);
+    u128::from_le_bytes(word) | ((piece.len() as u128) << 120)
 }
 
-const MEDIUM_EMPTY: MediumSlot = MediumSlot {
-    key: [0; 2],
-    ids: [0; MEDIUM_IDS],
-    meta: 0,
+/// The mask that keeps a key's first `len` bytes, by `len` (a table: a variable shift of a u128
+/// is a branchy sequence).
+const KEEP: [u128; 16] = {
+    let mut keep = [0u128; 16];
+    let mut len = 1;
+    while len < 16 {
+        keep[len] = (1u128 << (8 * len)) - 1;
+        len += 1;
+    }
+    keep
 };
 
+/// [`short_key`] of `text[start..end]` (at most [`SHORT_KEY`] bytes): one 16-byte load of the
+/// text, masked to the piece, where 16 bytes follow `start`.
 #[inline]
-fn medium_key(key: &[u8]) -> [u64; 2] {
-    let mut bytes = [0u8; 16];
-    bytes[..key.len()].copy_from_slice(key);
-    let mut lo = [0u8; 8];
-    let mut hi = [0u8; 8];
-    lo.copy_from_slice(&bytes[..8]);
-    hi.copy_from_slice(&bytes[8..]);
-    [u64::from_le_bytes(lo), u64::from_le_bytes(hi)]
+pub(crate) fn short_key_at(text: &[u8], start: usize, end: usize) -> u128 {
+    let len = end - start;
+    match text.get(start..start + 16) {
+        Some(window) => {
+            let mut word = [0u8; 16];
+            word.copy_from_slice(window);
+            (u128::from_le_bytes(word) & KEEP[len]) | ((len as u128) << 120)
+        }
+        None => short_key(&text[start..end]),
+    }
 }
 
+/// The hash of a short key, shared by the piece cache and the whole-token table
+/// ([`super::whole_tokens`]), which take different bits of it.
 #[inline]
-fn medium_slot_of(key: [u64; 2], len: usize) -> usize {
+pub(crate) fn short_hash(key: u128) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let h = ((key[0] ^ len as u64).wrapping_mul(K).rotate_left(23) ^ key[1]).wrapping_mul(K);
-    (h >> (64 - MEDIUM_BITS)) as usize
+    let (lo, hi) = (key as u64, (key >> 64) as u64);
+    (lo.wrapping_mul(K).rotate_left(29) ^ hi).wrapping_mul(K)
 }
 
-/// A short piece: `key` is its bytes (little-endian), its id count at bits 48..56 and its length
-/// at bits 56..64 (0: empty).
+/// A short piece: its key (the id count in bits 124..128) and ids.
 #[derive(Clone, Copy)]
-#[repr(C, align(16))]
+#[repr(C, align(32))]
 struct ShortSlot {
-    key: u64,
+    key: u128,
     ids: [u32; SHORT_IDS],
 }
 
@@ -85,21 +94,12 @@ const SHORT_EMPTY: ShortSlot = ShortSlot {
     ids: [0; SHORT_IDS],
 };
 
-/// Bits of a short slot's key that hold the id count.
-const SHORT_COUNT: u64 = 0xFF << 48;
+/// Two short slots in one cache line: the most recently seen first.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Bucket([ShortSlot; 2]);
 
-/// A short piece's bytes and length as a short slot's key (id count zero).
-#[inline]
-fn short_key(key: &[u8]) -> u64 {
-    let mut word = [0u8; 8];
-    word[..key.len()].copy_from_slice(key);
-    u64::from_le_bytes(word) | ((key.len() as u64) << 56)
-}
-
-#[inline]
-fn short_slot_of(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHORT_BITS)) as usize
-}
+const BUCKET_EMPTY: Bucket = Bucket([SHORT_EMPTY; 2]);
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -122,9 +122,8 @@ const EMPTY: Slot = Slot {
 /// One thread's cache and the scratch space its engine merges in.
 pub(crate) struct PieceCache {
     owner: u64,
+    short: Box<[Bucket]>,
     slots: Box<[Slot]>,
-    short: Box<[ShortSlot]>,
-    medium: Box<[MediumSlot]>,
     /// Symbols of the piece being merged (reused: no allocation per piece).
     pub symbols: Vec<u32>,
     /// A piece's key where it is not a slice of the text (reused likewise).
@@ -151,8 +150,7 @@ pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) ->
         let cache = slot.get_or_insert_with(|| PieceCache::new(owner));
         if cache.owner != owner {
             cache.slots.fill(EMPTY);
-            cache.short.fill(SHORT_EMPTY);
-            cache.medium.fill(MEDIUM_EMPTY);
+            cache.short.fill(BUCKET_EMPTY);
             cache.owner = owner;
         }
         f(cache)
@@ -183,31 +181,52 @@ impl PieceCache {
     fn new(owner: u64) -> Self {
         Self {
             owner,
+            short: vec![BUCKET_EMPTY; 1 << SHORT_BITS].into_boxed_slice(),
             slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
-            short: vec![SHORT_EMPTY; 1 << SHORT_BITS].into_boxed_slice(),
-            medium: vec![MEDIUM_EMPTY; 1 << MEDIUM_BITS].into_boxed_slice(),
             symbols: Vec::new(),
             key: Vec::new(),
         }
     }
 
+    /// The ids cached for the short piece `key` ([`short_key`]) of hash `hash` ([`short_hash`]).
+    #[inline]
+    pub fn get_short(&mut self, key: u128, hash: u64) -> Option<&[u32]> {
+        let bucket = &mut self.short[(hash >> (64 - SHORT_BITS)) as usize];
+        let count = |slot: &ShortSlot| (slot.key >> COUNT_SHIFT) as usize;
+        if bucket.0[0].key & !COUNT_BITS == key {
+            let slot = &bucket.0[0];
+            return Some(&slot.ids[..count(slot)]);
+        }
+        if bucket.0[1].key & !COUNT_BITS == key {
+            bucket.0.swap(0, 1);
+            let slot = &bucket.0[0];
+            return Some(&slot.ids[..count(slot)]);
+        }
+        None
+    }
+
+    /// Remember `ids` for the short piece `key` (nothing happens past [`SHORT_IDS`] ids).
+    #[inline]
+    pub fn insert_short(&mut self, key: u128, hash: u64, ids: &[u32]) {
+        if ids.len() > SHORT_IDS {
+            return;
+        }
+        let bucket = &mut self.short[(hash >> (64 - SHORT_BITS)) as usize];
+        bucket.0[1] = bucket.0[0];
+        let slot = &mut bucket.0[0];
+        slot.key = key | ((ids.len() as u128) << COUNT_SHIFT);
+        slot.ids[..ids.len()].copy_from_slice(ids);
+    }
+
     /// The ids cached for `key`.
     #[inline]
-    pub fn get(&self, key: &[u8]) -> Option<&[u32]> {
+    pub fn get(&mut self, key: &[u8]) -> Option<&[u32]> {
         if key.is_empty() || key.len() > MAX_KEY {
             return None;
         }
         if key.len() <= SHORT_KEY {
             let wanted = short_key(key);
-            let slot = &self.short[short_slot_of(wanted)];
-            return (slot.key & !SHORT_COUNT == wanted)
-                .then(|| &slot.ids[..((slot.key & SHORT_COUNT) >> 48) as usize]);
-        }
-        if key.len() <= MEDIUM_KEY {
-            let wanted = medium_key(key);
-            let slot = &self.medium[medium_slot_of(wanted, key.len())];
-            return (slot.meta & 0xFF == key.len() as u32 && slot.key == wanted)
-                .then(|| &slot.ids[..(slot.meta >> 8) as usize]);
+            return self.get_short(wanted, short_hash(wanted));
         }
         let padded = padded(key);
         let slot = &self.slots[slot_of(&padded, key.len())];
@@ -222,22 +241,8 @@ impl PieceCache {
             return;
         }
         if key.len() <= SHORT_KEY {
-            if ids.len() <= SHORT_IDS {
-                let key = short_key(key);
-                let slot = &mut self.short[short_slot_of(key)];
-                slot.key = key | ((ids.len() as u64) << 48);
-                slot.ids[..ids.len()].copy_from_slice(ids);
-            }
-            return;
-        }
-        if key.len() <= MEDIUM_KEY {
-            if ids.len() <= MEDIUM_IDS {
-                let wanted = medium_key(key);
-                let slot = &mut self.medium[medium_slot_of(wanted, key.len())];
-                slot.key = wanted;
-                slot.meta = key.len() as u32 | ((ids.len() as u32) << 8);
-                slot.ids[..ids.len()].copy_from_slice(ids);
-            }
+            let wanted = short_key(key);
+            self.insert_short(wanted, short_hash(wanted), ids);
             return;
         }
         let padded = padded(key);
@@ -254,11 +259,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_fit_their_lines_and_the_cap_is_2_and_a_quarter_mib() {
+    fn slots_fit_their_lines_and_the_cap_is_2_mib() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);
-        assert_eq!(std::mem::size_of::<MediumSlot>(), 32);
-        assert_eq!(std::mem::size_of::<ShortSlot>(), 16);
-        assert_eq!(CACHE_BYTES, (2 << 20) + (256 << 10));
+        assert_eq!(std::mem::size_of::<Bucket>(), 64);
+        assert_eq!(std::mem::size_of::<ShortSlot>(), 32);
+        assert_eq!(CACHE_BYTES, 2 << 20);
     }
 
     #[test]
@@ -277,29 +282,61 @@ mod tests {
         assert_eq!(cache.get(b"many"), None);
         cache.insert(b"seventeen bytes!!", &[7; MAX_IDS]);
         assert_eq!(cache.get(b"seventeen bytes!!"), Some(&[7; MAX_IDS][..]));
-        // Medium pieces: up to MEDIUM_IDS ids.
-        cache.insert(b"seven!!", &[1, 2, 3]);
-        assert_eq!(cache.get(b"seven!!"), Some(&[1, 2, 3][..]));
         cache.insert(b"sixteen bytes!!!", &[4]);
         assert_eq!(cache.get(b"sixteen bytes!!!"), Some(&[4][..]));
+        // Short pieces: up to SHORT_IDS ids, the length part of the key.
+        cache.insert(b"seven!!", &[1, 2, 3, 4]);
         cache.insert(b"seven!!\0", &[5]);
         assert_eq!(cache.get(b"seven!!\0"), Some(&[5][..]));
         assert_eq!(
             cache.get(b"seven!!"),
-            Some(&[1, 2, 3][..]),
+            Some(&[1, 2, 3, 4][..]),
             "length is part of the key"
         );
-        cache.insert(b"four ids", &[1, 2, 3, 4]);
-        assert_eq!(cache.get(b"four ids"), None);
-        // Short pieces: up to SHORT_IDS ids, the length part of the key.
-        cache.insert(b"ab", &[1, 2]);
-        cache.insert(b"ab\0", &[3]);
-        assert_eq!(cache.get(b"ab"), Some(&[1, 2][..]));
-        assert_eq!(cache.get(b"ab\0"), Some(&[3][..]));
-        cache.insert(b"abc", &[1, 2, 3]);
-        assert_eq!(cache.get(b"abc"), None);
-        cache.insert(b"sixsix", &[6]);
-        assert_eq!(cache.get(b"sixsix"), Some(&[6][..]));
+        cache.insert(b"five ids", &[1, 2, 3, 4, 5]);
+        assert_eq!(cache.get(b"five ids"), None);
+        cache.insert(b"fifteen bytes!!", &[9, 8]);
+        assert_eq!(cache.get(b"fifteen bytes!!"), Some(&[9, 8][..]));
+    }
+
+    /// The key read from the text in one load equals the key built from the piece's bytes,
+    /// wherever the piece lies (near the end of the text it is built from the bytes).
+    #[test]
+    fn keys_read_from_the_text_are_the_pieces_keys() {
+        let text = b"a text of some forty-one bytes, at least!";
+        for start in 0..text.len() {
+            for end in start + 1..=(start + SHORT_KEY).min(text.len()) {
+                assert_eq!(
+                    short_key_at(text, start, end),
+                    short_key(&text[start..end]),
+                    "{start}..{end}"
+                );
+            }
+        }
+        assert_ne!(short_key(b"ab"), short_key(b"ab\0"));
+    }
+
+    /// A bucket keeps the two pieces it saw most recently, a hit counting as seen.
+    #[test]
+    fn a_bucket_keeps_its_two_most_recent_pieces() {
+        let mut cache = PieceCache::new(1);
+        // Three keys of one bucket.
+        let bucket = |key: u128| short_hash(key) >> (64 - SHORT_BITS);
+        let first = short_key(b"k0");
+        let same: Vec<u128> = (1u32..)
+            .map(|i| short_key(format!("k{i}").as_bytes()))
+            .filter(|&key| bucket(key) == bucket(first))
+            .take(2)
+            .collect();
+        let (a, b, c) = (first, same[0], same[1]);
+        cache.insert_short(a, short_hash(a), &[1]);
+        cache.insert_short(b, short_hash(b), &[2]);
+        assert_eq!(cache.get_short(a, short_hash(a)), Some(&[1][..]));
+        // `a` was seen last: a third piece evicts `b`.
+        cache.insert_short(c, short_hash(c), &[3]);
+        assert_eq!(cache.get_short(b, short_hash(b)), None);
+        assert_eq!(cache.get_short(a, short_hash(a)), Some(&[1][..]));
+        assert_eq!(cache.get_short(c, short_hash(c)), Some(&[3][..]));
     }
 
     #[test]
