@@ -251,6 +251,18 @@ pub(crate) fn tile<'a>(
     })
 }
 
+/// For the scanners' property tests: ASCII stretches long enough for the 8-byte steps.
+#[cfg(test)]
+pub(crate) fn ascii_stretch() -> impl proptest::strategy::Strategy<Value = String> {
+    proptest::prop_oneof![
+        "[a-zA-Z]{1,20}",
+        "[0-9]{1,12}",
+        " {1,12}",
+        "[ \t\r\n]{1,6}",
+        "[ -~]{1,24}",
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

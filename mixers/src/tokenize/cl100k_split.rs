@@ -365,11 +365,7 @@ mod tests {
     fn piece() -> impl Strategy<Value = String> {
         prop_oneof![
             3 => character().prop_map(String::from),
-            1 => "[a-zA-Z]{1,20}",
-            1 => "[0-9]{1,12}",
-            1 => " {1,12}",
-            1 => "[ \t\r\n]{1,6}",
-            1 => "[ -~]{1,24}",
+            2 => super::super::char_classes::ascii_stretch(),
         ]
     }
 

@@ -167,11 +167,7 @@ mod tests {
                 Just('×'), Just('\u{85}'), Just('\u{2003}'), any::<char>(),
             ]
             .prop_map(String::from),
-            1 => "[a-zA-Z]{1,20}",
-            1 => "[0-9]{1,12}",
-            1 => " {1,12}",
-            1 => "[ \t\r\n]{1,6}",
-            1 => "[ -~]{1,24}",
+            2 => super::super::char_classes::ascii_stretch(),
         ]
     }
 

@@ -83,28 +83,24 @@ impl Merges {
     /// Merge `symbols` (a word's initial ids) in place, as HF's merge loop does.
     pub fn merge(&self, symbols: &mut Vec<u32>) {
         if symbols.len() <= SMALL {
-            let mut pairs = [NO_MERGE; SMALL];
-            for (i, slot) in pairs
-                .iter_mut()
-                .enumerate()
-                .take(symbols.len().saturating_sub(1))
-            {
-                *slot = self.lookup(key(symbols[i], symbols[i + 1]));
-            }
+            let mut pairs = self.first_pairs::<SMALL>(symbols);
             self.merge_small(symbols, &mut pairs);
         } else if symbols.len() <= SCAN_LIMIT {
-            let mut pairs = [NO_MERGE; SCAN_LIMIT];
-            for (i, slot) in pairs
-                .iter_mut()
-                .enumerate()
-                .take(symbols.len().saturating_sub(1))
-            {
-                *slot = self.lookup(key(symbols[i], symbols[i + 1]));
-            }
+            let mut pairs = self.first_pairs::<SCAN_LIMIT>(symbols);
             self.merge_by_scan(symbols, &mut pairs);
         } else {
             self.merge_by_heap(symbols);
         }
+    }
+
+    /// The packed `(rank, merged)` of each adjacent pair of `symbols` (at most `N` of them),
+    /// [`NO_MERGE`] past the last.
+    fn first_pairs<const N: usize>(&self, symbols: &[u32]) -> [u64; N] {
+        let mut pairs = [NO_MERGE; N];
+        for (slot, two) in pairs.iter_mut().zip(symbols.windows(2)) {
+            *slot = self.lookup(key(two[0], two[1]));
+        }
+        pairs
     }
 
     /// Merge a byte-level word given as its bytes: `symbols` is set to the bytes' tokens
@@ -365,19 +361,13 @@ mod tests {
             prop_assert_eq!(&from_bytes, &want);
             if word.len() <= SMALL {
                 let mut small = word.clone();
-                let mut pairs = [NO_MERGE; SMALL];
-                for i in 0..small.len().saturating_sub(1) {
-                    pairs[i] = m.lookup(key(small[i], small[i + 1]));
-                }
+                let mut pairs = m.first_pairs::<SMALL>(&small);
                 m.merge_small(&mut small, &mut pairs);
                 prop_assert_eq!(&small, &want);
             }
             if word.len() <= SCAN_LIMIT {
                 let mut by_scan = word;
-                let mut pairs = [NO_MERGE; SCAN_LIMIT];
-                for i in 0..by_scan.len().saturating_sub(1) {
-                    pairs[i] = m.lookup(key(by_scan[i], by_scan[i + 1]));
-                }
+                let mut pairs = m.first_pairs::<SCAN_LIMIT>(&by_scan);
                 m.merge_by_scan(&mut by_scan, &mut pairs);
                 prop_assert_eq!(&by_scan, &want);
             }
