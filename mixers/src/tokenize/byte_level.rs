@@ -6,8 +6,9 @@
 //! (`tokenizers::utils::SysRegex`, which also stops where HF stops on a regex error), or, for
 //! GPT-2's and the cl100k family's patterns, from a scanner with the same matches that hands a
 //! text back to that regex wherever the regex could give up; a piece's ids come from HF's merge
-//! loop over HF's merges ([`super::merges`]), or from the thread's [`super::piece_cache`] when
-//! the same bytes were merged before.
+//! loop over HF's merges ([`super::merges`]), from the thread's [`super::piece_cache`] when
+//! the same bytes were merged before, or from [`super::whole_tokens`] when the piece is one token
+//! whole.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
@@ -84,8 +85,8 @@ pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
 
 /// The crate's quick check of `text`, run only over its stretches of non-ASCII characters: the
 /// check passes over an ASCII character and starts afresh after it (ASCII is in NFC and has
-/// combining class 0), so the stretches' checks together are the text's. Skipping the ASCII
-/// bytes eight at a time is most of a text's bytes.
+/// combining class 0), so the stretches' checks together are the text's. Most of a text's bytes
+/// are ASCII, skipped eight at a time.
 fn is_nfc_by_runs(text: &str) -> bool {
     let bytes = text.as_bytes();
     let mut at = 0;
