@@ -29,6 +29,8 @@ pub(crate) struct WholeTokens {
     slots: Box<[Slot]>,
     /// 64 − log2(slots).
     shift: u32,
+    /// Tokens in `slots`.
+    short: usize,
     long: FxHashMap<Box<[u8]>, u32>,
 }
 
@@ -47,6 +49,7 @@ impl WholeTokens {
         let mut table = Self {
             slots: vec![FREE; capacity].into_boxed_slice(),
             shift: 64 - capacity.trailing_zeros(),
+            short: 0,
             long: FxHashMap::default(),
         };
         for (bytes, id) in tokens {
@@ -63,7 +66,7 @@ impl WholeTokens {
 
     /// How many tokens the table holds.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.key != FREE.key).count() + self.long.len()
+        self.short + self.long.len()
     }
 
     #[inline]
@@ -78,6 +81,9 @@ impl WholeTokens {
         let key = words(key);
         while self.slots[at].key != FREE.key && self.slots[at].key != key {
             at = (at + 1) & mask;
+        }
+        if self.slots[at].key == FREE.key {
+            self.short += 1;
         }
         self.slots[at] = Slot { key, id };
     }
