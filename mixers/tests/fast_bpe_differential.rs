@@ -462,9 +462,16 @@ fn regex_backtrack_limit_hit_is_reproduced() {
     );
     // Past the scanners' run limit but short of the regex's: handed back, and cut by the regex.
     let handed_back = format!("intro\n{}tail {}", "\t".repeat(100_000), " ".repeat(70_000));
+    // Handed back after many pieces were cut (and batches encoded): their ids are taken back.
+    let late = format!(
+        "{}\n{}tail",
+        "some words, 12 of them. ".repeat(40),
+        "\t".repeat(70_000)
+    );
     check_all(&[
         ("million spaces".to_string(), text),
         ("100k tabs".to_string(), handed_back),
+        ("480 words, then 70k tabs".to_string(), late),
     ]);
 }
 

@@ -146,6 +146,26 @@ fn check_range(text: &str, start: usize, end: usize) -> Result<(), Cut> {
     )))
 }
 
+/// Pieces encoded a batch at a time: each piece's lookups are asked for from memory
+/// ([`super::prefetch`]) when it is cut, and read [`BATCH`] pieces later, so that the misses of
+/// pieces met for the first time overlap instead of following one another.
+const BATCH: usize = 32;
+
+/// A piece cut but not yet encoded: its range in the text, and for a short piece its key and hash.
+#[derive(Clone, Copy, Default)]
+struct Pending {
+    start: usize,
+    end: usize,
+    key: u128,
+    hash: u64,
+}
+
+#[derive(Default)]
+struct PieceBatch {
+    pieces: [Pending; BATCH],
+    len: usize,
+}
+
 /// Why cutting a text into pieces stopped.
 enum Cut {
     /// The scanner handed the text back to the regex.
@@ -317,59 +337,108 @@ impl ByteLevelBpe {
         out: &mut Vec<u32>,
     ) -> Result<(), Cut> {
         let bytes = text.as_bytes();
+        let mut batch = PieceBatch::default();
         let mut previous = 0;
         for found in matches {
             let (start, end) = found.map_err(|HandBack| Cut::HandBack)?;
             if self.keep_gaps && previous < start {
                 check_range(text, previous, start)?;
-                self.encode_piece(bytes, previous, start, cache, out);
+                self.queue(bytes, previous, start, &mut batch, cache, out);
             }
             if self.keep_matches && start < end {
                 check_range(text, start, end)?;
-                self.encode_piece(bytes, start, end, cache, out);
+                self.queue(bytes, start, end, &mut batch, cache, out);
             }
             previous = end;
         }
         if self.keep_gaps && previous < text.len() {
-            self.encode_piece(bytes, previous, text.len(), cache, out);
+            self.queue(bytes, previous, text.len(), &mut batch, cache, out);
         }
+        self.flush(bytes, &mut batch, cache, out);
         Ok(())
     }
 
-    /// HF's BPE model on `text[start..end]`: from the piece cache when these bytes were merged
-    /// before, else the piece's token when it is one token whole (HF's lookup under
-    /// `ignore_merges`, or a token the merge loop makes of its own bytes), else the merge loop
-    /// over its bytes.
+    /// Add `text[start..end]` to the batch, asking for the memory its lookups will read; encode
+    /// the batch once it is full.
     #[inline(always)]
-    fn encode_piece(
+    fn queue(
         &self,
         text: &[u8],
         start: usize,
         end: usize,
+        batch: &mut PieceBatch,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) {
+        let mut piece = Pending {
+            start,
+            end,
+            key: 0,
+            hash: 0,
+        };
         if end - start <= piece_cache::SHORT_KEY {
-            let key = piece_cache::short_key_at(text, start, end);
-            let hash = piece_cache::short_hash(key);
-            if let Some(ids) = cache.get_short(key, hash) {
-                match ids {
-                    [id] => out.push(*id),
-                    ids => out.extend_from_slice(ids),
-                }
-                return;
+            piece.key = piece_cache::short_key_at(text, start, end);
+            piece.hash = piece_cache::short_hash(piece.key);
+            cache.prefetch_short(piece.hash);
+            self.vocab.whole.prefetch_short(piece.hash);
+        }
+        batch.pieces[batch.len] = piece;
+        batch.len += 1;
+        if batch.len == BATCH {
+            self.flush(text, batch, cache, out);
+        }
+    }
+
+    /// Encode the batch's pieces in order and empty it.
+    fn flush(
+        &self,
+        text: &[u8],
+        batch: &mut PieceBatch,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) {
+        for piece in &batch.pieces[..batch.len] {
+            if piece.end - piece.start <= piece_cache::SHORT_KEY {
+                self.encode_short(text, piece, cache, out);
+            } else {
+                self.encode_long(&text[piece.start..piece.end], cache, out);
             }
-            if let Some(id) = self.vocab.whole.get_short(key, hash) {
-                out.push(id);
-                cache.insert_short(key, hash, &[id]);
-                return;
+        }
+        batch.len = 0;
+    }
+
+    /// HF's BPE model on a piece of at most [`piece_cache::SHORT_KEY`] bytes: from the piece
+    /// cache when these bytes were merged before, else the piece's token when it is one token
+    /// whole (HF's lookup under `ignore_merges`, or a token the merge loop makes of its own
+    /// bytes), else the merge loop over its bytes.
+    #[inline(always)]
+    fn encode_short(
+        &self,
+        text: &[u8],
+        piece: &Pending,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) {
+        let (key, hash) = (piece.key, piece.hash);
+        if let Some(ids) = cache.get_short(key, hash) {
+            match ids {
+                [id] => out.push(*id),
+                ids => out.extend_from_slice(ids),
             }
-            let first = out.len();
-            self.merge(&text[start..end], cache, out);
-            cache.insert_short(key, hash, &out[first..]);
             return;
         }
-        let bytes = &text[start..end];
+        if let Some(id) = self.vocab.whole.get_short(key, hash) {
+            out.push(id);
+            cache.insert_short(key, hash, &[id]);
+            return;
+        }
+        let first = out.len();
+        self.merge(&text[piece.start..piece.end], cache, out);
+        cache.insert_short(key, hash, &out[first..]);
+    }
+
+    /// [`Self::encode_short`] for a longer piece.
+    fn encode_long(&self, bytes: &[u8], cache: &mut PieceCache, out: &mut Vec<u32>) {
         if let Some(ids) = cache.get(bytes) {
             out.extend_from_slice(ids);
             return;

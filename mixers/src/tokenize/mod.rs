@@ -19,6 +19,7 @@ mod gpt2_split;
 mod merges;
 mod piece_cache;
 mod pipeline;
+mod prefetch;
 mod sentencepiece;
 mod whole_tokens;
 

@@ -16,6 +16,8 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::prefetch::prefetch;
+
 /// Longest piece of the short table, in bytes (the 16th byte of its key holds the length).
 pub(crate) const SHORT_KEY: usize = 15;
 /// Most ids of a piece in the short table.
@@ -186,6 +188,13 @@ impl PieceCache {
             symbols: Vec::new(),
             key: Vec::new(),
         }
+    }
+
+    /// Start loading the bucket of the short piece of hash `hash` ([`short_hash`]), which
+    /// [`Self::get_short`] will read soon.
+    #[inline]
+    pub fn prefetch_short(&self, hash: u64) {
+        prefetch(&self.short[(hash >> (64 - SHORT_BITS)) as usize]);
     }
 
     /// The ids cached for the short piece `key` ([`short_key`]) of hash `hash` ([`short_hash`]).

@@ -15,6 +15,7 @@
 use rustc_hash::FxHashMap;
 
 use super::piece_cache::{SHORT_KEY, short_hash, short_key};
+use super::prefetch::prefetch;
 
 /// One token: its short key as two words ([0, 0] marks a free slot), and its id.
 #[derive(Clone, Copy)]
@@ -86,6 +87,13 @@ impl WholeTokens {
             self.short += 1;
         }
         self.slots[at] = Slot { key, id };
+    }
+
+    /// Start loading the slot where [`Self::get_short`] will begin looking for the piece of hash
+    /// `hash` ([`short_hash`]).
+    #[inline]
+    pub fn prefetch_short(&self, hash: u64) {
+        prefetch(&self.slots[self.home(hash)]);
     }
 
     /// The token of the short piece `key` ([`short_key`]) of hash `hash` ([`short_hash`]).
