@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# How `dsprep pack` scales with tokenizer threads, measured two ways, alternating, ROUNDS rounds
+# (default 3); one JSON line per run goes to RESULTS, then a table of medians.
+#
+#   bash tests/bench/scaling_bench.sh CORPUS RESULTS [TOKENIZERS...]
+#
+# CORPUS: ../shared/bench/peer/make_corpus.py --total-mb 100 --shards-per-source 8 --seed 0
+# THREADS (default "1 2"): the tokenizer thread counts; the first is the baseline.
+#   - threads: `--threads N` alone. The reader and the writer run beside the tokenizer threads
+#     on any free core, so at N = 1 they get a core of their own and the baseline is flattered.
+#   - cores:   `--threads N` under `taskset` on the first N cores (CPU_LIST overrides), so every
+#     thread of the process shares the N cores: throughput per core, as the cores are paid for.
+# Each run gives tokens/s over the whole run and after the first window (the shuffle buffer's
+# fill, when the reader works alone, excluded).
+# With PERF=1 (and `perf` installed) each run at the last thread count is sampled, and the table
+# gives each thread's share of the process's CPU (reader, tokenizers, writer, input hashing).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CORPUS="$(cd "$1" && pwd)"; RESULTS="$(realpath -m "$2")"; shift 2
+NAMES="${*:-gpt2 llama3 qwen3 llama2}"; ROUNDS="${ROUNDS:-3}"; THREADS="${THREADS:-1 2}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+# shellcheck source=tests/bench/peer_recipe.sh
+source "$ROOT/tests/bench/peer_recipe.sh"
+dsprep_bin   # BIN: DSPREP_BIN, or a release build made here
+LAST="${THREADS##* }"
+
+for name in $NAMES; do
+  bench_tokenizer "$name"
+  export TOK EOS
+  peer_recipe 2048 10000 > "$WORK/recipe.toml"
+  for round in $(seq "$ROUNDS"); do
+    for mode in threads cores; do
+      for n in $THREADS; do
+        run=("$BIN" pack --recipe "$WORK/recipe.toml" --out "$WORK/out" --threads "$n" --force)
+        if [ "$mode" = cores ]; then
+          run=(taskset -c "${CPU_LIST:-0-$((n - 1))}" "${run[@]}")
+        fi
+        if [ "${PERF:-0}" = 1 ] && [ "$n" = "$LAST" ] && command -v perf >/dev/null; then
+          perf record -q -e cpu-clock -F 2000 -o "$WORK/perf.data" -- "${run[@]}" > "$WORK/summary" 2>&1
+          perf report -i "$WORK/perf.data" --no-children --sort comm --stdio 2>/dev/null \
+            | awk '/%/ { gsub("%", "", $1); print $2, $1 }' > "$WORK/threads"
+        else
+          "${run[@]}" > "$WORK/summary" 2>&1
+          : > "$WORK/threads"
+        fi
+        python3 - "$name" "$round" "$mode" "$n" "$WORK/summary" "$WORK/threads" >> "$RESULTS" <<'PY'
+import json, re, sys
+name, rnd, mode, n, summary, threads = sys.argv[1:]
+text = open(summary).read()
+m = re.search(r"\((\d+) tokens, u\d+\) into .* in ([\d.]+) s", text)
+first = float(re.search(r"first window after ([\d.]+) s", text).group(1))
+tokens, wall = int(m.group(1)), float(m.group(2))
+shares = {}
+for line in open(threads):
+    comm, share = line.split()
+    key = re.sub(r"-\d+$", "", comm)
+    shares[key] = round(shares.get(key, 0) + float(share), 1)
+print(json.dumps({"tokenizer": name, "round": int(rnd), "mode": mode, "threads": int(n),
+    "tokens": tokens, "wall_s": wall, "first_window_s": first,
+    "tokens_per_s": round(tokens / wall), "after_first_window_tokens_per_s": round(tokens / (wall - first)),
+    "cpu_share_percent": shares}))
+PY
+        tail -n 1 "$RESULTS"
+      done
+    done
+  done
+done
+
+python3 - "$RESULTS" "$THREADS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+counts = [int(t) for t in sys.argv[2].split()]
+base, last = counts[0], counts[-1]
+print(f"| tokenizer | scaling by | {base} → {last}: whole run | after the first window | CPU share at {last} (reader / tokenizers / writer / input hashing) |")
+print("|---|---|---|---|---|")
+def median(rs, key): return statistics.median(r[key] for r in rs)
+for name in dict.fromkeys(r["tokenizer"] for r in rows):
+    for mode in ("threads", "cores"):
+        at = {n: [r for r in rows if r["tokenizer"] == name and r["mode"] == mode and r["threads"] == n] for n in counts}
+        if not at[base] or not at[last]: continue
+        whole = median(at[last], "tokens_per_s") / median(at[base], "tokens_per_s")
+        steady = median(at[last], "after_first_window_tokens_per_s") / median(at[base], "after_first_window_tokens_per_s")
+        shares = [r["cpu_share_percent"] for r in at[last] if r["cpu_share_percent"]]
+        split = " / ".join(f'{statistics.median(s.get(k, 0) for s in shares):.0f} %'
+                           for k in ("dsprep-reader", "dsprep-tokenize", "dsprep", "dsprep-hash-inp")) if shares else "—"
+        print(f"| {name} | {mode} | **{whole:.2f}×** | {steady:.2f}× | {split} |")
+PY
