@@ -8,12 +8,13 @@
 # THREADS (default "1 2"): the tokenizer thread counts; the first is the baseline.
 #   - threads: `--threads N` alone. The reader and the writer run beside the tokenizer threads
 #     on any free core, so at N = 1 they get a core of their own and the baseline is flattered.
-#   - cores:   `--threads N` under `taskset` on the first N cores (CPU_LIST overrides), so every
-#     thread of the process shares the N cores: throughput per core, as the cores are paid for.
+#   - cores:   `--threads N` under `taskset` on cores 0..N-1, so every thread of the process
+#     shares the N cores: throughput per core, as the cores are paid for.
 # Each run gives tokens/s over the whole run and after the first window (the shuffle buffer's
 # fill, when the reader works alone, excluded).
 # With PERF=1 (and `perf` installed) each run at the last thread count is sampled, and the table
 # gives each thread's share of the process's CPU (reader, tokenizers, writer, input hashing).
+# Those runs' times then include perf's sampling (2 kHz), which lowers their ratios a little.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CORPUS="$(cd "$1" && pwd)"; RESULTS="$(realpath -m "$2")"; shift 2
@@ -34,7 +35,7 @@ for name in $NAMES; do
       for n in $THREADS; do
         run=("$BIN" pack --recipe "$WORK/recipe.toml" --out "$WORK/out" --threads "$n" --force)
         if [ "$mode" = cores ]; then
-          run=(taskset -c "${CPU_LIST:-0-$((n - 1))}" "${run[@]}")
+          run=(taskset -c "0-$((n - 1))" "${run[@]}")
         fi
         if [ "${PERF:-0}" = 1 ] && [ "$n" = "$LAST" ] && command -v perf >/dev/null; then
           perf record -q -e cpu-clock -F 2000 -o "$WORK/perf.data" -- "${run[@]}" > "$WORK/summary" 2>&1
