@@ -1,6 +1,7 @@
 //! File helpers shared by the drivers: streaming sha256, a writer that hashes and counts what
 //! it writes, and patient IO on a shared state directory.
 
+use crate::writeback::Writeback;
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -41,11 +42,18 @@ pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
     Ok((size, hex::encode(hasher.finalize())))
 }
 
-/// A buffered file writer that keeps the sha256 and the byte count of everything written.
+/// Bytes a writer writes between two nudges of its writeback thread.
+const WRITEBACK_BYTES: u64 = 16 << 20;
+
+/// A buffered file writer that keeps the sha256 and the byte count of everything written, and
+/// has the disk write it as it goes (a [`Writeback`] once it passes 16 MiB).
 pub struct HashingWriter {
     inner: BufWriter<File>,
     hasher: Sha256,
     written: u64,
+    writeback: Option<Writeback>,
+    /// `written` at which to nudge the writeback thread next.
+    next_writeback: u64,
 }
 
 impl HashingWriter {
@@ -54,13 +62,25 @@ impl HashingWriter {
             inner: BufWriter::with_capacity(1 << 20, File::create(path)?),
             hasher: Sha256::new(),
             written: 0,
+            writeback: None,
+            next_writeback: WRITEBACK_BYTES,
         })
     }
 
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.hasher.update(bytes);
         self.written += bytes.len() as u64;
-        self.inner.write_all(bytes)
+        self.inner.write_all(bytes)?;
+        if self.written >= self.next_writeback {
+            self.next_writeback = self.written + WRITEBACK_BYTES;
+            if self.writeback.is_none() {
+                self.writeback = Writeback::start(self.inner.get_ref());
+            }
+            if let Some(writeback) = &self.writeback {
+                writeback.nudge();
+            }
+        }
+        Ok(())
     }
 
     /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
@@ -87,12 +107,18 @@ impl HashingWriter {
             inner: BufWriter::with_capacity(1 << 20, file),
             hasher,
             written: keep,
+            writeback: None,
+            next_writeback: keep + WRITEBACK_BYTES,
         })
     }
 
-    /// Flush and fsync what was written so far (the writer stays open).
+    /// Flush and fsync what was written so far (the writer stays open). An error of a
+    /// background sync is this sync's: it may not be reported twice.
     pub fn sync(&mut self) -> io::Result<()> {
         self.inner.flush()?;
+        if let Some(writeback) = self.writeback.take() {
+            writeback.finish()?;
+        }
         self.inner.get_ref().sync_data()
     }
 
@@ -103,6 +129,9 @@ impl HashingWriter {
     /// Flush, fsync and return (size, sha256 hex).
     pub fn finish(self) -> io::Result<(u64, String)> {
         let file = self.inner.into_inner().map_err(|e| e.into_error())?;
+        if let Some(writeback) = self.writeback {
+            writeback.finish()?;
+        }
         file.sync_all()?;
         Ok((self.written, hex::encode(self.hasher.finalize())))
     }
@@ -223,5 +252,41 @@ pub fn patiently<T>(
                 wait = (wait * 2).min(Duration::from_secs(2));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past 16 MiB the writer syncs as it goes (a checkpoint's sync in between), and what it
+    /// wrote, its size and its sha256 are exactly what was given; so is a file continued after
+    /// its first bytes.
+    #[test]
+    fn a_writer_with_writeback_writes_and_hashes_every_byte() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tokens.bin");
+        let data: Vec<u8> = (0..40u32 << 20).map(|i| (i % 251) as u8).collect();
+        let mut writer = HashingWriter::create(&path).expect("create");
+        for (k, piece) in data.chunks(1 << 20).enumerate() {
+            writer.write_all(piece).expect("write");
+            if k == 20 {
+                assert!(writer.writeback.is_some(), "writeback started past 16 MiB");
+                writer.sync().expect("sync");
+            }
+        }
+        assert!(
+            writer.writeback.is_some(),
+            "writeback started again past 32 MiB"
+        );
+        let (size, sha) = writer.finish().expect("finish");
+        assert_eq!(size, data.len() as u64);
+        assert_eq!(sha, hex::encode(Sha256::digest(&data)));
+        assert!(std::fs::read(&path).expect("read") == data);
+
+        let mut continued = HashingWriter::append_after(&path, 30 << 20).expect("continue");
+        continued.write_all(&data[30 << 20..]).expect("write");
+        assert_eq!(continued.finish().expect("finish"), (size, sha));
+        assert!(std::fs::read(&path).expect("read") == data);
     }
 }

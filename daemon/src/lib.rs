@@ -18,3 +18,4 @@ pub mod sources;
 pub mod tap;
 pub mod tokenizer_cache;
 pub mod verify;
+pub mod writeback;

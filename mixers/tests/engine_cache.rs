@@ -194,8 +194,8 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ("empty", Vec::new(), "no header line"),
         (
             "the previous format",
-            [b"dsprep-engine-cache/1".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/1\", this build reads \"dsprep-engine-cache/2\"",
+            [b"dsprep-engine-cache/2".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/2\", this build reads \"dsprep-engine-cache/3\"",
         ),
     ];
     for (what, bytes, why) in damaged {
@@ -214,6 +214,44 @@ fn a_damaged_entry_is_ignored_and_replaced() {
             "{what}: a sound entry replaces it"
         );
     }
+}
+
+/// An entry whose hash, file and build check out but whose tables do not build (here: not
+/// JSON) is found out on the thread building the engine: the engine is learnt from the file, the
+/// line says why, the ids are HF's.
+#[test]
+fn tables_that_do_not_build_are_learnt_from_the_file() {
+    use sha2::Digest;
+    let (json, sha, cache) = gpt2_cache();
+    let sound = entry(&cache, &sha);
+    let header_end = sound.iter().position(|&b| b == b'\n').expect("header") + 1;
+    let head_end = header_end
+        + sound[header_end..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("head line")
+        + 1;
+    let payload = [&sound[header_end..head_end], b"{not the tables".as_slice()].concat();
+    let forged = [
+        format!(
+            "dsprep-engine-cache/3 {}\n",
+            hex::encode(sha2::Sha256::digest(&payload))
+        )
+        .as_bytes(),
+        &payload,
+    ]
+    .concat();
+    cache.entries.borrow_mut().insert(sha.clone(), forged);
+    let rows = c4_rows(50);
+    let expected = ids(&stage(&json, &spec("<|endoftext|>", None), None), &rows);
+    let stage = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
+    assert_eq!(ids(&stage, &rows), expected);
+    let line = stage.engine_description();
+    assert!(line.starts_with("fast path"), "{line}");
+    assert!(
+        line.contains("; engine cache entry ignored: tables do not parse: "),
+        "{line}"
+    );
 }
 
 #[test]

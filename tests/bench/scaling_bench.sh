@@ -11,9 +11,11 @@
 #   - cores:   `--threads N` under `taskset` on cores 0..N-1, so every thread of the process
 #     shares the N cores: throughput per core, as the cores are paid for.
 # Each run gives tokens/s over the whole run and after the first window (the shuffle buffer's
-# fill, when the reader works alone, excluded).
+# fill excluded). The table gives the ratio of medians and, beside it, the median of each
+# round's own ratio (its runs are seconds apart, so a slow spell of the machine moves both).
 # With PERF=1 (and `perf` installed) each run at the last thread count is sampled, and the table
-# gives each thread's share of the process's CPU (reader, tokenizers, writer, input hashing).
+# gives each thread's share of the process's CPU (reader, parquet decoding, tokenizers, writer,
+# the engine's build from its cache entry, input hashing).
 # Those runs' times then include perf's sampling (2 kHz), which lowers their ratios a little.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -33,7 +35,10 @@ for name in $NAMES; do
   for round in $(seq "$ROUNDS"); do
     for mode in threads cores; do
       for n in $THREADS; do
-        run=("$BIN" pack --recipe "$WORK/recipe.toml" --out "$WORK/out" --threads "$n" --force)
+        # A fresh output directory each run: replacing the last run's (--force) would time
+        # deleting 70 MB, which packing does not need.
+        rm -rf "$WORK/out"
+        run=("$BIN" pack --recipe "$WORK/recipe.toml" --out "$WORK/out" --threads "$n")
         if [ "$mode" = cores ]; then
           run=(taskset -c "0-$((n - 1))" "${run[@]}")
         fi
@@ -73,8 +78,8 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 counts = [int(t) for t in sys.argv[2].split()]
 base, last = counts[0], counts[-1]
-print(f"| tokenizer | scaling by | {base} → {last}: whole run | after the first window | CPU share at {last} (reader / tokenizers / writer / input hashing) |")
-print("|---|---|---|---|---|")
+print(f"| tokenizer | scaling by | {base} → {last}: whole run | median of rounds' ratios | after the first window | CPU share at {last} (reader / parquet decoding / tokenizers / writer / engine build / input hashing) |")
+print("|---|---|---|---|---|---|")
 def median(rs, key): return statistics.median(r[key] for r in rs)
 for name in dict.fromkeys(r["tokenizer"] for r in rows):
     for mode in ("threads", "cores"):
@@ -82,8 +87,13 @@ for name in dict.fromkeys(r["tokenizer"] for r in rows):
         if not at[base] or not at[last]: continue
         whole = median(at[last], "tokens_per_s") / median(at[base], "tokens_per_s")
         steady = median(at[last], "after_first_window_tokens_per_s") / median(at[base], "after_first_window_tokens_per_s")
+        by_round = {r["round"]: {} for r in at[base]}
+        for n in (base, last):
+            for r in at[n]: by_round.setdefault(r["round"], {})[n] = r["tokens_per_s"]
+        rounds = statistics.median(v[last] / v[base] for v in by_round.values() if base in v and last in v)
         shares = [r["cpu_share_percent"] for r in at[last] if r["cpu_share_percent"]]
         split = " / ".join(f'{statistics.median(s.get(k, 0) for s in shares):.0f} %'
-                           for k in ("dsprep-reader", "dsprep-tokenize", "dsprep", "dsprep-hash-inp")) if shares else "—"
-        print(f"| {name} | {mode} | **{whole:.2f}×** | {steady:.2f}× | {split} |")
+                           for k in ("dsprep-reader", "dsprep-decode", "dsprep-tokenize", "dsprep",
+                                     "dsprep-engine", "dsprep-hash-inp")) if shares else "—"
+        print(f"| {name} | {mode} | {whole:.2f}× | {rounds:.2f}× | {steady:.2f}× | {split} |")
 PY

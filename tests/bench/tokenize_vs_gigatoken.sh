@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The tokenize stage per core: dsprep's engine against GigaToken, on the same documents, the same
 # pinned core, a fresh tokenizer object per run (each run is a new process: cold caches),
-# alternating, 3 rounds; medians. One JSON line per run goes to RESULTS, then a table.
+# alternating, ROUNDS rounds (default 7: each side encodes the 8 MB of code in ~0.1 s, and on a
+# shared VM three such runs scatter by ±25 %); medians. One JSON line per run goes to RESULTS,
+# then a table.
 #
 #   bash tests/bench/tokenize_vs_gigatoken.sh PEER_VENV RESULTS [TOKENIZERS...]
 #
@@ -16,7 +18,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEER_PY="$1/bin/python"; RESULTS="$(realpath -m "$2")"; shift 2
 NAMES="${*:-gpt2 llama3 qwen3 llama2}"
-CORE="${CORE:-0}"; ROUNDS="${ROUNDS:-3}"; CODE_MB="${CODE_MB:-8}"
+CORE="${CORE:-0}"; ROUNDS="${ROUNDS:-7}"; CODE_MB="${CODE_MB:-8}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 

@@ -132,7 +132,6 @@ impl Served {
             "{}",
             crate::pack::mix_unit_line(!recipe.mix.unit.is_documents())
         );
-        tracing::info!("tokenizer engine: {}", loaded.stage.engine_description());
         let recipe_hash_hex = recipe.hash();
         let dtype = Dtype::for_vocab(loaded.stage.vocab_size());
         let mut recipe_hash = [0u8; 32];
@@ -286,6 +285,9 @@ impl Served {
             );
         }
 
+        // Said once the producer runs: an engine still being built from the engine cache is
+        // waited for here, while the shuffle buffer fills.
+        let stage = Arc::clone(&loaded.stage);
         let resume = options.resume;
         let (keep_checkpoints, checkpoint_every) =
             (options.keep_checkpoints, options.checkpoint_every);
@@ -377,6 +379,7 @@ impl Served {
                     let _ = wake.send(&b""[..], zmq::DONTWAIT);
                 })?
         };
+        tracing::info!("tokenizer engine: {}", stage.engine_description());
 
         tracing::info!(
             "serving recipe {} to {} ranks × micro batch {} ({} tokens per row) on {}; prefetch {} steps{}",

@@ -8,6 +8,7 @@
 //! groups (or first body chunks) are already on their way.
 
 mod content;
+mod decode_ahead;
 mod hub_parquet;
 mod hub_spool;
 mod hub_stream;
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An error inside one shard: names the file and, where known, the row or line.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("shard {}{}: {message}", path.display(), location.as_deref().map(|l| format!(" {l}")).unwrap_or_default())]
 pub struct ShardError {
     pub path: PathBuf,
@@ -129,6 +130,7 @@ fn open_shard(
                           label: PathBuf,
                           first_row: u64|
      -> Box<dyn ShardReader> {
+        let batches = decode_ahead::start(batches, label.clone(), first_row);
         match content {
             Some(resolver) => Box::new(
                 BlobShard::new(label, batches, spec, resolver.clone()).starting_at(first_row),
@@ -365,11 +367,14 @@ impl LocalSource {
         Ok(None)
     }
 
-    /// Start the next Hub shard now (opening it only starts its fetches; errors come when it
-    /// is read).
+    /// Start the next shard now when that gains time: a Hub shard's fetches, a parquet shard's
+    /// first batch (decoded ahead). Errors come when it is read: one that fails to open here
+    /// is opened again at its turn.
     fn open_ahead(&mut self, at: usize) {
+        let gains =
+            |shard: &Shard| matches!(shard, Shard::Hub(_)) || self.spec.format == Format::Parquet;
         if self.ahead.is_none()
-            && let Some(shard @ Shard::Hub(_)) = self.shards.get(at)
+            && let Some(shard) = self.shards.get(at).filter(|s| gains(s))
             && let Ok(reader) = open_shard(
                 shard,
                 self.downloads[at].as_ref(),

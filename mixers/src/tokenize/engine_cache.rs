@@ -3,12 +3,18 @@
 //! worked out once per file on a machine, not once per process. The caller keeps the bytes (the
 //! daemon in files: `daemon/src/tokenizer_cache.rs`); this module only writes and checks them.
 //!
-//! An entry is one header line, `dsprep-engine-cache/2 <sha256 of the payload>`, then the payload
-//! (JSON). It is used only when the payload's hash matches, it names the same tokenizer file
-//! (sha256 of its bytes) and it was written by the same build of the engine (this crate's version
-//! and the `tokenizers` version its parse follows); anything else is ignored, with the reason, and
-//! the engine is built from the file as if there were no entry. A stale or foreign entry can cost
-//! a rebuild, never an id.
+//! An entry is one header line, `dsprep-engine-cache/3 <sha256 of the payload>`, then the payload:
+//! a head line (JSON: the tokenizer file's sha256, the build that wrote it, the vocabulary's
+//! extent and added tokens) and the engine's tables (JSON). It is used only when the payload's
+//! hash matches, it names the same tokenizer file (sha256 of its bytes) and it was written by the
+//! same build of the engine (this crate's version and the `tokenizers` version its parse
+//! follows); anything else is ignored, with the reason, and the engine is built from the file as
+//! if there were no entry. A stale or foreign entry, or one of an older format, can cost a
+//! rebuild, never an id.
+//!
+//! The head is all the stage needs to start (BOS/EOS, vocabulary size): the tables, most of the
+//! entry, are parsed and built into the engine on a thread of their own while the run starts
+//! (`engine_slot.rs`).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -17,7 +23,7 @@ use super::byte_level::ByteLevelTables;
 use super::sentencepiece::SentencePieceTables;
 
 /// The first word of an entry; bump the number when the entry's layout changes.
-const FORMAT: &str = "dsprep-engine-cache/2";
+const FORMAT: &str = "dsprep-engine-cache/3";
 
 /// The `tokenizers` release whose parse the tables follow (a test checks it against Cargo.lock).
 pub(crate) const TOKENIZERS_VERSION: &str = "0.23.2";
@@ -37,10 +43,9 @@ pub(crate) enum EngineTables {
     SentencePiece(SentencePieceTables),
 }
 
-/// One cache entry: the engine's tables and what the stage needs of HF's tokenizer without
-/// parsing the file again.
+/// An entry's head: what the stage needs of HF's tokenizer without parsing the file again.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct CachedEngine {
+pub(crate) struct CachedHead {
     /// sha256 (hex) of the tokenizer file.
     pub tokenizer_sha256: String,
     /// The build that wrote the entry (see [`built_by`]).
@@ -51,7 +56,13 @@ pub(crate) struct CachedEngine {
     pub dense_ids: u32,
     /// Every added token's content and id (a BOS/EOS given as text is looked up here).
     pub added: Vec<(String, u32)>,
-    pub engine: EngineTables,
+}
+
+/// An entry checked and its head parsed; the tables are still bytes ([`parse_tables`]).
+pub(crate) struct CheckedEntry {
+    pub head: CachedHead,
+    /// Where the tables' JSON starts in the entry's bytes.
+    pub tables_at: usize,
 }
 
 /// This build of the engine, as an entry records it.
@@ -63,45 +74,60 @@ pub(crate) fn built_by() -> String {
 }
 
 /// The entry's bytes.
-pub(crate) fn to_bytes(entry: &CachedEngine) -> Result<Vec<u8>, String> {
-    let payload = serde_json::to_vec(entry).map_err(|e| e.to_string())?;
+pub(crate) fn to_bytes(head: &CachedHead, tables: &EngineTables) -> Result<Vec<u8>, String> {
+    // Compact JSON has no raw newline (one in a string is written `\n`): the head is one line.
+    let mut payload = serde_json::to_vec(head).map_err(|e| e.to_string())?;
+    payload.push(b'\n');
+    serde_json::to_writer(&mut payload, tables).map_err(|e| e.to_string())?;
     let mut bytes = format!("{FORMAT} {}\n", hex::encode(Sha256::digest(&payload))).into_bytes();
     bytes.extend_from_slice(&payload);
     Ok(bytes)
 }
 
 /// The entry in `bytes` if it is whole and is for this tokenizer file and this build; else why
-/// it is ignored.
-pub(crate) fn from_bytes(bytes: &[u8], tokenizer_sha256: &str) -> Result<CachedEngine, String> {
-    let newline = bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("no header line")?;
-    let (header, payload) = (&bytes[..newline], &bytes[newline + 1..]);
-    let header = std::str::from_utf8(header).map_err(|_| "header is not UTF-8")?;
+/// it is ignored. The whole payload is checked against its hash here; only the head is parsed.
+pub(crate) fn check(bytes: &[u8], tokenizer_sha256: &str) -> Result<CheckedEntry, String> {
+    let line_end = |from: usize| {
+        bytes[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| from + i)
+    };
+    let header_end = line_end(0).ok_or("no header line")?;
+    let header = std::str::from_utf8(&bytes[..header_end]).map_err(|_| "header is not UTF-8")?;
     let (format, hash) = header.split_once(' ').ok_or("header has no payload hash")?;
     if format != FORMAT {
         return Err(format!("format {format:?}, this build reads {FORMAT:?}"));
     }
-    if hex::encode(Sha256::digest(payload)) != hash {
+    let payload_at = header_end + 1;
+    if hex::encode(Sha256::digest(&bytes[payload_at..])) != hash {
         return Err("payload does not match its sha256 (corrupt or cut short)".to_string());
     }
-    let entry: CachedEngine =
-        serde_json::from_slice(payload).map_err(|e| format!("payload does not parse: {e}"))?;
-    if entry.tokenizer_sha256 != tokenizer_sha256 {
+    let head_end = line_end(payload_at).ok_or("payload has no head line")?;
+    let head: CachedHead = serde_json::from_slice(&bytes[payload_at..head_end])
+        .map_err(|e| format!("head does not parse: {e}"))?;
+    if head.tokenizer_sha256 != tokenizer_sha256 {
         return Err(format!(
             "entry is for tokenizer sha256 {}, not {tokenizer_sha256}",
-            entry.tokenizer_sha256
+            head.tokenizer_sha256
         ));
     }
-    if entry.built_by != built_by() {
+    if head.built_by != built_by() {
         return Err(format!(
             "written by {}, this is {}",
-            entry.built_by,
+            head.built_by,
             built_by()
         ));
     }
-    Ok(entry)
+    Ok(CheckedEntry {
+        head,
+        tables_at: head_end + 1,
+    })
+}
+
+/// The tables of a checked entry (`bytes[entry.tables_at..]`).
+pub(crate) fn parse_tables(tables: &[u8]) -> Result<EngineTables, String> {
+    serde_json::from_slice(tables).map_err(|e| format!("tables do not parse: {e}"))
 }
 
 #[cfg(test)]

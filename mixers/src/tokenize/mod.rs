@@ -15,6 +15,7 @@ mod byte_vocab;
 mod char_classes;
 mod cl100k_split;
 mod engine_cache;
+mod engine_slot;
 mod gpt2_split;
 mod merges;
 mod piece_cache;
@@ -27,7 +28,8 @@ use std::sync::OnceLock;
 
 use crate::recipe::{TokenRef, TokenizerSpec};
 use byte_level::ByteLevelBpe;
-use engine_cache::{CachedEngine, EngineTables};
+use engine_cache::{CachedHead, EngineTables};
+use engine_slot::{Engine, EngineSlot};
 use sentencepiece::SentencePieceBpe;
 use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
@@ -112,9 +114,9 @@ pub struct TokenizeStage {
     /// The file's bytes while `hf` is not parsed (emptied once it is).
     json: Vec<u8>,
     origin: String,
-    /// `Some` when the fast path runs.
-    fast: Option<FastEngine>,
-    engine_description: String,
+    /// The engine that encodes: built with the stage, or, from an engine-cache entry, on a
+    /// thread of its own while the run starts.
+    engine: EngineSlot,
     bos: Option<u32>,
     eos: u32,
     vocab_size: u32,
@@ -125,7 +127,7 @@ pub struct TokenizeStage {
 /// from an engine-cache entry without it.
 enum Vocabulary<'a> {
     Hf(&'a Tokenizer),
-    Cached(&'a CachedEngine),
+    Cached(&'a CachedHead),
 }
 
 impl Vocabulary<'_> {
@@ -169,7 +171,8 @@ impl TokenizeStage {
 
     /// As [`Self::from_json_bytes_with`], reading the fast engine's tables from `cache` when it
     /// holds a sound entry for this file, and keeping them there when it does not. The ids are
-    /// the same either way; the engine line says which it was.
+    /// the same either way; the engine line says which it was. From an entry, the engine is
+    /// built on a thread of its own and the first document encoded waits for it.
     pub fn from_json_bytes_cached(
         json: &[u8],
         spec: &TokenizerSpec,
@@ -178,87 +181,124 @@ impl TokenizeStage {
         cache: Option<&dyn EngineCache>,
     ) -> Result<Self, TokenizeError> {
         let sha256 = hex::encode(Sha256::digest(json));
-        let mut stage = Self {
-            hf: OnceLock::new(),
-            json: json.to_vec(),
-            origin: origin.to_string(),
-            fast: None,
-            engine_description: String::new(),
-            bos: None,
-            eos: 0,
-            vocab_size: 0,
-            sha256,
-        };
         let cache = cache.filter(|_| choice == EngineChoice::Auto);
         let mut ignored = None;
         if let Some(cache) = cache
-            && let Some(bytes) = cache.load(&stage.sha256)
+            && let Some(bytes) = cache.load(&sha256)
         {
-            match stage.use_cache_entry(&bytes, spec) {
-                Ok(true) => return Ok(stage),
-                Ok(false) => {}
+            match Self::from_cache_entry(bytes, json, spec, origin, &sha256) {
+                Ok(Some(stage)) => return Ok(stage),
+                Ok(None) => {}
                 Err(why) => ignored = Some(why),
             }
         }
-        let hf = stage.hf()?;
-        let (vocab_size, dense_ids) = vocab_extent(hf, origin)?;
-        let (bos, eos) = resolve_specials(&Vocabulary::Hf(hf), spec, origin)?;
-        let (fast, mut description) = match choice {
-            EngineChoice::Hf => (None, "HF tokenizers (engine Hf was asked for)".to_string()),
+        let hf = Tokenizer::from_bytes(json).map_err(|e| TokenizeError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        let (vocab_size, dense_ids) = vocab_extent(&hf, origin)?;
+        let (bos, eos) = resolve_specials(&Vocabulary::Hf(&hf), spec, origin)?;
+        let mut engine = match choice {
+            EngineChoice::Hf => Engine {
+                fast: None,
+                description: "HF tokenizers (engine Hf was asked for)".to_string(),
+            },
             EngineChoice::Auto => {
-                match FastEngine::learn(hf).and_then(|t| Ok((FastEngine::from_tables(&t)?, t))) {
-                    Ok((fast, tables)) => {
-                        let description = fast.description().to_string();
-                        if let Some(cache) = cache {
-                            let entry = CachedEngine {
-                                tokenizer_sha256: stage.sha256.clone(),
-                                built_by: engine_cache::built_by(),
-                                vocab_size,
-                                dense_ids,
-                                added: hf
-                                    .get_added_tokens_decoder()
-                                    .into_iter()
-                                    .map(|(id, token)| (token.content, id))
-                                    .collect(),
-                                engine: tables,
-                            };
-                            if let Ok(bytes) = engine_cache::to_bytes(&entry) {
-                                cache.store(&stage.sha256, &bytes);
-                            }
-                        }
-                        (Some(fast), description)
+                let (engine, tables) = learn_engine(&hf);
+                if let (Some(cache), Some(tables)) = (cache, tables) {
+                    let head = CachedHead {
+                        tokenizer_sha256: sha256.clone(),
+                        built_by: engine_cache::built_by(),
+                        vocab_size,
+                        dense_ids,
+                        added: hf
+                            .get_added_tokens_decoder()
+                            .into_iter()
+                            .map(|(id, token)| (token.content, id))
+                            .collect(),
+                    };
+                    if let Ok(bytes) = engine_cache::to_bytes(&head, &tables) {
+                        cache.store(&sha256, &bytes);
                     }
-                    Err(refusal) => (None, format!("HF tokenizers: {refusal}")),
                 }
+                engine
             }
         };
         if let Some(why) = ignored {
-            description.push_str(&format!("; engine cache entry ignored: {why}"));
+            engine
+                .description
+                .push_str(&format!("; engine cache entry ignored: {why}"));
         }
-        (stage.fast, stage.engine_description) = (fast, description);
-        (stage.bos, stage.eos, stage.vocab_size) = (bos, eos, vocab_size);
-        // HF's tokenizer is parsed: the file's bytes (megabytes) are not needed again.
-        stage.json = Vec::new();
-        Ok(stage)
+        Ok(Self {
+            hf: OnceLock::from(hf),
+            // HF's tokenizer is parsed: the file's bytes (megabytes) are not needed again.
+            json: Vec::new(),
+            origin: origin.to_string(),
+            engine: EngineSlot::ready(engine),
+            bos,
+            eos,
+            vocab_size,
+            sha256,
+        })
     }
 
-    /// Take the engine from a cache entry: `Ok(true)` done, `Ok(false)` the entry is sound but
-    /// cannot resolve the recipe's BOS/EOS without HF (build as usual), `Err` why it is ignored.
-    fn use_cache_entry(&mut self, bytes: &[u8], spec: &TokenizerSpec) -> Result<bool, String> {
-        let entry = engine_cache::from_bytes(bytes, &self.sha256)?;
-        let vocabulary = Vocabulary::Cached(&entry);
+    /// The stage from a cache entry: `Ok(Some)` with its engine being built from the entry's
+    /// tables, `Ok(None)` the entry is sound but cannot resolve the recipe's BOS/EOS without HF
+    /// (build as usual), `Err` why it is ignored.
+    fn from_cache_entry(
+        bytes: Vec<u8>,
+        json: &[u8],
+        spec: &TokenizerSpec,
+        origin: &str,
+        sha256: &str,
+    ) -> Result<Option<Self>, String> {
+        let entry = engine_cache::check(&bytes, sha256)?;
+        let vocabulary = Vocabulary::Cached(&entry.head);
         let found = |token: &TokenRef| vocabulary.find(token).flatten();
         let (Some(eos), bos) = (found(&spec.eos), spec.bos.as_ref().map(found)) else {
-            return Ok(false);
+            return Ok(None);
         };
         if bos == Some(None) {
-            return Ok(false);
+            return Ok(None);
         }
-        let fast = FastEngine::from_tables(&entry.engine).map_err(|r| r.to_string())?;
-        self.engine_description = format!("{} (tables from the engine cache)", fast.description());
-        self.fast = Some(fast);
-        (self.bos, self.eos, self.vocab_size) = (bos.flatten(), eos, entry.vocab_size);
-        Ok(true)
+        let tables_at = entry.tables_at;
+        let engine = EngineSlot::build_beside(move || {
+            let tables = engine_cache::parse_tables(&bytes[tables_at..])?;
+            let fast = FastEngine::from_tables(&tables).map_err(|r| r.to_string())?;
+            Ok(Engine {
+                description: format!("{} (tables from the engine cache)", fast.description()),
+                fast: Some(fast),
+            })
+        });
+        Ok(Some(Self {
+            hf: OnceLock::new(),
+            json: json.to_vec(),
+            origin: origin.to_string(),
+            engine,
+            bos: bos.flatten(),
+            eos,
+            vocab_size: entry.head.vocab_size,
+            sha256: sha256.to_string(),
+        }))
+    }
+
+    /// The engine, waiting the first time for the thread building it from a cache entry. Should
+    /// that thread give none (an entry that checked out but does not build), the engine is
+    /// learnt from the file instead and the line says why.
+    fn engine(&self) -> &Engine {
+        self.engine.get(|why| {
+            let mut engine = match self.hf() {
+                Ok(hf) => learn_engine(hf).0,
+                Err(e) => Engine {
+                    fast: None,
+                    description: format!("HF tokenizers: {e}"),
+                },
+            };
+            engine
+                .description
+                .push_str(&format!("; engine cache entry ignored: {why}"));
+            engine
+        })
     }
 
     /// HF's tokenizer, parsed now if it has not been.
@@ -278,7 +318,7 @@ impl TokenizeStage {
     pub fn encode_doc(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TokenizeError> {
         let start_len = out.len();
         out.extend(self.bos);
-        let encoded = match &self.fast {
+        let encoded = match &self.engine().fast {
             Some(fast) => fast.encode(text, out),
             None => self
                 .hf()?
@@ -306,8 +346,9 @@ impl TokenizeStage {
     /// Which engine encodes, and under [`EngineChoice::Auto`] why HF runs when it does (e.g.
     /// "HF tokenizers: normalizer NFKC is not reproduced by the fast path"). For logs and
     /// manifests: the ids do not depend on it.
+    /// Waits for an engine still being built.
     pub fn engine_description(&self) -> String {
-        self.engine_description.clone()
+        self.engine().description.clone()
     }
 
     /// One more than the largest id the tokenizer can produce.
@@ -364,6 +405,27 @@ impl TokenizeStage {
     /// sha256 of the `tokenizer.json` bytes, hex.
     pub fn sha256(&self) -> &str {
         &self.sha256
+    }
+}
+
+/// The fast engine for `hf` and the tables it was built from, or HF's own when the fast path
+/// would not give its ids (the line says why).
+fn learn_engine(hf: &Tokenizer) -> (Engine, Option<EngineTables>) {
+    match FastEngine::learn(hf).and_then(|t| Ok((FastEngine::from_tables(&t)?, t))) {
+        Ok((fast, tables)) => (
+            Engine {
+                description: fast.description().to_string(),
+                fast: Some(fast),
+            },
+            Some(tables),
+        ),
+        Err(refusal) => (
+            Engine {
+                fast: None,
+                description: format!("HF tokenizers: {refusal}"),
+            },
+            None,
+        ),
     }
 }
 
