@@ -171,6 +171,17 @@ fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
     cache.entries.borrow()[sha].clone()
 }
 
+/// An entry of the current format around `payload`, its hash right: what only a build with a
+/// bug, or a hand, would write.
+fn sealed(payload: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    let header = format!(
+        "dsprep-engine-cache/3 {}\n",
+        hex::encode(sha2::Sha256::digest(payload))
+    );
+    [header.as_bytes(), payload].concat()
+}
+
 #[test]
 fn a_damaged_entry_is_ignored_and_replaced() {
     let (json, sha, cache) = gpt2_cache();
@@ -180,7 +191,7 @@ fn a_damaged_entry_is_ignored_and_replaced() {
     let mut flipped = sound.clone();
     let at = flipped.len() / 2;
     flipped[at] ^= 0x01;
-    let damaged: [(&str, Vec<u8>, &str); 4] = [
+    let damaged: [(&str, Vec<u8>, &str); 6] = [
         (
             "a flipped byte",
             flipped,
@@ -196,6 +207,16 @@ fn a_damaged_entry_is_ignored_and_replaced() {
             "the previous format",
             [b"dsprep-engine-cache/2".as_slice(), &sound[21..]].concat(),
             "format \"dsprep-engine-cache/2\", this build reads \"dsprep-engine-cache/3\"",
+        ),
+        (
+            "no head line",
+            sealed(b"{\"tokenizer_sha256\":\"\"}"),
+            "payload has no head line",
+        ),
+        (
+            "a head that is not one",
+            sealed(b"{not a head}\n{}"),
+            "head does not parse: ",
         ),
     ];
     for (what, bytes, why) in damaged {
@@ -221,7 +242,6 @@ fn a_damaged_entry_is_ignored_and_replaced() {
 /// line says why, the ids are HF's.
 #[test]
 fn tables_that_do_not_build_are_learnt_from_the_file() {
-    use sha2::Digest;
     let (json, sha, cache) = gpt2_cache();
     let sound = entry(&cache, &sha);
     let header_end = sound.iter().position(|&b| b == b'\n').expect("header") + 1;
@@ -232,15 +252,7 @@ fn tables_that_do_not_build_are_learnt_from_the_file() {
             .expect("head line")
         + 1;
     let payload = [&sound[header_end..head_end], b"{not the tables".as_slice()].concat();
-    let forged = [
-        format!(
-            "dsprep-engine-cache/3 {}\n",
-            hex::encode(sha2::Sha256::digest(&payload))
-        )
-        .as_bytes(),
-        &payload,
-    ]
-    .concat();
+    let forged = sealed(&payload);
     cache.entries.borrow_mut().insert(sha.clone(), forged);
     let rows = c4_rows(50);
     let expected = ids(&stage(&json, &spec("<|endoftext|>", None), None), &rows);

@@ -117,6 +117,33 @@ mod tests {
         }
     }
 
+    /// A source whose decoder panics on its second batch.
+    struct Panicking {
+        batches: usize,
+    }
+
+    impl BatchSource for Panicking {
+        fn next_batch(&mut self, _next_row: u64) -> Result<Option<RecordBatch>, ShardError> {
+            self.batches += 1;
+            assert!(self.batches < 2, "the decoder's own bug");
+            let column: ArrayRef = Arc::new(Int32Array::from_iter_values(0..256));
+            Ok(Some(
+                RecordBatch::try_from_iter([("x", column)]).expect("batch"),
+            ))
+        }
+    }
+
+    /// A decoding thread that dies is an error naming the shard and the row, never the shard's
+    /// end (which would drop its rows unnoticed).
+    #[test]
+    fn a_thread_that_dies_is_an_error_not_the_end() {
+        let mut ahead = start(Box::new(Panicking { batches: 0 }), "s.parquet".into(), 0);
+        assert_eq!(drain(ahead.as_mut(), 0), (vec![256], Some(
+            "shard s.parquet row 256: the thread decoding it stopped before the shard's end"
+                .to_string()
+        )));
+    }
+
     fn drain(batches: &mut dyn BatchSource, mut row: u64) -> (Vec<usize>, Option<String>) {
         let mut sizes = Vec::new();
         loop {

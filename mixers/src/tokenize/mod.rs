@@ -192,10 +192,7 @@ impl TokenizeStage {
                 Err(why) => ignored = Some(why),
             }
         }
-        let hf = Tokenizer::from_bytes(json).map_err(|e| TokenizeError::Parse {
-            origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
+        let hf = parse_tokenizer(json, origin)?;
         let (vocab_size, dense_ids) = vocab_extent(&hf, origin)?;
         let (bos, eos) = resolve_specials(&Vocabulary::Hf(&hf), spec, origin)?;
         let mut engine = match choice {
@@ -306,10 +303,7 @@ impl TokenizeStage {
         if let Some(hf) = self.hf.get() {
             return Ok(hf);
         }
-        let parsed = Tokenizer::from_bytes(&self.json).map_err(|e| TokenizeError::Parse {
-            origin: self.origin.clone(),
-            message: e.to_string(),
-        })?;
+        let parsed = parse_tokenizer(&self.json, &self.origin)?;
         Ok(self.hf.get_or_init(|| parsed))
     }
 
@@ -345,8 +339,7 @@ impl TokenizeStage {
 
     /// Which engine encodes, and under [`EngineChoice::Auto`] why HF runs when it does (e.g.
     /// "HF tokenizers: normalizer NFKC is not reproduced by the fast path"). For logs and
-    /// manifests: the ids do not depend on it.
-    /// Waits for an engine still being built.
+    /// manifests: the ids do not depend on it. Waits for an engine still being built.
     pub fn engine_description(&self) -> String {
         self.engine().description.clone()
     }
@@ -406,6 +399,14 @@ impl TokenizeStage {
     pub fn sha256(&self) -> &str {
         &self.sha256
     }
+}
+
+/// HF's parse of a `tokenizer.json`; `origin` names the file in the error.
+fn parse_tokenizer(json: &[u8], origin: &str) -> Result<Tokenizer, TokenizeError> {
+    Tokenizer::from_bytes(json).map_err(|e| TokenizeError::Parse {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// The fast engine for `hf` and the tables it was built from, or HF's own when the fast path
