@@ -13,14 +13,18 @@
 # Each run gives tokens/s over the whole run and after the first window (the shuffle buffer's
 # fill excluded). The table gives the ratio of medians and, beside it, the median of each
 # round's own ratio (its runs are seconds apart, so a slow spell of the machine moves both).
-# With PERF=1 (and `perf` installed) each run at the last thread count is sampled, and the table
-# gives each thread's share of the process's CPU (reader, parquet decoding, tokenizers, writer,
-# the engine's build from its cache entry, input hashing).
-# Those runs' times then include perf's sampling (2 kHz), which lowers their ratios a little.
+# MODES (default "threads cores"): which of the two, above.
+# With PERF=1 each run at the last thread count is sampled, and the table gives each thread's
+# share of the process's CPU (reader, parquet decoding, tokenizers, the pipeline's thread that
+# mixes, shuffles and packs, the token shards' writing and hashing, the engine's build from its
+# cache entry, input hashing): with `perf` where it is installed (those runs' times
+# then include its 2 kHz sampling, which lowers their ratios a little), else by reading /proc
+# every 10 ms (tests/bench/thread_cpu.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CORPUS="$(cd "$1" && pwd)"; RESULTS="$(realpath -m "$2")"; shift 2
 NAMES="${*:-gpt2 llama3 qwen3 llama2}"; ROUNDS="${ROUNDS:-3}"; THREADS="${THREADS:-1 2}"
+MODES="${MODES:-threads cores}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 # shellcheck source=tests/bench/peer_recipe.sh
@@ -33,11 +37,11 @@ for name in $NAMES; do
   export TOK EOS
   peer_recipe 2048 10000 > "$WORK/recipe.toml"
   for round in $(seq "$ROUNDS"); do
-    for mode in threads cores; do
+    for mode in $MODES; do
       for n in $THREADS; do
         # A fresh output directory each run: replacing the last run's (--force) would time
         # deleting 70 MB, which packing does not need.
-        rm -rf "$WORK/out"
+        rm -rf "$WORK/out" "$WORK/threads.cpu"
         run=("$BIN" pack --recipe "$WORK/recipe.toml" --out "$WORK/out" --threads "$n")
         if [ "$mode" = cores ]; then
           run=(taskset -c "0-$((n - 1))" "${run[@]}")
@@ -46,10 +50,13 @@ for name in $NAMES; do
           perf record -q -e cpu-clock -F 2000 -o "$WORK/perf.data" -- "${run[@]}" > "$WORK/summary" 2>&1
           perf report -i "$WORK/perf.data" --no-children --sort comm --stdio 2>/dev/null \
             | awk '/%/ { gsub("%", "", $1); print $2, $1 }' > "$WORK/threads"
+        elif [ "${PERF:-0}" = 1 ] && [ "$n" = "$LAST" ]; then
+          python3 "$ROOT/tests/bench/thread_cpu.py" "$WORK/threads" -- "${run[@]}" > "$WORK/summary" 2>&1
         else
           "${run[@]}" > "$WORK/summary" 2>&1
           : > "$WORK/threads"
         fi
+        [ -f "$WORK/threads.cpu" ] || echo 0 > "$WORK/threads.cpu"
         python3 - "$name" "$round" "$mode" "$n" "$WORK/summary" "$WORK/threads" >> "$RESULTS" <<'PY'
 import json, re, sys
 name, rnd, mode, n, summary, threads = sys.argv[1:]
@@ -57,6 +64,7 @@ text = open(summary).read()
 m = re.search(r"\((\d+) tokens, u\d+\) into .* in ([\d.]+) s", text)
 first = float(re.search(r"first window after ([\d.]+) s", text).group(1))
 tokens, wall = int(m.group(1)), float(m.group(2))
+cpu_s = float(open(threads + ".cpu").read())
 shares = {}
 for line in open(threads):
     comm, share = line.split()
@@ -65,7 +73,7 @@ for line in open(threads):
 print(json.dumps({"tokenizer": name, "round": int(rnd), "mode": mode, "threads": int(n),
     "tokens": tokens, "wall_s": wall, "first_window_s": first,
     "tokens_per_s": round(tokens / wall), "after_first_window_tokens_per_s": round(tokens / (wall - first)),
-    "cpu_share_percent": shares}))
+    "cpu_share_percent": shares, "cores_busy": round(cpu_s / wall, 2) if cpu_s else None}))
 PY
         tail -n 1 "$RESULTS"
       done
@@ -78,8 +86,8 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 counts = [int(t) for t in sys.argv[2].split()]
 base, last = counts[0], counts[-1]
-print(f"| tokenizer | scaling by | {base} → {last}: whole run | median of rounds' ratios | after the first window | CPU share at {last} (reader / parquet decoding / tokenizers / writer / engine build / input hashing) |")
-print("|---|---|---|---|---|---|")
+print(f"| tokenizer | scaling by | {base} → {last}: whole run | median of rounds' ratios | after the first window | CPU share at {last} (reader / parquet decoding / tokenizers / pipeline / token shards / engine build / input hashing) | cores busy at {last} |")
+print("|---|---|---|---|---|---|---|")
 def median(rs, key): return statistics.median(r[key] for r in rs)
 for name in dict.fromkeys(r["tokenizer"] for r in rows):
     for mode in ("threads", "cores"):
@@ -94,6 +102,8 @@ for name in dict.fromkeys(r["tokenizer"] for r in rows):
         shares = [r["cpu_share_percent"] for r in at[last] if r["cpu_share_percent"]]
         split = " / ".join(f'{statistics.median(s.get(k, 0) for s in shares):.0f} %'
                            for k in ("dsprep-reader", "dsprep-decode", "dsprep-tokenize", "dsprep",
-                                     "dsprep-engine", "dsprep-hash-inp")) if shares else "—"
-        print(f"| {name} | {mode} | {whole:.2f}× | {rounds:.2f}× | {steady:.2f}× | {split} |")
+                                     "dsprep-shards", "dsprep-engine", "dsprep-hash-inp")) if shares else "—"
+        busy = [r["cores_busy"] for r in at[last] if r.get("cores_busy")]
+        busy = f"{statistics.median(busy):.1f}" if busy else "—"
+        print(f"| {name} | {mode} | {whole:.2f}× | {rounds:.2f}× | {steady:.2f}× | {split} | {busy} |")
 PY

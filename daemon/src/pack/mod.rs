@@ -8,6 +8,7 @@ mod ledger;
 mod output;
 mod resume;
 mod summary;
+mod token_shards;
 
 pub use args::{PackArgs, PackCommand};
 pub use lanes::{PartReport, Parts, finish, pack_part};

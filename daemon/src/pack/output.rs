@@ -9,9 +9,10 @@
 
 use super::failure::leave_partial;
 use super::ledger::PackLedger;
+use super::token_shards::{ShardFiles, TokenShards};
 use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
-use dsprep_client::chain::{self, Hash};
+use dsprep_client::chain;
 use dsprep_client::format::{self, ChainMark, Dtype, Manifest, OutputFile};
 use dsprep_mixers::PackedWindow;
 use dsprep_mixers::ledger::PhaseLedger;
@@ -86,11 +87,9 @@ pub struct PackWriter {
     tmp: PathBuf,
     /// Held for the writer's life: another pack to the same output fails to take it.
     _lock: std::fs::File,
-    dtype: Dtype,
     windows_per_shard: u64,
-    shard: Option<HashingWriter>,
-    shards: Vec<OutputFile>,
-    windows_in_shard: u64,
+    /// The token shards and the stream chain, written on their own thread.
+    tokens: TokenShards,
     doc_starts: HashingWriter,
     doc_starts_offsets: HashingWriter,
     doc_sources: HashingWriter,
@@ -100,9 +99,6 @@ pub struct PackWriter {
     num_windows: u64,
     num_doc_starts: u64,
     bytes: Vec<u8>,
-    /// The stream chain after `num_windows`, and after each closed shard.
-    chain: Hash,
-    chain_marks: Vec<ChainMark>,
     /// The manifest's phase ledger, counted window by window (not in a lane's own directory).
     ledger: Option<PackLedger>,
 }
@@ -166,15 +162,13 @@ impl PackWriter {
             true => Some(create(format::REAL_TOKENS_FILE)?),
             false => None,
         };
+        let windows_per_shard = windows_per_shard.max(1);
         Ok(Self {
             out: out.to_path_buf(),
+            tokens: TokenShards::start(ShardFiles::new(tmp.clone(), windows_per_shard), dtype),
             tmp,
             _lock: lock,
-            dtype,
-            windows_per_shard: windows_per_shard.max(1),
-            shard: None,
-            shards: Vec::new(),
-            windows_in_shard: 0,
+            windows_per_shard,
             doc_starts,
             doc_starts_offsets,
             doc_sources,
@@ -183,33 +177,14 @@ impl PackWriter {
             num_windows: 0,
             num_doc_starts: 0,
             bytes: Vec::new(),
-            chain: chain::START,
-            chain_marks: Vec::new(),
             ledger,
         })
     }
 
+    /// Add a window. An error writing its tokens is returned by the next [`Self::sync`] or
+    /// [`Self::finish`] (the token shards are written on their own thread).
     pub fn write_window(&mut self, window: &PackedWindow) -> anyhow::Result<()> {
-        if self.shard.is_none() {
-            let file = format::shard_file_name(self.shards.len());
-            let path = self.tmp.join(&file);
-            self.shard = Some(
-                HashingWriter::create(&path)
-                    .with_context(|| format!("cannot create {}", path.display()))?,
-            );
-            self.shards.push(OutputFile {
-                file,
-                size_bytes: 0,
-                sha256: String::new(),
-            });
-        }
-        self.bytes.clear();
-        self.dtype.extend_bytes(&window.tokens, &mut self.bytes);
-        let shard = self.shard.as_mut().expect("opened above");
-        shard
-            .write_all(&self.bytes)
-            .context("cannot write a token shard")?;
-        self.chain = chain::link(&self.chain, &chain::window_digest(&self.bytes));
+        self.tokens.push(&window.tokens)?;
         self.bytes.clear();
         self.bytes
             .extend(window.doc_starts.iter().flat_map(|s| s.to_le_bytes()));
@@ -242,25 +217,6 @@ impl PackWriter {
             ledger.add(self.num_windows, window);
         }
         self.num_windows += 1;
-        self.windows_in_shard += 1;
-        if self.windows_in_shard == self.windows_per_shard {
-            self.close_shard()?;
-        }
-        Ok(())
-    }
-
-    fn close_shard(&mut self) -> anyhow::Result<()> {
-        if let Some(shard) = self.shard.take() {
-            let (size_bytes, sha256) = shard.finish().context("cannot finish a token shard")?;
-            let entry = self.shards.last_mut().expect("a shard is open");
-            entry.size_bytes = size_bytes;
-            entry.sha256 = sha256;
-            self.windows_in_shard = 0;
-            self.chain_marks.push(ChainMark {
-                windows: self.num_windows,
-                chain: chain::to_hex(&self.chain),
-            });
-        }
         Ok(())
     }
 
@@ -280,9 +236,7 @@ impl PackWriter {
     /// Flush and fsync every file, and say how far they go: what a checkpoint records.
     pub fn sync(&mut self) -> anyhow::Result<WriterProgress> {
         let context = || format!("cannot sync {}", self.tmp.display());
-        if let Some(shard) = &mut self.shard {
-            shard.sync().with_context(context)?;
-        }
+        let tokens = self.tokens.sync()?;
         self.doc_starts.sync().with_context(context)?;
         self.doc_starts_offsets.sync().with_context(context)?;
         self.doc_sources.sync().with_context(context)?;
@@ -290,13 +244,12 @@ impl PackWriter {
         if let Some(file) = &mut self.real_tokens {
             file.sync().with_context(context)?;
         }
-        let open = usize::from(self.shard.is_some());
         Ok(WriterProgress {
             num_windows: self.num_windows,
             num_doc_starts: self.num_doc_starts,
-            closed_shards: self.shards[..self.shards.len() - open].to_vec(),
-            chain: Some(chain::to_hex(&self.chain)),
-            chain_marks: self.chain_marks.clone(),
+            closed_shards: tokens.closed,
+            chain: Some(chain::to_hex(&tokens.chain)),
+            chain_marks: tokens.chain_marks,
             doc_sources: true,
             ledger: self.ledger.as_ref().map(|l| l.counts().clone()),
             padded: self.real_tokens.is_some(),
@@ -390,8 +343,19 @@ impl PackWriter {
             std::fs::remove_file(tmp.join(format::shard_file_name(next)))?;
             next += 1;
         }
+        let tokens = ShardFiles {
+            dir: tmp.clone(),
+            windows_per_shard: wps,
+            open: shard,
+            windows_in_shard: in_shard,
+            num_windows: progress.num_windows,
+            shards,
+            chain: chain_at,
+            chain_marks: progress.chain_marks.clone(),
+        };
         Ok(Self {
             out: out.to_path_buf(),
+            tokens: TokenShards::start(tokens, dtype),
             doc_starts: reopen(format::DOC_STARTS_FILE, progress.num_doc_starts * 4)?,
             doc_starts_offsets: reopen(
                 format::DOC_STARTS_OFFSETS_FILE,
@@ -405,16 +369,10 @@ impl PackWriter {
             },
             tmp,
             _lock: lock,
-            dtype,
             windows_per_shard: wps,
-            shard,
-            shards,
-            windows_in_shard: in_shard,
             num_windows: progress.num_windows,
             num_doc_starts: progress.num_doc_starts,
             bytes: Vec::new(),
-            chain: chain_at,
-            chain_marks: progress.chain_marks.clone(),
             ledger: None, // the caller's, set by `resume`
         })
     }
@@ -432,8 +390,8 @@ impl PackWriter {
 
     /// Close every file, fill the output part of `manifest`, write it, and move the directory to
     /// its final name.
-    pub fn finish(mut self, mut manifest: Manifest) -> anyhow::Result<Manifest> {
-        self.close_shard()?;
+    pub fn finish(self, mut manifest: Manifest) -> anyhow::Result<Manifest> {
+        let tokens = self.tokens.finish()?;
         let (size_bytes, sha256) = self
             .doc_starts
             .finish()
@@ -490,21 +448,11 @@ impl PackWriter {
             Some(_) => format::FORMAT_VERSION,
             None => format::UNPADDED_FORMAT_VERSION,
         };
-        manifest.shards = self.shards;
+        manifest.shards = tokens.closed;
         manifest.num_windows = self.num_windows;
         manifest.num_doc_starts = self.num_doc_starts;
         manifest.windows_per_shard = self.windows_per_shard;
-        if self
-            .chain_marks
-            .last()
-            .is_none_or(|m| m.windows != self.num_windows)
-        {
-            self.chain_marks.push(ChainMark {
-                windows: self.num_windows,
-                chain: chain::to_hex(&self.chain),
-            });
-        }
-        manifest.chain = self.chain_marks;
+        manifest.chain = tokens.chain_marks;
         manifest.phases = self.ledger.map(|l| l.stats()).unwrap_or_default();
         let mut json =
             serde_json::to_vec_pretty(&manifest).context("cannot encode the manifest")?;
