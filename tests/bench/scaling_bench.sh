@@ -19,7 +19,8 @@
 # mixes, shuffles and packs, the token shards' writing and hashing, the engine's build from its
 # cache entry, input hashing): with `perf` where it is installed (those runs' times
 # then include its 2 kHz sampling, which lowers their ratios a little), else by reading /proc
-# every 10 ms (tests/bench/thread_cpu.py).
+# every 10 ms (tests/bench/thread_cpu.py; PERF=proc chooses it where perf is installed too),
+# which also gives the cores busy and the peak RSS of those runs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CORPUS="$(cd "$1" && pwd)"; RESULTS="$(realpath -m "$2")"; shift 2
@@ -46,11 +47,11 @@ for name in $NAMES; do
         if [ "$mode" = cores ]; then
           run=(taskset -c "0-$((n - 1))" "${run[@]}")
         fi
-        if [ "${PERF:-0}" = 1 ] && [ "$n" = "$LAST" ] && command -v perf >/dev/null; then
+        if [ "${PERF:-0}" = 1 ] && [ "$n" = "$LAST" ] && command -v perf >/dev/null 2>&1; then
           perf record -q -e cpu-clock -F 2000 -o "$WORK/perf.data" -- "${run[@]}" > "$WORK/summary" 2>&1
           perf report -i "$WORK/perf.data" --no-children --sort comm --stdio 2>/dev/null \
             | awk '/%/ { gsub("%", "", $1); print $2, $1 }' > "$WORK/threads"
-        elif [ "${PERF:-0}" = 1 ] && [ "$n" = "$LAST" ]; then
+        elif [ "${PERF:-0}" != 0 ] && [ "$n" = "$LAST" ]; then
           python3 "$ROOT/tests/bench/thread_cpu.py" "$WORK/threads" -- "${run[@]}" > "$WORK/summary" 2>&1
         else
           "${run[@]}" > "$WORK/summary" 2>&1
@@ -64,7 +65,7 @@ text = open(summary).read()
 m = re.search(r"\((\d+) tokens, u\d+\) into .* in ([\d.]+) s", text)
 first = float(re.search(r"first window after ([\d.]+) s", text).group(1))
 tokens, wall = int(m.group(1)), float(m.group(2))
-cpu_s = float(open(threads + ".cpu").read())
+cpu_s, peak_kib = (float(x) for x in (open(threads + ".cpu").read().split() + ["0"])[:2])
 shares = {}
 for line in open(threads):
     comm, share = line.split()
@@ -73,7 +74,8 @@ for line in open(threads):
 print(json.dumps({"tokenizer": name, "round": int(rnd), "mode": mode, "threads": int(n),
     "tokens": tokens, "wall_s": wall, "first_window_s": first,
     "tokens_per_s": round(tokens / wall), "after_first_window_tokens_per_s": round(tokens / (wall - first)),
-    "cpu_share_percent": shares, "cores_busy": round(cpu_s / wall, 2) if cpu_s else None}))
+    "cpu_share_percent": shares, "cores_busy": round(cpu_s / wall, 2) if cpu_s else None,
+    "peak_rss_mb": round(peak_kib / 1024) if peak_kib else None}))
 PY
         tail -n 1 "$RESULTS"
       done

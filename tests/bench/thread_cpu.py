@@ -11,7 +11,7 @@ else `stat`'s utime + stime, whose clock ticks (10 ms) round a thread's short bu
 nothing. A thread that lives less than 10 ms, and the CPU a thread spends in its last 10 ms,
 are missed, so the shares are a little low for short-lived threads (a parquet decoding thread
 lives for one shard). The process's whole CPU time (user + system, its threads that ended
-included) goes to SHARES.cpu, in seconds. Exits with the command's status.
+included, in seconds) and its peak resident set (KiB) go to SHARES.cpu. Exits with the command's status.
 """
 import os
 import subprocess
@@ -63,7 +63,7 @@ def main() -> int:
         for name, cpu in sorted(by_name.items(), key=lambda kv: -kv[1]):
             out.write(f"{name} {100 * cpu / total:.2f}\n")
     with open(shares_path + ".cpu", "w") as out:
-        out.write(f"{usage.ru_utime + usage.ru_stime:.3f}\n")
+        out.write(f"{usage.ru_utime + usage.ru_stime:.3f} {usage.ru_maxrss}\n")
     return os.waitstatus_to_exitcode(status)
 
 
