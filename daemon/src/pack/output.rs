@@ -9,7 +9,7 @@
 
 use super::failure::leave_partial;
 use super::ledger::PackLedger;
-use super::token_shards::{ShardFiles, TokenShards};
+use super::token_shards::{ShardFiles, StreamChain, TokenShards};
 use crate::files::{HashingWriter, LockError, try_lock_file};
 use anyhow::{Context, bail};
 use dsprep_client::chain;
@@ -165,7 +165,11 @@ impl PackWriter {
         let windows_per_shard = windows_per_shard.max(1);
         Ok(Self {
             out: out.to_path_buf(),
-            tokens: TokenShards::start(ShardFiles::new(tmp.clone(), windows_per_shard), dtype),
+            tokens: TokenShards::start(
+                ShardFiles::new(tmp.clone(), windows_per_shard),
+                StreamChain::new(windows_per_shard),
+                dtype,
+            ),
             tmp,
             _lock: lock,
             windows_per_shard,
@@ -343,19 +347,22 @@ impl PackWriter {
             std::fs::remove_file(tmp.join(format::shard_file_name(next)))?;
             next += 1;
         }
-        let tokens = ShardFiles {
+        let files = ShardFiles {
             dir: tmp.clone(),
             windows_per_shard: wps,
             open: shard,
             windows_in_shard: in_shard,
-            num_windows: progress.num_windows,
             shards,
+        };
+        let chain = StreamChain {
+            windows_per_shard: wps,
+            num_windows: progress.num_windows,
             chain: chain_at,
             chain_marks: progress.chain_marks.clone(),
         };
         Ok(Self {
             out: out.to_path_buf(),
-            tokens: TokenShards::start(tokens, dtype),
+            tokens: TokenShards::start(files, chain, dtype),
             doc_starts: reopen(format::DOC_STARTS_FILE, progress.num_doc_starts * 4)?,
             doc_starts_offsets: reopen(
                 format::DOC_STARTS_OFFSETS_FILE,

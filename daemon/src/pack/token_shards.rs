@@ -1,16 +1,19 @@
-//! The token shards of a packed directory and the stream chain over their windows, written,
-//! hashed and synced on a thread of their own (`dsprep-shards`): the pipeline's thread only
-//! copies each window's bytes into a block.
+//! The token shards of a packed directory and the stream chain over their windows, each on a
+//! thread of its own: `dsprep-shards` writes, hashes and syncs the files, `dsprep-chain` links
+//! every window's digest into the chain. The pipeline's thread only copies each window's bytes
+//! into a block, which both threads read.
 //!
 //! Hashing is most of what writing costs: every window's bytes go through sha256 twice, once
 //! for the shard file's hash and once for the window's digest in the stream chain (FORMAT.md).
-//! On the pipeline's thread that capped `pack` near ten tokenizer threads; here it runs beside
-//! them. What the thread computes is what the pipeline's thread computed before, in the same
-//! order, so the files, their hashes and the chain are unchanged.
+//! On the pipeline's thread that capped `pack` near ten tokenizer threads, and one thread doing
+//! both still held back 16 (BENCHMARKS.md, "16 cores"). What the threads compute is what the
+//! pipeline's thread computed before, in the same order, so the files, their hashes and the
+//! chain are unchanged.
 //!
-//! Memory: blocks of [`BLOCK_BYTES`] (or one window, if larger); at most two wait for the
-//! thread, one is being written, one is being filled and two are kept for reuse.
-//! Errors: a write, create or sync error is kept by the thread and returned by the next
+//! Memory: blocks of [`BLOCK_BYTES`] (or one window, if larger), shared by the two threads: at
+//! most six, the slower thread's two waiting and one being read, one being filled and two kept
+//! for reuse.
+//! Errors: a write, create or sync error is kept by the files' thread and returned by the next
 //! [`TokenShards::sync`] (a checkpoint) or [`TokenShards::finish`]; nothing after it is written.
 
 use crate::files::HashingWriter;
@@ -19,9 +22,10 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::{self, ChainMark, Dtype, OutputFile};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Window bytes the pipeline's thread collects before handing them to the thread.
+/// Window bytes the pipeline's thread collects before handing them to the threads.
 pub const BLOCK_BYTES: usize = 256 << 10;
 
 /// Where the token shards stand: what a checkpoint records of them.
@@ -35,7 +39,17 @@ pub struct ShardsProgress {
     pub chain_marks: Vec<ChainMark>,
 }
 
-/// The token shard files and the chain, on whichever thread writes them.
+/// One of the two things done with every window, on a thread of its own.
+trait Stage: Send + 'static {
+    /// What a sync or the finish reports.
+    type Progress: Send + 'static;
+    const THREAD: &'static str;
+    fn add_window(&mut self, bytes: &[u8]) -> anyhow::Result<()>;
+    fn sync(&mut self) -> anyhow::Result<Self::Progress>;
+    fn finish(self) -> anyhow::Result<Self::Progress>;
+}
+
+/// The token shard files: each window's bytes written and hashed into its shard.
 pub struct ShardFiles {
     /// The partial directory the shards are written in.
     pub dir: PathBuf,
@@ -43,11 +57,8 @@ pub struct ShardFiles {
     /// The open shard, and the windows in it.
     pub open: Option<HashingWriter>,
     pub windows_in_shard: u64,
-    pub num_windows: u64,
     /// Every shard, the open one last (its size and hash filled in when it closes).
     pub shards: Vec<OutputFile>,
-    pub chain: Hash,
-    pub chain_marks: Vec<ChainMark>,
 }
 
 impl ShardFiles {
@@ -58,14 +69,30 @@ impl ShardFiles {
             windows_per_shard: windows_per_shard.max(1),
             open: None,
             windows_in_shard: 0,
-            num_windows: 0,
             shards: Vec::new(),
-            chain: chain::START,
-            chain_marks: Vec::new(),
         }
     }
 
-    fn write_window(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+    fn close_shard(&mut self) -> anyhow::Result<()> {
+        if let Some(shard) = self.open.take() {
+            let (size_bytes, sha256) = shard.finish().with_context(|| {
+                format!("cannot finish a token shard in {}", self.dir.display())
+            })?;
+            let entry = self.shards.last_mut().expect("a shard is open");
+            entry.size_bytes = size_bytes;
+            entry.sha256 = sha256;
+            self.windows_in_shard = 0;
+        }
+        Ok(())
+    }
+}
+
+impl Stage for ShardFiles {
+    /// The closed shards.
+    type Progress = Vec<OutputFile>;
+    const THREAD: &'static str = "dsprep-shards";
+
+    fn add_window(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
         if self.open.is_none() {
             let file = format::shard_file_name(self.shards.len());
             let path = self.dir.join(&file);
@@ -83,8 +110,6 @@ impl ShardFiles {
         shard
             .write_all(bytes)
             .with_context(|| format!("cannot write a token shard in {}", self.dir.display()))?;
-        self.chain = chain::link(&self.chain, &chain::window_digest(bytes));
-        self.num_windows += 1;
         self.windows_in_shard += 1;
         if self.windows_in_shard == self.windows_per_shard {
             self.close_shard()?;
@@ -92,55 +117,79 @@ impl ShardFiles {
         Ok(())
     }
 
-    fn close_shard(&mut self) -> anyhow::Result<()> {
-        if let Some(shard) = self.open.take() {
-            let (size_bytes, sha256) = shard.finish().with_context(|| {
-                format!("cannot finish a token shard in {}", self.dir.display())
-            })?;
-            let entry = self.shards.last_mut().expect("a shard is open");
-            entry.size_bytes = size_bytes;
-            entry.sha256 = sha256;
-            self.windows_in_shard = 0;
-            self.chain_marks.push(ChainMark {
-                windows: self.num_windows,
-                chain: chain::to_hex(&self.chain),
-            });
-        }
-        Ok(())
-    }
-
-    fn sync(&mut self) -> anyhow::Result<ShardsProgress> {
+    fn sync(&mut self) -> anyhow::Result<Vec<OutputFile>> {
         if let Some(shard) = &mut self.open {
             shard
                 .sync()
                 .with_context(|| format!("cannot sync {}", self.dir.display()))?;
         }
         let open = usize::from(self.open.is_some());
-        Ok(ShardsProgress {
-            closed: self.shards[..self.shards.len() - open].to_vec(),
-            chain: self.chain,
-            chain_marks: self.chain_marks.clone(),
-        })
+        Ok(self.shards[..self.shards.len() - open].to_vec())
     }
 
-    /// Close the open shard; the chain marks end with one after the last window.
-    fn finish(mut self) -> anyhow::Result<ShardsProgress> {
+    fn finish(mut self) -> anyhow::Result<Vec<OutputFile>> {
         self.close_shard()?;
+        Ok(self.shards)
+    }
+}
+
+/// The stream chain over the windows, with a mark where each shard ends.
+pub struct StreamChain {
+    pub windows_per_shard: u64,
+    /// Windows linked, all told.
+    pub num_windows: u64,
+    pub chain: Hash,
+    /// The chain after each closed shard.
+    pub chain_marks: Vec<ChainMark>,
+}
+
+impl StreamChain {
+    /// Before the first window.
+    pub fn new(windows_per_shard: u64) -> Self {
+        Self {
+            windows_per_shard: windows_per_shard.max(1),
+            num_windows: 0,
+            chain: chain::START,
+            chain_marks: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self) {
+        self.chain_marks.push(ChainMark {
+            windows: self.num_windows,
+            chain: chain::to_hex(&self.chain),
+        });
+    }
+}
+
+impl Stage for StreamChain {
+    /// The chain now, and the marks.
+    type Progress = (Hash, Vec<ChainMark>);
+    const THREAD: &'static str = "dsprep-chain";
+
+    fn add_window(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.chain = chain::link(&self.chain, &chain::window_digest(bytes));
+        self.num_windows += 1;
+        if self.num_windows.is_multiple_of(self.windows_per_shard) {
+            self.mark();
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> anyhow::Result<Self::Progress> {
+        Ok((self.chain, self.chain_marks.clone()))
+    }
+
+    /// The marks end with one after the last window.
+    fn finish(mut self) -> anyhow::Result<Self::Progress> {
         if self
             .chain_marks
             .last()
             .is_none_or(|m| m.windows != self.num_windows)
         {
-            self.chain_marks.push(ChainMark {
-                windows: self.num_windows,
-                chain: chain::to_hex(&self.chain),
-            });
+            self.mark();
         }
-        Ok(ShardsProgress {
-            closed: self.shards,
-            chain: self.chain,
-            chain_marks: self.chain_marks,
-        })
+        Ok((self.chain, self.chain_marks))
     }
 }
 
@@ -151,83 +200,74 @@ struct Block {
     ends: Vec<usize>,
 }
 
-enum Request {
-    Windows(Block),
-    Sync(Sender<anyhow::Result<ShardsProgress>>),
-    Finish(Sender<anyhow::Result<ShardsProgress>>),
+impl Block {
+    fn windows(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(from, &end)| &self.bytes[from..end])
+    }
 }
 
-/// The token shards, written by the `dsprep-shards` thread (or, where that thread cannot be
-/// started, on the caller's thread, with a warning).
-pub struct TokenShards {
-    dtype: Dtype,
-    filling: Block,
-    to_thread: Option<Sender<Request>>,
-    reused: Receiver<Block>,
+/// Where a stage's thread sends its answer to a sync or the finish.
+type Reply<P> = Sender<anyhow::Result<P>>;
+
+enum Request<P> {
+    Windows(Arc<Block>),
+    Sync(Reply<P>),
+    Finish(Reply<P>),
+}
+
+/// A stage on its thread (or, where that thread cannot be started, on the caller's, with a
+/// warning).
+struct Worker<S: Stage> {
+    to_thread: Option<Sender<Request<S::Progress>>>,
     thread: Option<JoinHandle<()>>,
-    /// Written here instead, when the thread could not be started.
-    inline: Option<ShardFiles>,
+    /// Run here instead, when the thread could not be started.
+    inline: Option<S>,
+    /// The first error of the stage run here.
+    failed: Option<anyhow::Error>,
 }
 
-const STOPPED: &str = "the thread writing the token shards stopped";
-
-impl TokenShards {
-    pub fn start(files: ShardFiles, dtype: Dtype) -> Self {
-        let (to_thread, requests) = bounded::<Request>(2);
-        let (give_back, reused) = bounded::<Block>(2);
-        // The files go over a channel once the thread runs, so a thread that cannot start
-        // leaves them here.
-        let (hand, handed) = bounded::<ShardFiles>(1);
+impl<S: Stage> Worker<S> {
+    fn start(stage: S, give_back: Sender<Block>, what: &str) -> Self {
+        let (to_thread, requests) = bounded::<Request<S::Progress>>(2);
+        // The stage goes over a channel once the thread runs, so a thread that cannot start
+        // leaves it here.
+        let (hand, handed) = bounded::<S>(1);
         let spawned = std::thread::Builder::new()
-            .name("dsprep-shards".into())
+            .name(S::THREAD.into())
             .spawn(move || {
-                if let Ok(files) = handed.recv() {
-                    serve(files, requests, give_back);
+                if let Ok(stage) = handed.recv() {
+                    serve(stage, requests, give_back);
                 }
             });
         let (thread, inline) = match spawned {
-            Ok(thread) => match hand.send(files) {
+            Ok(thread) => match hand.send(stage) {
                 Ok(()) => (Some(thread), None),
                 Err(unsent) => (None, Some(unsent.into_inner())),
             },
             Err(e) => {
                 tracing::warn!(
-                    "cannot start a thread to write the token shards in {} ({e}): the \
-                     pipeline's thread writes them",
-                    files.dir.display()
+                    "cannot start a thread for {what} ({e}): the pipeline's thread does it"
                 );
-                (None, Some(files))
+                (None, Some(stage))
             }
         };
         Self {
-            dtype,
-            filling: Block::default(),
             to_thread: thread.is_some().then_some(to_thread),
-            reused,
             thread,
             inline,
+            failed: None,
         }
     }
 
-    /// Add one window (its tokens, stored as `dtype`).
-    pub fn push(&mut self, tokens: &[u32]) -> anyhow::Result<()> {
-        self.dtype.extend_bytes(tokens, &mut self.filling.bytes);
-        self.filling.ends.push(self.filling.bytes.len());
-        if self.filling.bytes.len() >= BLOCK_BYTES {
-            self.hand_over()?;
-        }
-        Ok(())
-    }
-
-    /// Give the thread the windows collected so far.
-    fn hand_over(&mut self) -> anyhow::Result<()> {
-        if self.filling.ends.is_empty() {
+    fn send(&mut self, block: Arc<Block>) -> anyhow::Result<()> {
+        if let Some(stage) = &mut self.inline {
+            if self.failed.is_none() {
+                self.failed = block.windows().try_for_each(|w| stage.add_window(w)).err();
+            }
             return Ok(());
-        }
-        let next = self.reused.try_recv().unwrap_or_default();
-        let block = std::mem::replace(&mut self.filling, next);
-        if let Some(files) = &mut self.inline {
-            return write_block(files, &block);
         }
         let sent = match &self.to_thread {
             Some(to_thread) => to_thread.send(Request::Windows(block)).is_ok(),
@@ -239,21 +279,19 @@ impl TokenShards {
         Ok(())
     }
 
-    /// Everything pushed is written and fsynced; where the shards stand.
-    pub fn sync(&mut self) -> anyhow::Result<ShardsProgress> {
-        self.hand_over()?;
-        match &mut self.inline {
-            Some(files) => files.sync(),
-            None => self.ask(Request::Sync),
+    fn sync(&mut self) -> anyhow::Result<S::Progress> {
+        match (&mut self.inline, &self.failed) {
+            (Some(_), Some(e)) => Err(anyhow!("{e:#}")),
+            (Some(stage), None) => stage.sync(),
+            (None, _) => self.ask(Request::Sync),
         }
     }
 
-    /// Everything pushed is written and the last shard closed.
-    pub fn finish(mut self) -> anyhow::Result<ShardsProgress> {
-        self.hand_over()?;
-        let done = match self.inline.take() {
-            Some(files) => files.finish(),
-            None => self.ask(Request::Finish),
+    fn finish(mut self) -> anyhow::Result<S::Progress> {
+        let done = match (self.inline.take(), self.failed.take()) {
+            (Some(_), Some(e)) => Err(e),
+            (Some(stage), None) => stage.finish(),
+            (None, _) => self.ask(Request::Finish),
         };
         self.stop();
         done
@@ -261,8 +299,8 @@ impl TokenShards {
 
     fn ask(
         &mut self,
-        request: fn(Sender<anyhow::Result<ShardsProgress>>) -> Request,
-    ) -> anyhow::Result<ShardsProgress> {
+        request: fn(Reply<S::Progress>) -> Request<S::Progress>,
+    ) -> anyhow::Result<S::Progress> {
         let (reply, answer) = bounded(1);
         let sent = match &self.to_thread {
             Some(to_thread) => to_thread.send(request(reply)).is_ok(),
@@ -277,10 +315,10 @@ impl TokenShards {
     /// The error for a thread that is gone: it panicked (its message is on stderr).
     fn stopped(&mut self) -> anyhow::Error {
         self.stop();
-        anyhow!(STOPPED)
+        anyhow!("the thread {} stopped", S::THREAD)
     }
 
-    /// Close the channel and wait for the thread, so nothing writes in the directory after.
+    /// Close the channel and wait for the thread, so nothing is written after.
     fn stop(&mut self) {
         self.to_thread = None;
         if let Some(thread) = self.thread.take() {
@@ -289,50 +327,116 @@ impl TokenShards {
     }
 }
 
-impl Drop for TokenShards {
+impl<S: Stage> Drop for Worker<S> {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-fn write_block(files: &mut ShardFiles, block: &Block) -> anyhow::Result<()> {
-    let mut from = 0;
-    for &end in &block.ends {
-        files.write_window(&block.bytes[from..end])?;
-        from = end;
-    }
-    Ok(())
-}
-
-/// The thread: writes blocks until asked to finish or the channel closes. After an error it
-/// writes nothing more and answers every question with that error.
-fn serve(mut files: ShardFiles, requests: Receiver<Request>, give_back: Sender<Block>) {
+/// A stage's thread: adds windows until asked to finish or the channel closes. After an error
+/// it adds nothing more and answers every question with that error. The last of the threads to
+/// be done with a block gives it back for reuse.
+fn serve<S: Stage>(
+    mut stage: S,
+    requests: Receiver<Request<S::Progress>>,
+    give_back: Sender<Block>,
+) {
     let mut failed: Option<anyhow::Error> = None;
     for request in requests {
         match request {
-            Request::Windows(mut block) => {
+            Request::Windows(block) => {
                 if failed.is_none() {
-                    failed = write_block(&mut files, &block).err();
+                    failed = block.windows().try_for_each(|w| stage.add_window(w)).err();
                 }
-                block.bytes.clear();
-                block.ends.clear();
-                let _ = give_back.try_send(block);
+                if let Some(mut block) = Arc::into_inner(block) {
+                    block.bytes.clear();
+                    block.ends.clear();
+                    let _ = give_back.try_send(block);
+                }
             }
             Request::Sync(reply) => {
                 let answer = match &failed {
                     Some(e) => Err(anyhow!("{e:#}")),
-                    None => files.sync(),
+                    None => stage.sync(),
                 };
                 let _ = reply.send(answer);
             }
             Request::Finish(reply) => {
                 let _ = reply.send(match failed {
                     Some(e) => Err(e),
-                    None => files.finish(),
+                    None => stage.finish(),
                 });
                 return;
             }
         }
+    }
+}
+
+/// The token shards and the stream chain, each written on its own thread.
+pub struct TokenShards {
+    dtype: Dtype,
+    filling: Block,
+    reused: Receiver<Block>,
+    files: Worker<ShardFiles>,
+    chain: Worker<StreamChain>,
+}
+
+impl TokenShards {
+    pub fn start(files: ShardFiles, chain: StreamChain, dtype: Dtype) -> Self {
+        let (give_back, reused) = bounded::<Block>(2);
+        let what = format!("the token shards in {}", files.dir.display());
+        Self {
+            dtype,
+            filling: Block::default(),
+            reused,
+            files: Worker::start(files, give_back.clone(), &what),
+            chain: Worker::start(chain, give_back, "the stream chain"),
+        }
+    }
+
+    /// Add one window (its tokens, stored as `dtype`).
+    pub fn push(&mut self, tokens: &[u32]) -> anyhow::Result<()> {
+        self.dtype.extend_bytes(tokens, &mut self.filling.bytes);
+        self.filling.ends.push(self.filling.bytes.len());
+        if self.filling.bytes.len() >= BLOCK_BYTES {
+            self.hand_over()?;
+        }
+        Ok(())
+    }
+
+    /// Give both threads the windows collected so far.
+    fn hand_over(&mut self) -> anyhow::Result<()> {
+        if self.filling.ends.is_empty() {
+            return Ok(());
+        }
+        let next = self.reused.try_recv().unwrap_or_default();
+        let block = Arc::new(std::mem::replace(&mut self.filling, next));
+        self.files.send(Arc::clone(&block))?;
+        self.chain.send(block)
+    }
+
+    /// Everything pushed is written and fsynced; where the shards stand.
+    pub fn sync(&mut self) -> anyhow::Result<ShardsProgress> {
+        self.hand_over()?;
+        let closed = self.files.sync()?;
+        let (chain, chain_marks) = self.chain.sync()?;
+        Ok(ShardsProgress {
+            closed,
+            chain,
+            chain_marks,
+        })
+    }
+
+    /// Everything pushed is written and the last shard closed.
+    pub fn finish(mut self) -> anyhow::Result<ShardsProgress> {
+        self.hand_over()?;
+        let closed = self.files.finish()?;
+        let (chain, chain_marks) = self.chain.finish()?;
+        Ok(ShardsProgress {
+            closed,
+            chain,
+            chain_marks,
+        })
     }
 }
 
@@ -359,7 +463,11 @@ mod tests {
         // 2049-token windows of u16: 4,098 bytes, so a 256 KiB block holds 63 and a shard of
         // 100 windows ends inside the second block; 230 windows leave an open third shard.
         let all = windows(230, 2049);
-        let mut shards = TokenShards::start(ShardFiles::new(dir.path().into(), 100), Dtype::U16);
+        let mut shards = TokenShards::start(
+            ShardFiles::new(dir.path().into(), 100),
+            StreamChain::new(100),
+            Dtype::U16,
+        );
         write_all(&mut shards, &all[..150]);
         let at_150 = shards.sync().unwrap();
         write_all(&mut shards, &all[150..]);
@@ -407,7 +515,11 @@ mod tests {
     fn an_error_on_the_thread_is_the_next_syncs_and_nothing_after_it_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("removed");
-        let mut shards = TokenShards::start(ShardFiles::new(gone.clone(), 10), Dtype::U32);
+        let mut shards = TokenShards::start(
+            ShardFiles::new(gone.clone(), 10),
+            StreamChain::new(10),
+            Dtype::U32,
+        );
         write_all(&mut shards, &windows(3, 100));
         let err = format!("{:#}", shards.sync().unwrap_err());
         let create = format!("cannot create {}", gone.join("tokens-00000.bin").display());
