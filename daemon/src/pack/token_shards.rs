@@ -418,25 +418,27 @@ impl TokenShards {
     /// Everything pushed is written and fsynced; where the shards stand.
     pub fn sync(&mut self) -> anyhow::Result<ShardsProgress> {
         self.hand_over()?;
-        let closed = self.files.sync()?;
-        let (chain, chain_marks) = self.chain.sync()?;
-        Ok(ShardsProgress {
-            closed,
-            chain,
-            chain_marks,
-        })
+        Ok(ShardsProgress::of(self.files.sync()?, self.chain.sync()?))
     }
 
     /// Everything pushed is written and the last shard closed.
     pub fn finish(mut self) -> anyhow::Result<ShardsProgress> {
         self.hand_over()?;
-        let closed = self.files.finish()?;
-        let (chain, chain_marks) = self.chain.finish()?;
-        Ok(ShardsProgress {
+        Ok(ShardsProgress::of(
+            self.files.finish()?,
+            self.chain.finish()?,
+        ))
+    }
+}
+
+impl ShardsProgress {
+    /// The files' thread's part and the chain's.
+    fn of(closed: Vec<OutputFile>, (chain, chain_marks): (Hash, Vec<ChainMark>)) -> Self {
+        Self {
             closed,
             chain,
             chain_marks,
-        })
+        }
     }
 }
 
