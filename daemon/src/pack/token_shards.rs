@@ -224,9 +224,39 @@ struct Worker<S: Stage> {
     to_thread: Option<Sender<Request<S::Progress>>>,
     thread: Option<JoinHandle<()>>,
     /// Run here instead, when the thread could not be started.
-    inline: Option<S>,
-    /// The first error of the stage run here.
+    inline: Option<Guarded<S>>,
+}
+
+/// A stage and its first error: after an error it adds nothing more and answers every question
+/// with that error. The same on the stage's thread and on the caller's.
+struct Guarded<S: Stage> {
+    stage: S,
     failed: Option<anyhow::Error>,
+}
+
+impl<S: Stage> Guarded<S> {
+    fn add(&mut self, block: &Block) {
+        if self.failed.is_none() {
+            self.failed = block
+                .windows()
+                .try_for_each(|w| self.stage.add_window(w))
+                .err();
+        }
+    }
+
+    fn sync(&mut self) -> anyhow::Result<S::Progress> {
+        match &self.failed {
+            Some(e) => Err(anyhow!("{e:#}")),
+            None => self.stage.sync(),
+        }
+    }
+
+    fn finish(self) -> anyhow::Result<S::Progress> {
+        match self.failed {
+            Some(e) => Err(e),
+            None => self.stage.finish(),
+        }
+    }
 }
 
 impl<S: Stage> Worker<S> {
@@ -257,16 +287,16 @@ impl<S: Stage> Worker<S> {
         Self {
             to_thread: thread.is_some().then_some(to_thread),
             thread,
-            inline,
-            failed: None,
+            inline: inline.map(|stage| Guarded {
+                stage,
+                failed: None,
+            }),
         }
     }
 
     fn send(&mut self, block: Arc<Block>) -> anyhow::Result<()> {
-        if let Some(stage) = &mut self.inline {
-            if self.failed.is_none() {
-                self.failed = block.windows().try_for_each(|w| stage.add_window(w)).err();
-            }
+        if let Some(inline) = &mut self.inline {
+            inline.add(&block);
             return Ok(());
         }
         let sent = match &self.to_thread {
@@ -280,18 +310,16 @@ impl<S: Stage> Worker<S> {
     }
 
     fn sync(&mut self) -> anyhow::Result<S::Progress> {
-        match (&mut self.inline, &self.failed) {
-            (Some(_), Some(e)) => Err(anyhow!("{e:#}")),
-            (Some(stage), None) => stage.sync(),
-            (None, _) => self.ask(Request::Sync),
+        match &mut self.inline {
+            Some(inline) => inline.sync(),
+            None => self.ask(Request::Sync),
         }
     }
 
     fn finish(mut self) -> anyhow::Result<S::Progress> {
-        let done = match (self.inline.take(), self.failed.take()) {
-            (Some(_), Some(e)) => Err(e),
-            (Some(stage), None) => stage.finish(),
-            (None, _) => self.ask(Request::Finish),
+        let done = match self.inline.take() {
+            Some(inline) => inline.finish(),
+            None => self.ask(Request::Finish),
         };
         self.stop();
         done
@@ -333,21 +361,17 @@ impl<S: Stage> Drop for Worker<S> {
     }
 }
 
-/// A stage's thread: adds windows until asked to finish or the channel closes. After an error
-/// it adds nothing more and answers every question with that error. The last of the threads to
-/// be done with a block gives it back for reuse.
-fn serve<S: Stage>(
-    mut stage: S,
-    requests: Receiver<Request<S::Progress>>,
-    give_back: Sender<Block>,
-) {
-    let mut failed: Option<anyhow::Error> = None;
+/// A stage's thread: adds windows until asked to finish or the channel closes ([`Guarded`]
+/// after an error). The last of the threads to be done with a block gives it back for reuse.
+fn serve<S: Stage>(stage: S, requests: Receiver<Request<S::Progress>>, give_back: Sender<Block>) {
+    let mut stage = Guarded {
+        stage,
+        failed: None,
+    };
     for request in requests {
         match request {
             Request::Windows(block) => {
-                if failed.is_none() {
-                    failed = block.windows().try_for_each(|w| stage.add_window(w)).err();
-                }
+                stage.add(&block);
                 if let Some(mut block) = Arc::into_inner(block) {
                     block.bytes.clear();
                     block.ends.clear();
@@ -355,17 +379,10 @@ fn serve<S: Stage>(
                 }
             }
             Request::Sync(reply) => {
-                let answer = match &failed {
-                    Some(e) => Err(anyhow!("{e:#}")),
-                    None => stage.sync(),
-                };
-                let _ = reply.send(answer);
+                let _ = reply.send(stage.sync());
             }
             Request::Finish(reply) => {
-                let _ = reply.send(match failed {
-                    Some(e) => Err(e),
-                    None => stage.finish(),
-                });
+                let _ = reply.send(stage.finish());
                 return;
             }
         }
