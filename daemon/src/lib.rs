@@ -18,4 +18,5 @@ pub mod sources;
 pub mod tap;
 pub mod tokenizer_cache;
 pub mod verify;
+pub mod waits;
 pub mod writeback;

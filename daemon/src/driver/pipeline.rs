@@ -16,6 +16,7 @@
 //!   thread sees a closed channel and returns; a reader error is reported after the join.
 
 use super::run::Flow;
+use crate::waits::{self, Wait};
 use anyhow::{Context, anyhow};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
@@ -208,6 +209,10 @@ pub fn run<S: DocSource>(
         }
         drop((doc_rx, tok_tx));
         let sunk = reorder_into(sink, tok_rx, permit_tx);
+        tracing::debug!(
+            "the pipeline's waits so far in this process: {}",
+            waits::summary()
+        );
         let read = reader
             .join()
             .map_err(|_| anyhow!("the reader thread panicked"))?;
@@ -279,15 +284,13 @@ impl Chunker {
         }
         self.text_bytes = 0;
         let docs = std::mem::replace(&mut self.docs, Vec::with_capacity(CHUNK_DOCS));
-        let sent = self.permits.recv().is_ok()
-            && self
-                .doc_tx
-                .send(DocChunk {
-                    seq: self.seq,
-                    docs,
-                    state,
-                })
-                .is_ok();
+        let chunk = DocChunk {
+            seq: self.seq,
+            docs,
+            state,
+        };
+        let sent = waits::timed(Wait::ReaderForPermit, || self.permits.recv()).is_ok()
+            && waits::timed(Wait::ReaderForTokenizers, || self.doc_tx.send(chunk)).is_ok();
         self.seq += 1;
         sent
     }
@@ -308,7 +311,9 @@ fn tokenize_chunks(
     doc_rx: Receiver<DocChunk>,
     tok_tx: Sender<WorkerResult>,
 ) {
-    for DocChunk { seq, docs, state } in doc_rx {
+    while let Ok(DocChunk { seq, docs, state }) =
+        waits::timed(Wait::TokenizerForChunk, || doc_rx.recv())
+    {
         let mut out = TokenizedChunk {
             seq,
             doc_sources: Vec::with_capacity(docs.len()),
@@ -346,7 +351,10 @@ fn tokenize_chunks(
             ));
         }
         let failed = result.is_err();
-        if tok_tx.send(result.map(|()| out)).is_err() || failed {
+        let sent = waits::timed(Wait::TokenizerForSink, || {
+            tok_tx.send(result.map(|()| out)).is_ok()
+        });
+        if !sent || failed {
             return;
         }
     }
@@ -361,7 +369,7 @@ fn reorder_into(
 ) -> anyhow::Result<Flow> {
     let mut waiting = BTreeMap::new();
     let mut next = 0u64;
-    for result in tok_rx {
+    while let Ok(result) = waits::timed(Wait::SinkForChunk, || tok_rx.recv()) {
         let chunk = result?;
         waiting.insert(chunk.seq, chunk);
         while let Some(chunk) = waiting.remove(&next) {

@@ -11,12 +11,13 @@
 //! chain are unchanged.
 //!
 //! Memory: blocks of [`BLOCK_BYTES`] (or one window, if larger), shared by the two threads: at
-//! most six, the slower thread's two waiting and one being read, one being filled and two kept
-//! for reuse.
+//! most ten, the slower thread's four waiting and one being read, one being filled and four kept
+//! for reuse ([`BLOCKS_WAITING`]).
 //! Errors: a write, create or sync error is kept by the files' thread and returned by the next
 //! [`TokenShards::sync`] (a checkpoint) or [`TokenShards::finish`]; nothing after it is written.
 
 use crate::files::HashingWriter;
+use crate::waits::{self, Wait};
 use anyhow::{Context, anyhow};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_client::chain::{self, Hash};
@@ -25,8 +26,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Window bytes the pipeline's thread collects before handing them to the threads.
-pub const BLOCK_BYTES: usize = 256 << 10;
+/// Window bytes the pipeline's thread collects before handing them to the threads. A hand-off
+/// can put a thread to sleep and wake it, which took about 130 µs on a VM's vCPUs: with 256 KiB
+/// blocks, two waiting, the pipeline's thread spent more of a 16-thread run blocked on the two
+/// queues than working (BENCHMARKS.md, "16 cores, where the threads wait").
+pub const BLOCK_BYTES: usize = 1 << 20;
+
+/// Blocks waiting for each thread at most, and kept for reuse at most: enough for a thread
+/// that stalls on a write or a sync not to stop the pipeline's thread at once.
+const BLOCKS_WAITING: usize = 4;
 
 /// Where the token shards stand: what a checkpoint records of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,7 +269,7 @@ impl<S: Stage> Guarded<S> {
 
 impl<S: Stage> Worker<S> {
     fn start(stage: S, give_back: Sender<Block>, what: &str) -> Self {
-        let (to_thread, requests) = bounded::<Request<S::Progress>>(2);
+        let (to_thread, requests) = bounded::<Request<S::Progress>>(BLOCKS_WAITING);
         // The stage goes over a channel once the thread runs, so a thread that cannot start
         // leaves it here.
         let (hand, handed) = bounded::<S>(1);
@@ -294,13 +302,16 @@ impl<S: Stage> Worker<S> {
         }
     }
 
-    fn send(&mut self, block: Arc<Block>) -> anyhow::Result<()> {
+    /// Hand `block` to the stage; `wait` names the time the queue to its thread blocks.
+    fn send(&mut self, block: Arc<Block>, wait: Wait) -> anyhow::Result<()> {
         if let Some(inline) = &mut self.inline {
             inline.add(&block);
             return Ok(());
         }
         let sent = match &self.to_thread {
-            Some(to_thread) => to_thread.send(Request::Windows(block)).is_ok(),
+            Some(to_thread) => {
+                waits::timed(wait, || to_thread.send(Request::Windows(block))).is_ok()
+            }
             None => false,
         };
         if !sent {
@@ -400,7 +411,7 @@ pub struct TokenShards {
 
 impl TokenShards {
     pub fn start(files: ShardFiles, chain: StreamChain, dtype: Dtype) -> Self {
-        let (give_back, reused) = bounded::<Block>(2);
+        let (give_back, reused) = bounded::<Block>(BLOCKS_WAITING);
         let what = format!("the token shards in {}", files.dir.display());
         Self {
             dtype,
@@ -428,8 +439,8 @@ impl TokenShards {
         }
         let next = self.reused.try_recv().unwrap_or_default();
         let block = Arc::new(std::mem::replace(&mut self.filling, next));
-        self.files.send(Arc::clone(&block))?;
-        self.chain.send(block)
+        self.files.send(Arc::clone(&block), Wait::SinkForShards)?;
+        self.chain.send(block, Wait::SinkForChain)
     }
 
     /// Everything pushed is written and fsynced; where the shards stand.

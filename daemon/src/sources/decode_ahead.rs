@@ -1,13 +1,19 @@
-//! Parquet decoding one batch ahead of the reader, on a thread per open shard: the reader thread
-//! gets the same batches in the same order with the same errors, and spends its time on
-//! documents (mixing, shuffling), not in snappy and zstd. Bounded: one batch waits in the
-//! channel and one is being decoded, besides the one the reader holds.
+//! Parquet decoding a few batches ahead of the reader, on a thread per open shard: the reader
+//! thread gets the same batches in the same order with the same errors, and spends its time on
+//! documents (mixing, shuffling), not in snappy and zstd. Bounded: [`BATCHES_AHEAD`] batches wait
+//! in the channel and one is being decoded, besides the one the reader holds.
 
 use super::ShardError;
 use super::parquet::BatchSource;
+use crate::waits::{self, Wait};
 use arrow_array::RecordBatch;
 use crossbeam_channel::{Receiver, bounded};
 use std::path::PathBuf;
+
+/// Decoded batches waiting for the reader at most. The mixer draws a source's documents in
+/// bursts, and at 16 tokenizer threads the decoding threads share the cores with them: with one
+/// waiting, the reader waited on them (BENCHMARKS.md, "16 cores, where the threads wait").
+const BATCHES_AHEAD: usize = 3;
 
 /// What the decoding thread sends: a batch, `None` at the shard's end, or the error that ended it.
 type Decoded = Result<Option<RecordBatch>, ShardError>;
@@ -28,7 +34,7 @@ pub(crate) fn start(
     label: PathBuf,
     first_row: u64,
 ) -> Box<dyn BatchSource> {
-    let (tx, rx) = bounded::<Decoded>(1);
+    let (tx, rx) = bounded::<Decoded>(BATCHES_AHEAD);
     let spawned = std::thread::Builder::new()
         .name("dsprep-decode".into())
         .spawn(move || {
@@ -68,13 +74,14 @@ impl BatchSource for DecodeAhead {
         let Some(decoded) = self.decoded.as_ref().filter(|_| !self.ended) else {
             return Ok(None);
         };
-        let outcome = decoded.recv().unwrap_or_else(|_| {
-            Err(ShardError::new(
-                &self.label,
-                Some(format!("row {next_row}")),
-                "the thread decoding it stopped before the shard's end",
-            ))
-        });
+        let outcome =
+            waits::timed(Wait::ReaderForDecoded, || decoded.recv()).unwrap_or_else(|_| {
+                Err(ShardError::new(
+                    &self.label,
+                    Some(format!("row {next_row}")),
+                    "the thread decoding it stopped before the shard's end",
+                ))
+            });
         match &outcome {
             Ok(Some(_)) => {}
             Ok(None) => self.ended = true,
