@@ -243,6 +243,13 @@ struct Guarded<S: Stage> {
 }
 
 impl<S: Stage> Guarded<S> {
+    fn new(stage: S) -> Self {
+        Self {
+            stage,
+            failed: None,
+        }
+    }
+
     fn add(&mut self, block: &Block) {
         if self.failed.is_none() {
             self.failed = block
@@ -295,10 +302,7 @@ impl<S: Stage> Worker<S> {
         Self {
             to_thread: thread.is_some().then_some(to_thread),
             thread,
-            inline: inline.map(|stage| Guarded {
-                stage,
-                failed: None,
-            }),
+            inline: inline.map(Guarded::new),
         }
     }
 
@@ -375,10 +379,7 @@ impl<S: Stage> Drop for Worker<S> {
 /// A stage's thread: adds windows until asked to finish or the channel closes ([`Guarded`]
 /// after an error). The last of the threads to be done with a block gives it back for reuse.
 fn serve<S: Stage>(stage: S, requests: Receiver<Request<S::Progress>>, give_back: Sender<Block>) {
-    let mut stage = Guarded {
-        stage,
-        failed: None,
-    };
+    let mut stage = Guarded::new(stage);
     for request in requests {
         match request {
             Request::Windows(block) => {
