@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python client's tests (client/python/tests) against the real `dsprep` binary: creates or
 # reuses a venv (DSPREP_VENV, default <repo>/.venv-ci), installs the package and pytest into it,
-# builds the daemon if needed (a no-op after `cargo test`), and runs pytest. Extra arguments go
-# to pytest. pytest's "no tests collected" (exit 5) is a failure here.
+# builds the daemon (`-p dsprep`: after `cargo test --workspace` that recompiles the dependencies
+# whose features the workspace's dev-dependencies widen, ~4 min on 2 cores), and runs pytest.
+# Extra arguments go to pytest. pytest's "no tests collected" (exit 5) is a failure here.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${DSPREP_VENV:-$ROOT/.venv-ci}"

@@ -19,9 +19,9 @@ if [ ! -f "$MATURIN_VENV/.complete" ]; then
 fi
 
 # The wheel's binary is built with the release profile (daemon/pyproject.toml), as `pip install
-# ./daemon` builds it. DSPREP_WHEEL_PROFILE=dev (set by .ci/run) packs the same files around a dev
-# build instead, reusing most of what `cargo test` compiled: the packaging is what this tests, and a
-# cold release build costs CI 10-13 minutes on 2 cores.
+# ./daemon` builds it. DSPREP_WHEEL_PROFILE=dev (set by .ci/run) packs the same files around the
+# dev build of `dsprep` that test.sh has just made (a no-op here): the packaging is what this tests,
+# and a cold release build costs CI 10-13 minutes on 2 cores.
 profile="${DSPREP_WHEEL_PROFILE:-release}"
 started=$(date +%s)
 "$MATURIN_VENV/bin/maturin" build --quiet --profile "$profile" -m "$ROOT/daemon/Cargo.toml" -o "$WORK/wheels"
