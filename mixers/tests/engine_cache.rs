@@ -176,7 +176,7 @@ fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
 fn sealed(payload: &[u8]) -> Vec<u8> {
     use sha2::Digest;
     let header = format!(
-        "dsprep-engine-cache/3 {}\n",
+        "dsprep-engine-cache/4 {}\n",
         hex::encode(sha2::Sha256::digest(payload))
     );
     [header.as_bytes(), payload].concat()
@@ -206,7 +206,7 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         (
             "the previous format",
             [b"dsprep-engine-cache/2".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/2\", this build reads \"dsprep-engine-cache/3\"",
+            "format \"dsprep-engine-cache/2\", this build reads \"dsprep-engine-cache/4\"",
         ),
         (
             "no head line",

@@ -7,16 +7,22 @@
 //! never hits and every document pays the merge loop over its whole length.
 //!
 //! This engine cuts the stretch into pieces and merges each alone, which gives the same ids when
-//! no merge can join the two sides of a cut. It cuts before a "▁" whose preceding character is
-//! not "▁", and only where [`Joins`] shows, from the merge list, that no merge has a left token
-//! ending in that character and a right token starting with "▁" (for Llama 2 and Mistral the only
-//! such merges are of "▁" runs). Why that suffices: a symbol that starts at the cut starts with
-//! the "▁" there (the "▁" is a token, and merges only concatenate), and a symbol that ends there
-//! ends with the preceding character's token (or a `<0xNN>` token, whose text ends in '>'); a
-//! merge across the cut would be a listed merge of such a pair. Merges on the two sides then never
-//! interact, and HF's loop (lowest rank, leftmost first) makes, within each piece, the merges it
+//! no merge can join the two sides of a cut. It cuts between two characters `a` and `b` only
+//! where [`Joins`] shows, from the merge list, that no merge has a left token ending in `a` and a
+//! right token starting with `b` (a space counts as "▁"; a character outside the vocabulary as
+//! its byte fallback tokens, `<0xNN>`, which start with '<' and end with '>'). For Llama 2 and
+//! Mistral that is before most "▁" (the merges across one join "▁" runs) and between a word and
+//! the punctuation after it ("▁word" + ","), so most pieces are a word or a mark, met before.
+//! Why it suffices: a symbol that starts at the cut starts with `b`'s token (merges only
+//! concatenate), and a symbol that ends there ends with `a`'s; a merge across the cut would be a
+//! listed merge of such a pair. Merges on the two sides then never interact, and HF's loop
+//! (lowest rank, leftmost first) makes, within each piece, the merges it
 //! would make on that piece alone. Pieces are merged by [`super::merges`] (HF's loop) and cached
-//! per thread ([`super::piece_cache`]), keyed by their raw bytes (a space stands for "▁").
+//! per thread ([`super::piece_cache`]), keyed by their raw bytes (a space stands for "▁"). A piece
+//! met for the first time that is one token whole ("▁the") is looked up in a read-only table
+//! ([`super::whole_tokens`]) instead: every token a merge makes or a character is, kept where the
+//! merge loop over its own text, as a piece, gives back that one token, so a hit is the loop's
+//! answer.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -28,30 +34,33 @@ use super::byte_vocab::{merge_table, serialized_merges};
 use super::merges::Merges;
 use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, AddedSpec, METASPACE, Refusal};
+use super::whole_tokens::WholeTokens;
 
 /// No token for a character.
 const NONE: u32 = u32::MAX;
 
-/// Which characters a merge may join to a following "▁" (so no cut may follow them).
+/// Which adjacent characters a merge may join (so no cut may fall between them).
 struct Joins {
-    /// Last characters of left tokens of merges whose right token starts with "▁".
-    before_metaspace: FxHashSet<char>,
+    /// (last character of the left token, first character of the right token) of every merge.
+    pairs: FxHashSet<(char, char)>,
 }
 
 impl Joins {
     fn from_merges(merges: &[(String, String)]) -> Self {
-        let before_metaspace = merges
+        let pairs = merges
             .iter()
-            .filter(|(_, right)| right.starts_with(METASPACE))
-            .filter_map(|(left, _)| left.chars().next_back())
+            .filter_map(|(left, right)| Some((left.chars().next_back()?, right.chars().next()?)))
             .collect();
-        Self { before_metaspace }
+        Self { pairs }
     }
 
-    /// May a piece end after `c` (whose token is `in_vocab`, else its `<0xNN>` bytes)?
-    fn may_cut_after(&self, c: char, in_vocab: bool) -> bool {
-        let last = if in_vocab { c } else { '>' };
-        c != ' ' && c != METASPACE && !self.before_metaspace.contains(&last)
+    /// May a piece end between `a` and `b`, whose tokens are `a_in_vocab` and `b_in_vocab` (else
+    /// their `<0xNN>` bytes)? A space is "▁" here, as HF's normalizer wrote it.
+    fn may_cut_between(&self, a: char, a_in_vocab: bool, b: char, b_in_vocab: bool) -> bool {
+        let as_token = |c: char| if c == ' ' { METASPACE } else { c };
+        let last = if a_in_vocab { as_token(a) } else { '>' };
+        let first = if b_in_vocab { as_token(b) } else { '<' };
+        !self.pairs.contains(&(last, first))
     }
 }
 
@@ -64,8 +73,10 @@ pub(crate) struct SentencePieceBpe {
     /// `<0xNN>` ids of the 256 bytes.
     bytes: [u32; 256],
     joins: Joins,
-    /// Every ASCII character after which a piece may end (most of them).
-    cut_after_ascii: [bool; 128],
+    /// Bit `b` of row `a`: may a piece end between ASCII characters `a` and `b`?
+    cut_ascii: [u128; 128],
+    /// The pieces that are one token whole, keyed as the piece cache keys them.
+    whole: WholeTokens,
     cache_owner: u64,
     description: String,
 }
@@ -84,8 +95,8 @@ pub(crate) struct SentencePieceTables {
     chars: Vec<(char, u32)>,
     /// The merges in rank order: left id, right id, merged id.
     merges: Vec<(u32, u32, u32)>,
-    /// See [`Joins`].
-    before_metaspace: Vec<char>,
+    /// See [`Joins`]: each merge's left token's last character and right token's first.
+    joined: Vec<(char, char)>,
     num_tokens: usize,
 }
 
@@ -124,10 +135,13 @@ impl SentencePieceBpe {
             metaspace,
             chars,
             merges: merge_table(bpe, &vocab)?,
-            before_metaspace: Joins::from_merges(&merge_list)
-                .before_metaspace
-                .into_iter()
-                .collect(),
+            joined: {
+                let mut pairs: Vec<(char, char)> =
+                    Joins::from_merges(&merge_list).pairs.into_iter().collect();
+                // A fixed order, so that an engine-cache entry is the same bytes on every build.
+                pairs.sort_unstable();
+                pairs
+            },
             num_tokens: vocab.len(),
         })
     }
@@ -154,42 +168,91 @@ impl SentencePieceBpe {
         ascii[usize::from(b' ')] = tables.metaspace;
         chars.insert(METASPACE, tables.metaspace);
         let joins = Joins {
-            before_metaspace: tables.before_metaspace.iter().copied().collect(),
+            pairs: tables.joined.iter().copied().collect(),
         };
         let merges = Merges::new(tables.merges.iter().copied());
-        let mut cut_after_ascii = [false; 128];
-        for (c, cut) in cut_after_ascii.iter_mut().enumerate() {
-            let c = char::from(c as u8);
-            *cut = joins.may_cut_after(c, ascii[c as usize] != NONE || c == ' ');
+        let mut cut_ascii = [0u128; 128];
+        for (a, row) in cut_ascii.iter_mut().enumerate() {
+            for b in 0..128 {
+                let (a_in, b_in) = (ascii[a] != NONE, ascii[b] != NONE);
+                if joins.may_cut_between(char::from(a as u8), a_in, char::from(b as u8), b_in) {
+                    *row |= 1 << b;
+                }
+            }
         }
-        let mut before_metaspace: Vec<char> = joins.before_metaspace.iter().copied().collect();
-        before_metaspace.sort_unstable();
-        let description = format!(
-            "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
-             HF's merges ({} tokens, {} merges; normalizer Prepend \"▁\" + Replace \" \" → \"▁\"; \
-             {} added tokens; pieces cut before each \"▁\" that follows a character no merge joins \
-             to \"▁\"{}; piece cache {} KiB per thread)",
-            tables.num_tokens,
-            merges.len(),
-            tables.added.len(),
-            if before_metaspace.iter().all(|&c| c == METASPACE) {
-                String::new()
-            } else {
-                format!(", not after {before_metaspace:?}")
-            },
-            piece_cache::CACHE_BYTES >> 10,
-        );
-        Ok(Self {
+        let mut engine = Self {
             added,
             merges,
             ascii,
             chars,
             bytes,
             joins,
-            cut_after_ascii,
+            cut_ascii,
+            whole: WholeTokens::new(&[]),
             cache_owner: piece_cache::new_owner(),
-            description,
-        })
+            description: String::new(),
+        };
+        engine.whole = WholeTokens::new(&engine.merging_to_themselves(tables));
+        engine.description = format!(
+            "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
+             HF's merges ({} tokens, {} merges, {} tokens looked up whole; normalizer Prepend \"▁\" \
+             + Replace \" \" → \"▁\"; {} added tokens; pieces cut between two characters no \
+             merge joins (the merges join {} pairs); piece cache {} KiB per thread)",
+            tables.num_tokens,
+            engine.merges.len(),
+            engine.whole.len(),
+            tables.added.len(),
+            engine.joins.pairs.len(),
+            piece_cache::CACHE_BYTES >> 10,
+        );
+        Ok(engine)
+    }
+
+    /// The tokens HF's merge loop gives back whole from their own text as a piece (a space for
+    /// "▁", the piece cache's key): each one-character token and each token a merge makes, its
+    /// text spelled from the merges, kept where [`Self::merge_piece`] over that text is that one
+    /// token. A token that no text can be a piece of (a byte fallback's part of a character) is
+    /// not valid UTF-8 as text and is left out.
+    fn merging_to_themselves(&self, tables: &SentencePieceTables) -> Vec<(Vec<u8>, u32)> {
+        let mut text: FxHashMap<u32, Vec<u8>> = FxHashMap::default();
+        text.insert(tables.metaspace, b" ".to_vec());
+        for &(c, id) in &tables.chars {
+            text.entry(id).or_insert_with(|| c.to_string().into_bytes());
+        }
+        for (b, &id) in tables.bytes.iter().enumerate() {
+            text.entry(id).or_insert_with(|| vec![b as u8]);
+        }
+        // A merge's parts may be made by merges listed after it: spell until nothing changes
+        // (a pass per level of such nesting; one or two for real files).
+        loop {
+            let mut grew = false;
+            for &(left, right, merged) in &tables.merges {
+                if text.contains_key(&merged) {
+                    continue;
+                }
+                if let (Some(l), Some(r)) = (text.get(&left), text.get(&right)) {
+                    let joined = [l.as_slice(), r.as_slice()].concat();
+                    text.insert(merged, joined);
+                    grew = true;
+                }
+            }
+            if !grew {
+                break;
+            }
+        }
+        let mut symbols = Vec::new();
+        let mut whole: Vec<(Vec<u8>, u32)> = text
+            .into_iter()
+            .filter(|(id, bytes)| {
+                std::str::from_utf8(bytes).is_ok() && {
+                    self.merge_piece(bytes, &mut symbols);
+                    symbols == [*id]
+                }
+            })
+            .map(|(id, bytes)| (bytes, id))
+            .collect();
+        whole.sort_unstable_by_key(|&(_, id)| id);
+        whole
     }
 
     pub fn description(&self) -> &str {
@@ -209,14 +272,20 @@ impl SentencePieceBpe {
         })
     }
 
-    /// May a piece end after `c`?
+    /// May a piece end between `a` and `b`?
     #[inline]
-    fn may_cut_after(&self, c: char) -> bool {
-        if c.is_ascii() {
-            self.cut_after_ascii[c as usize]
-        } else {
-            self.joins.may_cut_after(c, self.chars.contains_key(&c))
+    fn may_cut_between(&self, a: char, b: char) -> bool {
+        if a.is_ascii() && b.is_ascii() {
+            return self.cut_ascii[a as usize] >> (b as u32) & 1 == 1;
         }
+        let in_vocab = |c: char| {
+            if c.is_ascii() {
+                self.ascii[c as usize] != NONE
+            } else {
+                self.chars.contains_key(&c)
+            }
+        };
+        self.joins.may_cut_between(a, in_vocab(a), b, in_vocab(b))
     }
 
     /// One stretch between added tokens: "▁" + the stretch, cut into pieces.
@@ -224,28 +293,27 @@ impl SentencePieceBpe {
         let bytes = raw.as_bytes();
         let mut piece_start = 0;
         let mut first = true;
-        // The character before `at` may end a piece (the prepended "▁" may not).
-        let mut may_cut = false;
+        // The character before `at`: none before the first (the prepended "▁" may not end a
+        // piece alone).
+        let mut before: Option<char> = None;
         let mut at = 0;
         while at < bytes.len() {
             let b = bytes[at];
-            if b.is_ascii() {
-                if b == b' ' && may_cut {
-                    self.encode_piece(&bytes[piece_start..at], first, cache, out);
-                    (piece_start, first) = (at, false);
+            let c = if b.is_ascii() {
+                char::from(b)
+            } else {
+                match raw.get(at..).and_then(|rest| rest.chars().next()) {
+                    Some(c) => c,
+                    None => break,
                 }
-                may_cut = self.cut_after_ascii[usize::from(b)];
-                at += 1;
-                continue;
-            }
-            let Some(c) = raw.get(at..).and_then(|rest| rest.chars().next()) else {
-                break;
             };
-            if c == METASPACE && may_cut {
+            if let Some(a) = before
+                && self.may_cut_between(a, c)
+            {
                 self.encode_piece(&bytes[piece_start..at], first, cache, out);
                 (piece_start, first) = (at, false);
             }
-            may_cut = self.may_cut_after(c);
+            before = Some(c);
             at += c.len_utf8();
         }
         self.encode_piece(&bytes[piece_start..], first, cache, out);
@@ -265,33 +333,79 @@ impl SentencePieceBpe {
                 [id] => out.push(*id),
                 ids => out.extend_from_slice(ids),
             }
+        } else if let Some(id) = self.whole.get(&key) {
+            out.push(id);
+            cache.insert(&key, &[id]);
         } else {
             let start = out.len();
-            let symbols = &mut cache.symbols;
-            symbols.clear();
-            // The key is the piece's text with a leading space for the prepended "▁": valid
-            // UTF-8, since pieces are cut at characters.
-            for c in String::from_utf8_lossy(&key).chars() {
-                let id = if c.is_ascii() {
-                    self.ascii[c as usize]
-                } else {
-                    self.chars.get(&c).copied().unwrap_or(NONE)
-                };
-                if id != NONE {
-                    symbols.push(id);
-                } else {
-                    let mut utf8 = [0u8; 4];
-                    symbols.extend(
-                        c.encode_utf8(&mut utf8)
-                            .bytes()
-                            .map(|b| self.bytes[usize::from(b)]),
-                    );
-                }
-            }
-            self.merges.merge(symbols);
-            out.extend_from_slice(symbols);
+            let mut symbols = std::mem::take(&mut cache.symbols);
+            self.merge_piece(&key, &mut symbols);
+            out.extend_from_slice(&symbols);
+            cache.symbols = symbols;
             cache.insert(&key, &out[start..]);
         }
         cache.key = key;
+    }
+
+    /// HF's model on a piece keyed as the piece cache keys it (its text, a leading space for the
+    /// prepended "▁"; valid UTF-8, since pieces are cut at characters): its characters' tokens
+    /// (a character outside the vocabulary as its bytes' `<0xNN>` tokens), merged; into `symbols`.
+    fn merge_piece(&self, key: &[u8], symbols: &mut Vec<u32>) {
+        symbols.clear();
+        for c in String::from_utf8_lossy(key).chars() {
+            let id = if c.is_ascii() {
+                self.ascii[c as usize]
+            } else {
+                self.chars.get(&c).copied().unwrap_or(NONE)
+            };
+            if id != NONE {
+                symbols.push(id);
+            } else {
+                let mut utf8 = [0u8; 4];
+                symbols.extend(
+                    c.encode_utf8(&mut utf8)
+                        .bytes()
+                        .map(|b| self.bytes[usize::from(b)]),
+                );
+            }
+        }
+        self.merges.merge(symbols);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joins(merges: &[(&str, &str)]) -> Joins {
+        let merges: Vec<(String, String)> = merges
+            .iter()
+            .map(|&(l, r)| (l.to_string(), r.to_string()))
+            .collect();
+        Joins::from_merges(&merges)
+    }
+
+    #[test]
+    fn a_cut_falls_only_where_no_merge_joins_the_two_characters() {
+        let joins = joins(&[
+            ("▁", "t"),
+            ("▁t", "he"),
+            ("e", "."),
+            ("▁", "▁"),
+            ("<0xF0>", "<0x9F>"),
+        ]);
+        // "▁" + "t…", "…e" + ".", "▁" + "▁": joined, so never cut; a space is "▁".
+        assert!(!joins.may_cut_between(' ', true, 't', true));
+        assert!(!joins.may_cut_between('\u{2581}', true, 't', true));
+        assert!(!joins.may_cut_between('e', true, '.', true));
+        assert!(!joins.may_cut_between(' ', true, ' ', true));
+        // No merge ends in 'd' before '.', or in 'e' before "▁".
+        assert!(joins.may_cut_between('d', true, '.', true));
+        assert!(joins.may_cut_between('e', true, ' ', true));
+        // A character outside the vocabulary is its bytes' tokens: "<0x…>" begins with '<' and
+        // ends with '>', and ("<0xF0>", "<0x9F>") joins '>' to '<'.
+        assert!(!joins.may_cut_between('🦀', false, '🦀', false));
+        assert!(joins.may_cut_between('🦀', false, 'x', true));
+        assert!(joins.may_cut_between('x', true, '🦀', false));
     }
 }

@@ -1,12 +1,14 @@
-//! The pieces a byte-level BPE turns into one token whole, looked up before merging: one table
-//! per engine, read-only, shared by every tokenizer thread.
+//! The pieces a BPE engine turns into one token whole, looked up before merging: one table per
+//! engine, read-only, shared by every tokenizer thread.
 //!
-//! Which pieces: under `ignore_merges` (Llama 3) every token, since HF looks a piece up in the
-//! vocabulary before merging it; otherwise the tokens whose bytes HF's merge loop merges back into
-//! that one token (worked out once, when the engine's tables are learned; most tokens do). Either
-//! way a hit is the id the merge loop would give, so the table changes speed, never ids. Most
-//! pieces of text are such tokens (" the", " of", "ing"), so a piece met for the first time costs
-//! a lookup here instead of the merge loop.
+//! Which pieces, byte-level (`byte_vocab.rs`): under `ignore_merges` (Llama 3) every token, since
+//! HF looks a piece up in the vocabulary before merging it; otherwise the tokens whose bytes HF's
+//! merge loop merges back into that one token (worked out once, when the engine's tables are
+//! learned; most tokens do). SentencePiece-style (`sentencepiece.rs`): the tokens whose text, as
+//! a piece, the merge loop merges back into that token. Either way a hit is the id the merge loop
+//! would give, so the table changes speed, never ids. Most pieces of text are such tokens
+//! (" the", " of", "ing"), so a piece met for the first time costs a lookup here instead of the
+//! merge loop.
 //!
 //! Pieces of at most [`SHORT_KEY`] bytes are keyed as in the piece cache ([`short_key`]) and kept
 //! in an open-addressing table of 24-byte slots, at most three quarters full (Qwen3's 151,000
@@ -114,6 +116,19 @@ impl WholeTokens {
         }
     }
 
+    /// The token of a piece of any length (none for the empty piece, whose key would be a free
+    /// slot's).
+    pub fn get(&self, piece: &[u8]) -> Option<u32> {
+        if piece.is_empty() {
+            None
+        } else if piece.len() <= SHORT_KEY {
+            let key = short_key(piece);
+            self.get_short(key, short_hash(key))
+        } else {
+            self.get_long(piece)
+        }
+    }
+
     /// The token of a piece longer than [`SHORT_KEY`] bytes.
     #[inline]
     pub fn get_long(&self, piece: &[u8]) -> Option<u32> {
@@ -136,14 +151,7 @@ mod tests {
             .collect();
         let table = WholeTokens::new(&tokens);
         assert_eq!(table.len(), tokens.len());
-        let find = |piece: &[u8]| {
-            if piece.len() <= SHORT_KEY {
-                let key = short_key(piece);
-                table.get_short(key, short_hash(key))
-            } else {
-                table.get_long(piece)
-            }
-        };
+        let find = |piece: &[u8]| table.get(piece);
         for (bytes, id) in &tokens {
             assert_eq!(
                 find(bytes),
@@ -152,7 +160,14 @@ mod tests {
                 String::from_utf8_lossy(bytes)
             );
         }
-        for miss in [&b" w5000"[..], b" w", b"w1", b"a sixteen-byte x", b"x\0"] {
+        for miss in [
+            &b" w5000"[..],
+            b" w",
+            b"w1",
+            b"a sixteen-byte x",
+            b"x\0",
+            b"",
+        ] {
             assert_eq!(find(miss), None, "{:?}", String::from_utf8_lossy(miss));
         }
     }
