@@ -272,20 +272,14 @@ impl SentencePieceBpe {
         })
     }
 
-    /// May a piece end between `a` and `b`?
+    /// May a piece end between `a` and `b`, whose tokens are `a_in` and `b_in` (else their
+    /// `<0xNN>` bytes)?
     #[inline]
-    fn may_cut_between(&self, a: char, b: char) -> bool {
+    fn may_cut_between(&self, a: char, a_in: bool, b: char, b_in: bool) -> bool {
         if a.is_ascii() && b.is_ascii() {
             return self.cut_ascii[a as usize] >> (b as u32) & 1 == 1;
         }
-        let in_vocab = |c: char| {
-            if c.is_ascii() {
-                self.ascii[c as usize] != NONE
-            } else {
-                self.chars.contains_key(&c)
-            }
-        };
-        self.joins.may_cut_between(a, in_vocab(a), b, in_vocab(b))
+        self.joins.may_cut_between(a, a_in, b, b_in)
     }
 
     /// One stretch between added tokens: "▁" + the stretch, cut into pieces.
@@ -293,27 +287,27 @@ impl SentencePieceBpe {
         let bytes = raw.as_bytes();
         let mut piece_start = 0;
         let mut first = true;
-        // The character before `at`: none before the first (the prepended "▁" may not end a
-        // piece alone).
-        let mut before: Option<char> = None;
+        // The character before `at` and whether it has a token: none before the first (the
+        // prepended "▁" may not end a piece alone).
+        let mut before: Option<(char, bool)> = None;
         let mut at = 0;
         while at < bytes.len() {
             let b = bytes[at];
-            let c = if b.is_ascii() {
-                char::from(b)
+            let (c, in_vocab) = if b.is_ascii() {
+                (char::from(b), self.ascii[usize::from(b)] != NONE)
             } else {
                 match raw.get(at..).and_then(|rest| rest.chars().next()) {
-                    Some(c) => c,
+                    Some(c) => (c, self.chars.contains_key(&c)),
                     None => break,
                 }
             };
-            if let Some(a) = before
-                && self.may_cut_between(a, c)
+            if let Some((a, a_in)) = before
+                && self.may_cut_between(a, a_in, c, in_vocab)
             {
                 self.encode_piece(&bytes[piece_start..at], first, cache, out);
                 (piece_start, first) = (at, false);
             }
-            before = Some(c);
+            before = Some((c, in_vocab));
             at += c.len_utf8();
         }
         self.encode_piece(&bytes[piece_start..], first, cache, out);
