@@ -97,6 +97,9 @@ pub(crate) struct SentencePieceTables {
     merges: Vec<(u32, u32, u32)>,
     /// See [`Joins`]: each merge's left token's last character and right token's first.
     joined: Vec<(char, char)>,
+    /// The pieces that are one token whole ([`Self::merging_to_themselves`]), keyed as the
+    /// piece cache keys pieces, with their ids.
+    whole: Vec<(Vec<u8>, u32)>,
     num_tokens: usize,
 }
 
@@ -129,7 +132,7 @@ impl SentencePieceBpe {
             })
             .collect();
         let merge_list = serialized_merges(bpe)?;
-        Ok(SentencePieceTables {
+        let mut tables = SentencePieceTables {
             added: pipeline.added,
             bytes,
             metaspace,
@@ -142,8 +145,12 @@ impl SentencePieceBpe {
                 pairs.sort_unstable();
                 pairs
             },
+            whole: Vec::new(),
             num_tokens: vocab.len(),
-        })
+        };
+        // Worked out once per tokenizer file (the engine cache keeps it), by the engine itself.
+        tables.whole = Self::from_tables(&tables)?.merging_to_themselves(&vocab);
+        Ok(tables)
     }
 
     /// The engine from its tables (fresh from [`Self::learn`], or from the engine cache).
@@ -180,7 +187,20 @@ impl SentencePieceBpe {
                 }
             }
         }
-        let mut engine = Self {
+        let whole = WholeTokens::new(&tables.whole);
+        let description = format!(
+            "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
+             HF's merges ({} tokens, {} merges, {} tokens looked up whole; normalizer Prepend \"▁\" \
+             + Replace \" \" → \"▁\"; {} added tokens; pieces cut between two characters no \
+             merge joins (the merges join {} pairs); piece cache {} KiB per thread)",
+            tables.num_tokens,
+            merges.len(),
+            whole.len(),
+            tables.added.len(),
+            joins.pairs.len(),
+            piece_cache::CACHE_BYTES >> 10,
+        );
+        Ok(Self {
             added,
             merges,
             ascii,
@@ -188,69 +208,29 @@ impl SentencePieceBpe {
             bytes,
             joins,
             cut_ascii,
-            whole: WholeTokens::new(&[]),
+            whole,
             cache_owner: piece_cache::new_owner(),
-            description: String::new(),
-        };
-        engine.whole = WholeTokens::new(&engine.merging_to_themselves(tables));
-        engine.description = format!(
-            "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
-             HF's merges ({} tokens, {} merges, {} tokens looked up whole; normalizer Prepend \"▁\" \
-             + Replace \" \" → \"▁\"; {} added tokens; pieces cut between two characters no \
-             merge joins (the merges join {} pairs); piece cache {} KiB per thread)",
-            tables.num_tokens,
-            engine.merges.len(),
-            engine.whole.len(),
-            tables.added.len(),
-            engine.joins.pairs.len(),
-            piece_cache::CACHE_BYTES >> 10,
-        );
-        Ok(engine)
+            description,
+        })
     }
 
-    /// The tokens HF's merge loop gives back whole from their own text as a piece (a space for
-    /// "▁", the piece cache's key): each one-character token and each token a merge makes, its
-    /// text spelled from the merges, kept where [`Self::merge_piece`] over that text is that one
-    /// token. A token that no text can be a piece of (a byte fallback's part of a character) is
-    /// not valid UTF-8 as text and is left out.
-    fn merging_to_themselves(&self, tables: &SentencePieceTables) -> Vec<(Vec<u8>, u32)> {
-        let mut text: FxHashMap<u32, Vec<u8>> = FxHashMap::default();
-        text.insert(tables.metaspace, b" ".to_vec());
-        for &(c, id) in &tables.chars {
-            text.entry(id).or_insert_with(|| c.to_string().into_bytes());
-        }
-        for (b, &id) in tables.bytes.iter().enumerate() {
-            text.entry(id).or_insert_with(|| vec![b as u8]);
-        }
-        // A merge's parts may be made by merges listed after it: spell until nothing changes
-        // (a pass per level of such nesting; one or two for real files).
-        loop {
-            let mut grew = false;
-            for &(left, right, merged) in &tables.merges {
-                if text.contains_key(&merged) {
-                    continue;
-                }
-                if let (Some(l), Some(r)) = (text.get(&left), text.get(&right)) {
-                    let joined = [l.as_slice(), r.as_slice()].concat();
-                    text.insert(merged, joined);
-                    grew = true;
-                }
-            }
-            if !grew {
-                break;
-            }
-        }
+    /// The tokens HF's merge loop gives back whole from their own text as a piece: each token's
+    /// text keyed as the piece cache keys pieces (a space for "▁"), kept where
+    /// [`Self::merge_piece`] over that key is that one token, so a hit is the loop's answer.
+    fn merging_to_themselves(
+        &self,
+        vocab: &std::collections::HashMap<String, u32>,
+    ) -> Vec<(Vec<u8>, u32)> {
         let mut symbols = Vec::new();
-        let mut whole: Vec<(Vec<u8>, u32)> = text
-            .into_iter()
-            .filter(|(id, bytes)| {
-                std::str::from_utf8(bytes).is_ok() && {
-                    self.merge_piece(bytes, &mut symbols);
-                    symbols == [*id]
-                }
+        let mut whole: Vec<(Vec<u8>, u32)> = vocab
+            .iter()
+            .filter_map(|(token, &id)| {
+                let key = token.replace(METASPACE, " ").into_bytes();
+                self.merge_piece(&key, &mut symbols);
+                (symbols == [id]).then_some((key, id))
             })
-            .map(|(id, bytes)| (bytes, id))
             .collect();
+        // A fixed order, so that an engine-cache entry is the same bytes on every build.
         whole.sort_unstable_by_key(|&(_, id)| id);
         whole
     }

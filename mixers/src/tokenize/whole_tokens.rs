@@ -3,10 +3,11 @@
 //!
 //! Which pieces, byte-level (`byte_vocab.rs`): under `ignore_merges` (Llama 3) every token, since
 //! HF looks a piece up in the vocabulary before merging it; otherwise the tokens whose bytes HF's
-//! merge loop merges back into that one token (worked out once, when the engine's tables are
-//! learned; most tokens do). SentencePiece-style (`sentencepiece.rs`): the tokens whose text, as
-//! a piece, the merge loop merges back into that token. Either way a hit is the id the merge loop
-//! would give, so the table changes speed, never ids. Most pieces of text are such tokens
+//! merge loop merges back into that one token (most tokens do). SentencePiece-style
+//! (`sentencepiece.rs`): the tokens whose text, as a piece, the merge loop merges back into that
+//! token. Both are worked out once, when the engine's tables are learned, and kept with them in
+//! the engine cache. Either way a hit is the id the merge loop would give, so the table changes
+//! speed, never ids. Most pieces of text are such tokens
 //! (" the", " of", "ing"), so a piece met for the first time costs a lookup here instead of the
 //! merge loop.
 //!
