@@ -7,29 +7,39 @@
 #[path = "../../tests/support/fetched_tokenizer.rs"]
 mod support;
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
-use dsprep_mixers::tokenize::{EngineCache, EngineChoice, TokenizeStage};
+use dsprep_mixers::tokenize::{EngineCache, EngineChoice, SharedEngineCache, TokenizeStage};
 
 /// Entries in memory, counting stores.
 #[derive(Default)]
 struct MemoryCache {
-    entries: RefCell<HashMap<String, Vec<u8>>>,
-    stores: RefCell<usize>,
+    entries: Mutex<HashMap<String, Vec<u8>>>,
+    stores: AtomicUsize,
+}
+
+impl MemoryCache {
+    fn stores(&self) -> usize {
+        self.stores.load(Ordering::SeqCst)
+    }
+    fn insert(&self, tokenizer_sha256: &str, entry: Vec<u8>) {
+        let mut entries = self.entries.lock().expect("not poisoned");
+        entries.insert(tokenizer_sha256.to_string(), entry);
+    }
 }
 
 impl EngineCache for MemoryCache {
     fn load(&self, tokenizer_sha256: &str) -> Option<Vec<u8>> {
-        self.entries.borrow().get(tokenizer_sha256).cloned()
+        let entries = self.entries.lock().expect("not poisoned");
+        entries.get(tokenizer_sha256).cloned()
     }
     fn store(&self, tokenizer_sha256: &str, entry: &[u8]) {
-        *self.stores.borrow_mut() += 1;
-        self.entries
-            .borrow_mut()
-            .insert(tokenizer_sha256.to_string(), entry.to_vec());
+        self.stores.fetch_add(1, Ordering::SeqCst);
+        self.insert(tokenizer_sha256, entry.to_vec());
     }
 }
 
@@ -41,13 +51,13 @@ fn spec(eos: &str, bos: Option<TokenRef>) -> TokenizerSpec {
     }
 }
 
-fn stage(json: &[u8], spec: &TokenizerSpec, cache: Option<&MemoryCache>) -> TokenizeStage {
+fn stage(json: &[u8], spec: &TokenizerSpec, cache: Option<&Arc<MemoryCache>>) -> TokenizeStage {
     TokenizeStage::from_json_bytes_cached(
         json,
         spec,
         "test",
         EngineChoice::Auto,
-        cache.map(|c| c as &dyn EngineCache),
+        cache.map(|c| Arc::clone(c) as SharedEngineCache),
     )
     .expect("tokenizer builds")
 }
@@ -116,10 +126,10 @@ fn an_engine_from_the_cache_gives_the_same_ids() {
     for (name, path, eos, bos) in tokenizers() {
         let json = std::fs::read(&path).expect("tokenizer");
         let spec = spec(eos, bos);
-        let cache = MemoryCache::default();
+        let cache = Arc::new(MemoryCache::default());
         let built = stage(&json, &spec, Some(&cache));
         assert_eq!(
-            *cache.stores.borrow(),
+            cache.stores(),
             1,
             "{name}: the first build keeps its tables"
         );
@@ -129,7 +139,7 @@ fn an_engine_from_the_cache_gives_the_same_ids() {
             built.engine_description()
         );
         let cached = stage(&json, &spec, Some(&cache));
-        assert_eq!(*cache.stores.borrow(), 1, "{name}: a hit writes nothing");
+        assert_eq!(cache.stores(), 1, "{name}: a hit writes nothing");
         assert!(
             cached
                 .engine_description()
@@ -159,16 +169,16 @@ fn an_engine_from_the_cache_gives_the_same_ids() {
 }
 
 /// The entry kept for GPT-2, and the cache holding it.
-fn gpt2_cache() -> (Vec<u8>, String, MemoryCache) {
+fn gpt2_cache() -> (Vec<u8>, String, Arc<MemoryCache>) {
     let json = std::fs::read("../config/tokenizers/gpt2/tokenizer.json").expect("gpt2");
-    let cache = MemoryCache::default();
+    let cache = Arc::new(MemoryCache::default());
     let built = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
     let sha = built.sha256().to_string();
     (json, sha, cache)
 }
 
 fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
-    cache.entries.borrow()[sha].clone()
+    cache.entries.lock().expect("not poisoned")[sha].clone()
 }
 
 /// An entry of the current format around `payload`, its hash right: what only a build with a
@@ -220,7 +230,7 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ),
     ];
     for (what, bytes, why) in damaged {
-        cache.entries.borrow_mut().insert(sha.clone(), bytes);
+        cache.insert(&sha, bytes);
         let stage = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
         let line = stage.engine_description();
         assert!(
@@ -239,9 +249,10 @@ fn a_damaged_entry_is_ignored_and_replaced() {
 
 /// An entry whose hash, file and build check out but whose tables do not build (here: not
 /// JSON) is found out on the thread building the engine: the engine is learnt from the file, the
-/// line says why, the ids are HF's.
+/// line says why, the ids are HF's, and a sound entry takes the bad one's place, so the next
+/// process builds from the cache again.
 #[test]
-fn tables_that_do_not_build_are_learnt_from_the_file() {
+fn tables_that_do_not_build_are_learnt_from_the_file_and_replaced() {
     let (json, sha, cache) = gpt2_cache();
     let sound = entry(&cache, &sha);
     let header_end = sound.iter().position(|&b| b == b'\n').expect("header") + 1;
@@ -253,17 +264,31 @@ fn tables_that_do_not_build_are_learnt_from_the_file() {
         + 1;
     let payload = [&sound[header_end..head_end], b"{not the tables".as_slice()].concat();
     let forged = sealed(&payload);
-    cache.entries.borrow_mut().insert(sha.clone(), forged);
+    cache.insert(&sha, forged);
     let rows = c4_rows(50);
     let expected = ids(&stage(&json, &spec("<|endoftext|>", None), None), &rows);
-    let stage = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
-    assert_eq!(ids(&stage, &rows), expected);
-    let line = stage.engine_description();
+    let first = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
+    assert_eq!(ids(&first, &rows), expected);
+    let line = first.engine_description();
     assert!(line.starts_with("fast path"), "{line}");
     assert!(
         line.contains("; engine cache entry ignored: tables do not parse: "),
         "{line}"
     );
+    assert_eq!(
+        cache.stores(),
+        2,
+        "the file's build stored once, the replacement once"
+    );
+    assert_eq!(entry(&cache, &sha), sound, "a sound entry replaces it");
+    let next = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
+    assert!(
+        next.engine_description()
+            .ends_with("(tables from the engine cache)"),
+        "{}",
+        next.engine_description()
+    );
+    assert_eq!(ids(&next, &rows), expected);
 }
 
 #[test]
@@ -274,10 +299,7 @@ fn an_entry_for_another_file_is_ignored() {
         .sha256()
         .to_string();
     let gpt2_entry = entry(&cache, &gpt2_sha);
-    cache
-        .entries
-        .borrow_mut()
-        .insert(qwen3_sha.clone(), gpt2_entry);
+    cache.insert(&qwen3_sha, gpt2_entry);
     let stage = stage(&qwen3, &spec("<|endoftext|>", None), Some(&cache));
     let line = stage.engine_description();
     assert!(
@@ -317,7 +339,7 @@ fn tokens_the_entry_cannot_resolve_go_to_hf() {
         &unknown,
         "test",
         EngineChoice::Auto,
-        Some(&cache),
+        Some(cache as SharedEngineCache),
     )
     .err()
     .expect("unknown eos")

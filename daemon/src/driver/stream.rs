@@ -14,7 +14,7 @@ use dsprep_mixers::doc::DocPos;
 use dsprep_mixers::lanes::lane_buffer_size;
 use dsprep_mixers::mixer::MixInput;
 use dsprep_mixers::recipe::{MixUnit, PackStrategy, Recipe};
-use dsprep_mixers::tokenize::EngineCache;
+use dsprep_mixers::tokenize::SharedEngineCache;
 use dsprep_mixers::{DocStream, EngineChoice, Mixer, PackerConfig, Shuffler, TokenizeStage};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -71,13 +71,13 @@ pub fn load_recipe_with(
         )
     })?;
     // The fast engine's tables come from the engine cache when it holds this file's.
-    let engine_cache = EngineCacheDir::from_env();
+    let engine_cache = EngineCacheDir::from_env().map(|c| Arc::new(c) as SharedEngineCache);
     let stage = TokenizeStage::from_json_bytes_cached(
         &tokenizer_json,
         &recipe.tokenizer,
         &tokenizer_path.display().to_string(),
         engine,
-        engine_cache.as_ref().map(|c| c as &dyn EngineCache),
+        engine_cache,
     )
     .with_context(|| format!("recipe {}", path.display()))?;
     let pad_id = match recipe.packing.strategy {

@@ -24,7 +24,7 @@ mod prefetch;
 mod sentencepiece;
 mod whole_tokens;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::recipe::{TokenRef, TokenizerSpec};
 use byte_level::ByteLevelBpe;
@@ -121,7 +121,13 @@ pub struct TokenizeStage {
     eos: u32,
     vocab_size: u32,
     sha256: String,
+    /// The engine cache an entry came from: should that entry's tables not build, the engine
+    /// learnt from the file instead replaces it there.
+    cache: Option<SharedEngineCache>,
 }
+
+/// An engine cache the stage may keep, to replace an entry found unsound on the building thread.
+pub type SharedEngineCache = Arc<dyn EngineCache + Send + Sync>;
 
 /// The ids a recipe's BOS/EOS may name, and the vocabulary size: read from HF's tokenizer, or
 /// from an engine-cache entry without it.
@@ -178,15 +184,15 @@ impl TokenizeStage {
         spec: &TokenizerSpec,
         origin: &str,
         choice: EngineChoice,
-        cache: Option<&dyn EngineCache>,
+        cache: Option<SharedEngineCache>,
     ) -> Result<Self, TokenizeError> {
         let sha256 = hex::encode(Sha256::digest(json));
         let cache = cache.filter(|_| choice == EngineChoice::Auto);
         let mut ignored = None;
-        if let Some(cache) = cache
+        if let Some(cache) = &cache
             && let Some(bytes) = cache.load(&sha256)
         {
-            match Self::from_cache_entry(bytes, json, spec, origin, &sha256) {
+            match Self::from_cache_entry(bytes, json, spec, origin, &sha256, cache) {
                 Ok(Some(stage)) => return Ok(stage),
                 Ok(None) => {}
                 Err(why) => ignored = Some(why),
@@ -202,21 +208,14 @@ impl TokenizeStage {
             },
             EngineChoice::Auto => {
                 let (engine, tables) = learn_engine(&hf);
-                if let (Some(cache), Some(tables)) = (cache, tables) {
-                    let head = CachedHead {
-                        tokenizer_sha256: sha256.clone(),
-                        built_by: engine_cache::built_by(),
-                        vocab_size,
-                        dense_ids,
-                        added: hf
-                            .get_added_tokens_decoder()
-                            .into_iter()
-                            .map(|(id, token)| (token.content, id))
-                            .collect(),
-                    };
-                    if let Ok(bytes) = engine_cache::to_bytes(&head, &tables) {
-                        cache.store(&sha256, &bytes);
-                    }
+                if let (Some(cache), Some(tables)) = (&cache, tables) {
+                    keep_entry(
+                        cache.as_ref(),
+                        &sha256,
+                        &hf,
+                        (vocab_size, dense_ids),
+                        &tables,
+                    );
                 }
                 engine
             }
@@ -236,6 +235,7 @@ impl TokenizeStage {
             eos,
             vocab_size,
             sha256,
+            cache: None,
         })
     }
 
@@ -248,6 +248,7 @@ impl TokenizeStage {
         spec: &TokenizerSpec,
         origin: &str,
         sha256: &str,
+        cache: &SharedEngineCache,
     ) -> Result<Option<Self>, String> {
         let entry = engine_cache::check(&bytes, sha256)?;
         let vocabulary = Vocabulary::Cached(&entry.head);
@@ -276,16 +277,25 @@ impl TokenizeStage {
             eos,
             vocab_size: entry.head.vocab_size,
             sha256: sha256.to_string(),
+            cache: Some(Arc::clone(cache)),
         }))
     }
 
     /// The engine, waiting the first time for the thread building it from a cache entry. Should
     /// that thread give none (an entry that checked out but does not build), the engine is
-    /// learnt from the file instead and the line says why.
+    /// learnt from the file instead, replaces the entry, and the line says why.
     fn engine(&self) -> &Engine {
         self.engine.get(|why| {
             let mut engine = match self.hf() {
-                Ok(hf) => learn_engine(hf).0,
+                Ok(hf) => {
+                    let (engine, tables) = learn_engine(hf);
+                    if let (Some(cache), Some(tables), Ok(extent)) =
+                        (&self.cache, tables, vocab_extent(hf, &self.origin))
+                    {
+                        keep_entry(cache.as_ref(), &self.sha256, hf, extent, &tables);
+                    }
+                    engine
+                }
                 Err(e) => Engine {
                     fast: None,
                     description: format!("HF tokenizers: {e}"),
@@ -427,6 +437,31 @@ fn learn_engine(hf: &Tokenizer) -> (Engine, Option<EngineTables>) {
             },
             None,
         ),
+    }
+}
+
+/// Keep in `cache` the entry for the tokenizer file `sha256`: the engine's `tables` and the
+/// head the stage starts from. `extent` is [`vocab_extent`]'s.
+fn keep_entry(
+    cache: &(dyn EngineCache + Send + Sync),
+    sha256: &str,
+    hf: &Tokenizer,
+    (vocab_size, dense_ids): (u32, u32),
+    tables: &EngineTables,
+) {
+    let head = CachedHead {
+        tokenizer_sha256: sha256.to_string(),
+        built_by: engine_cache::built_by(),
+        vocab_size,
+        dense_ids,
+        added: hf
+            .get_added_tokens_decoder()
+            .into_iter()
+            .map(|(id, token)| (token.content, id))
+            .collect(),
+    };
+    if let Ok(bytes) = engine_cache::to_bytes(&head, tables) {
+        cache.store(sha256, &bytes);
     }
 }
 
