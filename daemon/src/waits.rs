@@ -4,7 +4,7 @@
 //! on many cores: the side that waits least on its input is the busy one.
 //!
 //! Always on: one clock read before and after each blocking call, which hands over a chunk, a
-//! decoded batch or a block of windows (hundreds of KiB), never a token.
+//! group of rows or a block of windows (hundreds of KiB), never a token.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -12,8 +12,8 @@ use std::time::Instant;
 /// A hand-off, named by who waits for what.
 #[derive(Clone, Copy, Debug)]
 pub enum Wait {
-    /// The reader, for a shard's next decoded batch (the decoding thread is behind).
-    ReaderForDecoded,
+    /// The reader, for a shard's next rows (the thread reading them ahead is behind).
+    ReaderForRows,
     /// The reader, for a permit: as many chunks as allowed are in flight (the sink is behind).
     ReaderForPermit,
     /// The reader, for room in the tokenizers' queue (every tokenizer is busy).
@@ -31,7 +31,7 @@ pub enum Wait {
 }
 
 const WAITS: [Wait; 8] = [
-    Wait::ReaderForDecoded,
+    Wait::ReaderForRows,
     Wait::ReaderForPermit,
     Wait::ReaderForTokenizers,
     Wait::TokenizerForChunk,
@@ -44,7 +44,7 @@ const WAITS: [Wait; 8] = [
 impl Wait {
     fn name(self) -> &'static str {
         match self {
-            Wait::ReaderForDecoded => "reader for decoded batches",
+            Wait::ReaderForRows => "reader for rows read ahead",
             Wait::ReaderForPermit => "reader for permits",
             Wait::ReaderForTokenizers => "reader for tokenizers",
             Wait::TokenizerForChunk => "tokenizers for chunks",
@@ -70,7 +70,7 @@ pub fn timed<T>(wait: Wait, blocking: impl FnOnce() -> T) -> T {
 }
 
 /// Each hand-off's seconds of waiting (summed over the threads on its waiting side) and calls so
-/// far, in one line: `reader for decoded batches 0.412 s / 1730, ...`.
+/// far, in one line: `reader for rows read ahead 0.412 s / 1730, ...`.
 pub fn summary() -> String {
     WAITS
         .iter()

@@ -8,7 +8,6 @@
 //! groups (or first body chunks) are already on their way.
 
 mod content;
-mod decode_ahead;
 mod hub_parquet;
 mod hub_spool;
 mod hub_stream;
@@ -16,6 +15,7 @@ mod jsonl;
 mod listing;
 mod page_check;
 mod parquet;
+mod read_ahead;
 mod sample;
 
 pub use content::FILE_BITS;
@@ -110,10 +110,24 @@ pub struct SourceContext {
     pub hub: Option<Arc<HubClient>>,
 }
 
-/// Open a shard for reading. `from_row` is a hint: readers that can start later (local parquet,
-/// at the row group holding it) do, and every reader still numbers rows from the file's start, so
-/// the caller skips what remains below `from_row`.
+/// Open a shard for reading, its rows read ahead on a thread of their own (`read_ahead.rs`).
+/// `from_row` is a hint: readers that can start later (local parquet, at the row group holding
+/// it) do, and every reader still numbers rows from the file's start, so the caller skips what
+/// remains below `from_row`.
 fn open_shard(
+    shard: &Shard,
+    download: Option<&Arc<Download>>,
+    spec: &SourceSpec,
+    hub: Option<&Arc<HubClient>>,
+    content: Option<&Arc<ContentResolver>>,
+    from_row: u64,
+) -> Result<Box<dyn ShardReader>, ShardError> {
+    let reader = open_shard_here(shard, download, spec, hub, content, from_row)?;
+    Ok(read_ahead::start(reader, shard.display_path()))
+}
+
+/// [`open_shard`]'s reader, to be read on the calling thread.
+fn open_shard_here(
     shard: &Shard,
     download: Option<&Arc<Download>>,
     spec: &SourceSpec,
@@ -130,7 +144,6 @@ fn open_shard(
                           label: PathBuf,
                           first_row: u64|
      -> Box<dyn ShardReader> {
-        let batches = decode_ahead::start(batches, label.clone(), first_row);
         match content {
             Some(resolver) => Box::new(
                 BlobShard::new(label, batches, spec, resolver.clone()).starting_at(first_row),
@@ -367,14 +380,12 @@ impl LocalSource {
         Ok(None)
     }
 
-    /// Start the next shard now when that gains time: a Hub shard's fetches, a parquet shard's
-    /// first batch (decoded ahead). Errors come when it is read: one that fails to open here
-    /// is opened again at its turn.
+    /// Start the next shard now, so that its first rows are read (a Hub shard's fetched, a
+    /// parquet shard's decoded) by the time the reader gets to it. Errors come when it is read:
+    /// one that fails to open here is opened again at its turn.
     fn open_ahead(&mut self, at: usize) {
-        let gains =
-            |shard: &Shard| matches!(shard, Shard::Hub(_)) || self.spec.format == Format::Parquet;
         if self.ahead.is_none()
-            && let Some(shard) = self.shards.get(at).filter(|s| gains(s))
+            && let Some(shard) = self.shards.get(at)
             && let Ok(reader) = open_shard(
                 shard,
                 self.downloads[at].as_ref(),

@@ -1,7 +1,7 @@
 //! Parquet shards, read row group by row group with column projection: only the leaves a source
 //! needs (its text column or list field, its filter column) are decoded, a batch of rows at a
-//! time (one ahead, on the shard's own thread: `decode_ahead.rs`). Before anything is decoded, the footer's column chunks are checked
-//! against the file's size and every page header of the chunks to be read against its chunk and
+//! time (on the shard's own thread, as every shard reader: `read_ahead.rs`). Before anything is
+//! decoded, the footer's column chunks are checked against the file's size and every page header of the chunks to be read against its chunk and
 //! for decompression bombs (`page_check.rs`); strings are read as views, and a row's text is
 //! copied out only when it is within what the source reads. Where the batches come from — a local
 //! file, or range reads from the Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into
