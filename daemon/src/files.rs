@@ -1,10 +1,11 @@
-//! File helpers shared by the drivers: streaming sha256, a writer that hashes and counts what
-//! it writes, and patient IO on a shared state directory.
+//! File helpers shared by the drivers: streaming sha256, a writer that counts what it writes
+//! and syncs as it goes (and one that hashes it too), and patient IO on a shared state
+//! directory.
 
 use crate::writeback::Writeback;
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -45,30 +46,40 @@ pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
 /// Bytes a writer writes between two nudges of its writeback thread.
 const WRITEBACK_BYTES: u64 = 16 << 20;
 
-/// A buffered file writer that keeps the sha256 and the byte count of everything written, and
-/// has the disk write it as it goes (a [`Writeback`] once it passes 16 MiB).
-pub struct HashingWriter {
+/// A buffered file writer that counts what it writes and has the disk write it as it goes (a
+/// [`Writeback`] once it passes 16 MiB), so that its last sync is short.
+pub struct SyncedWriter {
     inner: BufWriter<File>,
-    hasher: Sha256,
     written: u64,
     writeback: Option<Writeback>,
     /// `written` at which to nudge the writeback thread next.
     next_writeback: u64,
 }
 
-impl HashingWriter {
+impl SyncedWriter {
     pub fn create(path: &Path) -> io::Result<Self> {
-        Ok(Self {
-            inner: BufWriter::with_capacity(1 << 20, File::create(path)?),
-            hasher: Sha256::new(),
-            written: 0,
+        Ok(Self::from_file(File::create(path)?, 0))
+    }
+
+    /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
+    /// (an interrupted pack wrote past its checkpoint).
+    pub fn append_after(path: &Path, keep: u64) -> io::Result<Self> {
+        let mut file = open_kept(path, keep)?;
+        file.seek(SeekFrom::Start(keep))?;
+        Ok(Self::from_file(file, keep))
+    }
+
+    /// A writer going on from `file`'s position, `written` bytes into it.
+    fn from_file(file: File, written: u64) -> Self {
+        Self {
+            inner: BufWriter::with_capacity(1 << 20, file),
+            written,
             writeback: None,
-            next_writeback: WRITEBACK_BYTES,
-        })
+            next_writeback: written + WRITEBACK_BYTES,
+        }
     }
 
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.hasher.update(bytes);
         self.written += bytes.len() as u64;
         self.inner.write_all(bytes)?;
         if self.written >= self.next_writeback {
@@ -81,35 +92,6 @@ impl HashingWriter {
             }
         }
         Ok(())
-    }
-
-    /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
-    /// (an interrupted pack wrote past its checkpoint), the kept bytes are hashed again.
-    pub fn append_after(path: &Path, keep: u64) -> io::Result<Self> {
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)?;
-        let len = file.metadata()?.len();
-        if len < keep {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "{} has {len} bytes, the checkpoint expects {keep}",
-                    path.display()
-                ),
-            ));
-        }
-        file.set_len(keep)?;
-        let mut hasher = Sha256::new();
-        io::copy(&mut (&mut file).take(keep), &mut HashInto(&mut hasher))?;
-        Ok(Self {
-            inner: BufWriter::with_capacity(1 << 20, file),
-            hasher,
-            written: keep,
-            writeback: None,
-            next_writeback: keep + WRITEBACK_BYTES,
-        })
     }
 
     /// Flush and fsync what was written so far (the writer stays open). An error of a
@@ -126,14 +108,98 @@ impl HashingWriter {
         self.written
     }
 
-    /// Flush, fsync and return (size, sha256 hex).
-    pub fn finish(self) -> io::Result<(u64, String)> {
+    /// Flush, fsync and return the size.
+    pub fn finish(self) -> io::Result<u64> {
         let file = self.inner.into_inner().map_err(|e| e.into_error())?;
         if let Some(writeback) = self.writeback {
             writeback.finish()?;
         }
         file.sync_all()?;
-        Ok((self.written, hex::encode(self.hasher.finalize())))
+        Ok(self.written)
+    }
+}
+
+/// `path` opened to read and write, cut to its first `keep` bytes, at its start; an error if it
+/// has fewer.
+fn open_kept(path: &Path, keep: u64) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    if len < keep {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} has {len} bytes, the checkpoint expects {keep}",
+                path.display()
+            ),
+        ));
+    }
+    file.set_len(keep)?;
+    Ok(file)
+}
+
+/// The sha256 state after the first `len` bytes of `path`, to go on hashing what follows.
+pub fn sha256_prefix(path: &Path, len: u64) -> io::Result<Sha256> {
+    let mut hasher = Sha256::new();
+    let copied = io::copy(&mut File::open(path)?.take(len), &mut HashInto(&mut hasher))?;
+    if copied < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} has {copied} bytes, the checkpoint expects {len}",
+                path.display()
+            ),
+        ));
+    }
+    Ok(hasher)
+}
+
+/// A [`SyncedWriter`] that also keeps the sha256 of everything written.
+pub struct HashingWriter {
+    writer: SyncedWriter,
+    hasher: Sha256,
+}
+
+impl HashingWriter {
+    pub fn create(path: &Path) -> io::Result<Self> {
+        Ok(Self {
+            writer: SyncedWriter::create(path)?,
+            hasher: Sha256::new(),
+        })
+    }
+
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.hasher.update(bytes);
+        self.writer.write_all(bytes)
+    }
+
+    /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
+    /// (an interrupted pack wrote past its checkpoint), the kept bytes are hashed again.
+    pub fn append_after(path: &Path, keep: u64) -> io::Result<Self> {
+        let mut file = open_kept(path, keep)?;
+        let mut hasher = Sha256::new();
+        io::copy(&mut (&mut file).take(keep), &mut HashInto(&mut hasher))?;
+        Ok(Self {
+            writer: SyncedWriter::from_file(file, keep),
+            hasher,
+        })
+    }
+
+    /// Flush and fsync what was written so far (the writer stays open).
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.writer.sync()
+    }
+
+    pub fn written(&self) -> u64 {
+        self.writer.written()
+    }
+
+    /// Flush, fsync and return (size, sha256 hex).
+    pub fn finish(self) -> io::Result<(u64, String)> {
+        let size = self.writer.finish()?;
+        Ok((size, hex::encode(self.hasher.finalize())))
     }
 }
 
@@ -271,12 +337,15 @@ mod tests {
         for (k, piece) in data.chunks(1 << 20).enumerate() {
             writer.write_all(piece).expect("write");
             if k == 20 {
-                assert!(writer.writeback.is_some(), "writeback started past 16 MiB");
+                assert!(
+                    writer.writer.writeback.is_some(),
+                    "writeback started past 16 MiB"
+                );
                 writer.sync().expect("sync");
             }
         }
         assert!(
-            writer.writeback.is_some(),
+            writer.writer.writeback.is_some(),
             "writeback started again past 32 MiB"
         );
         let (size, sha) = writer.finish().expect("finish");
@@ -286,7 +355,27 @@ mod tests {
 
         let mut continued = HashingWriter::append_after(&path, 30 << 20).expect("continue");
         continued.write_all(&data[30 << 20..]).expect("write");
-        assert_eq!(continued.finish().expect("finish"), (size, sha));
+        assert_eq!(continued.finish().expect("finish"), (size, sha.clone()));
         assert!(std::fs::read(&path).expect("read") == data);
+
+        // Continued without hashing, and hashed apart from a prefix, as the token shards are.
+        let mut synced = SyncedWriter::append_after(&path, 7 << 20).expect("continue");
+        assert_eq!(
+            std::fs::metadata(&path).expect("stat").len(),
+            7 << 20,
+            "cut to what is kept"
+        );
+        synced.write_all(&data[7 << 20..]).expect("write");
+        assert_eq!(synced.finish().expect("finish"), size);
+        assert!(std::fs::read(&path).expect("read") == data);
+        let mut hasher = sha256_prefix(&path, 7 << 20).expect("prefix");
+        hasher.update(&data[7 << 20..]);
+        assert_eq!(hex::encode(hasher.finalize()), sha);
+        let short = sha256_prefix(&path, size + 1).expect_err("past the end");
+        assert_eq!(short.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(
+            SyncedWriter::append_after(&path, size + 1).is_err(),
+            "a file shorter than what is kept"
+        );
     }
 }

@@ -26,11 +26,13 @@ pub enum Wait {
     SinkForChunk,
     /// The sink, for room in the queue of the thread writing the token shards.
     SinkForShards,
+    /// The sink, for room in the queue of the thread hashing the token shard files.
+    SinkForFileHash,
     /// The sink, for room in the queue of the thread hashing the stream chain.
     SinkForChain,
 }
 
-const WAITS: [Wait; 8] = [
+const WAITS: [Wait; 9] = [
     Wait::ReaderForRows,
     Wait::ReaderForPermit,
     Wait::ReaderForTokenizers,
@@ -38,6 +40,7 @@ const WAITS: [Wait; 8] = [
     Wait::TokenizerForSink,
     Wait::SinkForChunk,
     Wait::SinkForShards,
+    Wait::SinkForFileHash,
     Wait::SinkForChain,
 ];
 
@@ -51,6 +54,7 @@ impl Wait {
             Wait::TokenizerForSink => "tokenizers for the sink",
             Wait::SinkForChunk => "sink for the next chunk",
             Wait::SinkForShards => "sink for the shards thread",
+            Wait::SinkForFileHash => "sink for the file hash thread",
             Wait::SinkForChain => "sink for the chain thread",
         }
     }

@@ -23,8 +23,8 @@
 # OUT_ROOT (default a temporary directory): where the outputs go; a tmpfs (/dev/shm) keeps N
 # copies' writes and syncs off a disk they would otherwise queue on.
 # With PERF=1 each run at the last thread count is sampled, and the table gives each thread's
-# share of the process's CPU (reader, parquet decoding, tokenizers, the pipeline's thread that
-# mixes, shuffles and packs, the token shards' writing and hashing, the stream chain, the
+# share of the process's CPU (reader, the shards' reading and parquet decoding, tokenizers, the
+# pipeline's thread that packs, the token shards' writing, their sha256, the stream chain, the
 # engine's build from its cache entry, input hashing): with `perf` where it is installed (those runs' times
 # then include its 2 kHz sampling, which lowers their ratios a little), else by reading /proc
 # every 10 ms (tests/bench/thread_cpu.py; PERF=proc chooses it where perf is installed too),
@@ -137,7 +137,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 counts = [int(t) for t in sys.argv[2].split()]
 base, last = counts[0], counts[-1]
-print(f"| tokenizer | scaling by | {base} → {last}: whole run | median of rounds' ratios | after the first window | CPU share at {last} (reader / parquet decoding / tokenizers / pipeline / token shards / stream chain / engine build / input hashing) | cores busy at {last} | against copies (rounds' ratios) |")
+print(f"| tokenizer | scaling by | {base} → {last}: whole run | median of rounds' ratios | after the first window | CPU share at {last} (reader / shards' reading / tokenizers / pipeline / token shards / their sha256 / stream chain / engine build / input hashing) | cores busy at {last} | against copies (rounds' ratios) |")
 print("|---|---|---|---|---|---|---|---|")
 def median(rs, key): return statistics.median(r[key] for r in rs)
 for name in dict.fromkeys(r["tokenizer"] for r in rows):
@@ -154,7 +154,8 @@ for name in dict.fromkeys(r["tokenizer"] for r in rows):
         shares = [r["cpu_share_percent"] for r in at[last] if r["cpu_share_percent"]]
         split = " / ".join(f'{statistics.median(s.get(k, 0) for s in shares):.0f} %'
                            for k in ("dsprep-reader", "dsprep-decode", "dsprep-tokenize", "dsprep",
-                                     "dsprep-shards", "dsprep-chain", "dsprep-engine", "dsprep-hash-inp")) if shares else "—"
+                                     "dsprep-shards", "dsprep-filehash", "dsprep-chain", "dsprep-engine",
+                                     "dsprep-hash-inp")) if shares else "—"
         busy = [r["cores_busy"] for r in at[last] if r.get("cores_busy")]
         busy = f"{statistics.median(busy):.1f}" if busy else "—"
         ratios[mode] = rounds

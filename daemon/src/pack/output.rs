@@ -9,8 +9,8 @@
 
 use super::failure::leave_partial;
 use super::ledger::PackLedger;
-use super::token_shards::{ShardFiles, StreamChain, TokenShards};
-use crate::files::{HashingWriter, LockError, try_lock_file};
+use super::token_shards::{ShardFiles, ShardHashes, StreamChain, TokenShards};
+use crate::files::{HashingWriter, LockError, SyncedWriter, sha256_prefix, try_lock_file};
 use anyhow::{Context, bail};
 use dsprep_client::chain;
 use dsprep_client::format::{self, ChainMark, Dtype, Manifest, OutputFile};
@@ -167,6 +167,7 @@ impl PackWriter {
             out: out.to_path_buf(),
             tokens: TokenShards::start(
                 ShardFiles::new(tmp.clone(), windows_per_shard),
+                ShardHashes::new(windows_per_shard),
                 StreamChain::new(windows_per_shard),
                 dtype,
             ),
@@ -325,13 +326,18 @@ impl PackWriter {
             HashingWriter::append_after(&tmp.join(file), keep)
                 .with_context(|| format!("cannot continue {}", tmp.join(file).display()))
         };
-        let shard = if in_shard > 0 {
-            Some(reopen(
-                &format::shard_file_name(progress.closed_shards.len()),
-                in_shard * window_bytes,
-            )?)
+        // The open shard: continued by the files' thread, its kept bytes hashed again for the
+        // hashes' thread.
+        let (shard, shard_hash) = if in_shard > 0 {
+            let path = tmp.join(format::shard_file_name(progress.closed_shards.len()));
+            let keep = in_shard * window_bytes;
+            let continue_error = || format!("cannot continue {}", path.display());
+            (
+                Some(SyncedWriter::append_after(&path, keep).with_context(continue_error)?),
+                Some(sha256_prefix(&path, keep).with_context(continue_error)?),
+            )
         } else {
-            None
+            (None, None)
         };
         let mut shards = progress.closed_shards.clone();
         if shard.is_some() {
@@ -354,6 +360,16 @@ impl PackWriter {
             windows_in_shard: in_shard,
             shards,
         };
+        let hashes = ShardHashes {
+            windows_per_shard: wps,
+            open: shard_hash,
+            windows_in_shard: in_shard,
+            closed: progress
+                .closed_shards
+                .iter()
+                .map(|s| s.sha256.clone())
+                .collect(),
+        };
         let chain = StreamChain {
             windows_per_shard: wps,
             num_windows: progress.num_windows,
@@ -362,7 +378,7 @@ impl PackWriter {
         };
         Ok(Self {
             out: out.to_path_buf(),
-            tokens: TokenShards::start(files, chain, dtype),
+            tokens: TokenShards::start(files, hashes, chain, dtype),
             doc_starts: reopen(format::DOC_STARTS_FILE, progress.num_doc_starts * 4)?,
             doc_starts_offsets: reopen(
                 format::DOC_STARTS_OFFSETS_FILE,

@@ -1,27 +1,29 @@
-//! The token shards of a packed directory and the stream chain over their windows, each on a
-//! thread of its own: `dsprep-shards` writes, hashes and syncs the files, `dsprep-chain` links
-//! every window's digest into the chain. The pipeline's thread only copies each window's bytes
-//! into a block, which both threads read.
+//! The token shards of a packed directory and the stream chain over their windows, on threads
+//! of their own: `dsprep-shards` writes and syncs the files, `dsprep-filehash` hashes them, and
+//! `dsprep-chain` links every window's digest into the chain. The pipeline's thread only copies
+//! each window's bytes into a block, which the three threads read.
 //!
 //! Hashing is most of what writing costs: every window's bytes go through sha256 twice, once
 //! for the shard file's hash and once for the window's digest in the stream chain (FORMAT.md).
 //! On the pipeline's thread that capped `pack` near ten tokenizer threads, and one thread doing
-//! both still held back 16 (BENCHMARKS.md, "16 cores"). What the threads compute is what the
-//! pipeline's thread computed before, in the same order, so the files, their hashes and the
-//! chain are unchanged.
+//! both still held back 16 (BENCHMARKS.md, "16 cores"); one thread writing and hashing the files
+//! could feed about 240 M tokens/s of `u32` tokens, what 16 cores need of Llama 3 (BENCHMARKS.md,
+//! "what one thread can feed"). What the threads compute is what the pipeline's thread computed
+//! before, in the same order, so the files, their hashes and the chain are unchanged.
 //!
-//! Memory: blocks of [`BLOCK_BYTES`] (or one window, if larger), shared by the two threads: at
-//! most ten, the slower thread's four waiting and one being read, one being filled and four kept
+//! Memory: blocks of [`BLOCK_BYTES`] (or one window, if larger), shared by the threads: at most
+//! ten, the slowest thread's four waiting and one being read, one being filled and four kept
 //! for reuse ([`BLOCKS_WAITING`]).
 //! Errors: a write, create or sync error is kept by the files' thread and returned by the next
 //! [`TokenShards::sync`] (a checkpoint) or [`TokenShards::finish`]; nothing after it is written.
 
-use crate::files::HashingWriter;
+use crate::files::SyncedWriter;
 use crate::waits::{self, Wait};
 use anyhow::{Context, anyhow};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::{self, ChainMark, Dtype, OutputFile};
+use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -47,7 +49,7 @@ pub struct ShardsProgress {
     pub chain_marks: Vec<ChainMark>,
 }
 
-/// One of the two things done with every window, on a thread of its own.
+/// One of the three things done with every window, on a thread of its own.
 trait Stage: Send + 'static {
     /// What a sync or the finish reports.
     type Progress: Send + 'static;
@@ -57,15 +59,16 @@ trait Stage: Send + 'static {
     fn finish(self) -> anyhow::Result<Self::Progress>;
 }
 
-/// The token shard files: each window's bytes written and hashed into its shard.
+/// The token shard files: each window's bytes written into its shard.
 pub struct ShardFiles {
     /// The partial directory the shards are written in.
     pub dir: PathBuf,
     pub windows_per_shard: u64,
     /// The open shard, and the windows in it.
-    pub open: Option<HashingWriter>,
+    pub open: Option<SyncedWriter>,
     pub windows_in_shard: u64,
-    /// Every shard, the open one last (its size and hash filled in when it closes).
+    /// Every shard, the open one last (its size filled in when it closes; its sha256 is
+    /// [`ShardHashes`]' and is empty here).
     pub shards: Vec<OutputFile>,
 }
 
@@ -83,12 +86,11 @@ impl ShardFiles {
 
     fn close_shard(&mut self) -> anyhow::Result<()> {
         if let Some(shard) = self.open.take() {
-            let (size_bytes, sha256) = shard.finish().with_context(|| {
+            let size_bytes = shard.finish().with_context(|| {
                 format!("cannot finish a token shard in {}", self.dir.display())
             })?;
             let entry = self.shards.last_mut().expect("a shard is open");
             entry.size_bytes = size_bytes;
-            entry.sha256 = sha256;
             self.windows_in_shard = 0;
         }
         Ok(())
@@ -96,7 +98,7 @@ impl ShardFiles {
 }
 
 impl Stage for ShardFiles {
-    /// The closed shards.
+    /// The closed shards, their sha256 empty.
     type Progress = Vec<OutputFile>;
     const THREAD: &'static str = "dsprep-shards";
 
@@ -105,7 +107,7 @@ impl Stage for ShardFiles {
             let file = format::shard_file_name(self.shards.len());
             let path = self.dir.join(&file);
             self.open = Some(
-                HashingWriter::create(&path)
+                SyncedWriter::create(&path)
                     .with_context(|| format!("cannot create {}", path.display()))?,
             );
             self.shards.push(OutputFile {
@@ -138,6 +140,59 @@ impl Stage for ShardFiles {
     fn finish(mut self) -> anyhow::Result<Vec<OutputFile>> {
         self.close_shard()?;
         Ok(self.shards)
+    }
+}
+
+/// The sha256 of each token shard file: each window's bytes hashed into its shard's.
+pub struct ShardHashes {
+    pub windows_per_shard: u64,
+    /// The open shard's hash so far, and the windows in it.
+    pub open: Option<Sha256>,
+    pub windows_in_shard: u64,
+    /// The closed shards' sha256 (hex), in order.
+    pub closed: Vec<String>,
+}
+
+impl ShardHashes {
+    /// No shard hashed yet.
+    pub fn new(windows_per_shard: u64) -> Self {
+        Self {
+            windows_per_shard: windows_per_shard.max(1),
+            open: None,
+            windows_in_shard: 0,
+            closed: Vec::new(),
+        }
+    }
+
+    fn close_shard(&mut self) {
+        if let Some(hasher) = self.open.take() {
+            self.closed.push(hex::encode(hasher.finalize()));
+            self.windows_in_shard = 0;
+        }
+    }
+}
+
+impl Stage for ShardHashes {
+    /// The closed shards' sha256.
+    type Progress = Vec<String>;
+    const THREAD: &'static str = "dsprep-filehash";
+
+    fn add_window(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.open.get_or_insert_with(Sha256::new).update(bytes);
+        self.windows_in_shard += 1;
+        if self.windows_in_shard == self.windows_per_shard {
+            self.close_shard();
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> anyhow::Result<Vec<String>> {
+        Ok(self.closed.clone())
+    }
+
+    fn finish(mut self) -> anyhow::Result<Vec<String>> {
+        self.close_shard();
+        Ok(self.closed)
     }
 }
 
@@ -401,17 +456,18 @@ fn serve<S: Stage>(stage: S, requests: Receiver<Request<S::Progress>>, give_back
     }
 }
 
-/// The token shards and the stream chain, each written on its own thread.
+/// The token shards, their hashes and the stream chain, each on its own thread.
 pub struct TokenShards {
     dtype: Dtype,
     filling: Block,
     reused: Receiver<Block>,
     files: Worker<ShardFiles>,
+    hashes: Worker<ShardHashes>,
     chain: Worker<StreamChain>,
 }
 
 impl TokenShards {
-    pub fn start(files: ShardFiles, chain: StreamChain, dtype: Dtype) -> Self {
+    pub fn start(files: ShardFiles, hashes: ShardHashes, chain: StreamChain, dtype: Dtype) -> Self {
         let (give_back, reused) = bounded::<Block>(BLOCKS_WAITING);
         let what = format!("the token shards in {}", files.dir.display());
         Self {
@@ -419,6 +475,7 @@ impl TokenShards {
             filling: Block::default(),
             reused,
             files: Worker::start(files, give_back.clone(), &what),
+            hashes: Worker::start(hashes, give_back.clone(), "the token shards' sha256"),
             chain: Worker::start(chain, give_back, "the stream chain"),
         }
     }
@@ -433,7 +490,7 @@ impl TokenShards {
         Ok(())
     }
 
-    /// Give both threads the windows collected so far.
+    /// Give the threads the windows collected so far.
     fn hand_over(&mut self) -> anyhow::Result<()> {
         if self.filling.ends.is_empty() {
             return Ok(());
@@ -441,33 +498,50 @@ impl TokenShards {
         let next = self.reused.try_recv().unwrap_or_default();
         let block = Arc::new(std::mem::replace(&mut self.filling, next));
         self.files.send(Arc::clone(&block), Wait::SinkForShards)?;
+        self.hashes
+            .send(Arc::clone(&block), Wait::SinkForFileHash)?;
         self.chain.send(block, Wait::SinkForChain)
     }
 
     /// Everything pushed is written and fsynced; where the shards stand.
     pub fn sync(&mut self) -> anyhow::Result<ShardsProgress> {
         self.hand_over()?;
-        Ok(ShardsProgress::of(self.files.sync()?, self.chain.sync()?))
+        ShardsProgress::of(self.files.sync()?, self.hashes.sync()?, self.chain.sync()?)
     }
 
     /// Everything pushed is written and the last shard closed.
     pub fn finish(mut self) -> anyhow::Result<ShardsProgress> {
         self.hand_over()?;
-        Ok(ShardsProgress::of(
+        ShardsProgress::of(
             self.files.finish()?,
+            self.hashes.finish()?,
             self.chain.finish()?,
-        ))
+        )
     }
 }
 
 impl ShardsProgress {
-    /// The files' thread's part and the chain's.
-    fn of(closed: Vec<OutputFile>, (chain, chain_marks): (Hash, Vec<ChainMark>)) -> Self {
-        Self {
+    /// The files' thread's part, the hashes' and the chain's. The files' and the hashes' threads
+    /// close a shard at the same window, so they give as many.
+    fn of(
+        mut closed: Vec<OutputFile>,
+        hashes: Vec<String>,
+        (chain, chain_marks): (Hash, Vec<ChainMark>),
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            closed.len() == hashes.len(),
+            "internal error: {} token shards closed, {} hashed",
+            closed.len(),
+            hashes.len()
+        );
+        for (file, sha256) in closed.iter_mut().zip(hashes) {
+            file.sha256 = sha256;
+        }
+        Ok(Self {
             closed,
             chain,
             chain_marks,
-        }
+        })
     }
 }
 
@@ -496,6 +570,7 @@ mod tests {
         let all = windows(230, 2049);
         let mut shards = TokenShards::start(
             ShardFiles::new(dir.path().into(), 100),
+            ShardHashes::new(100),
             StreamChain::new(100),
             Dtype::U16,
         );
@@ -548,6 +623,7 @@ mod tests {
         let gone = dir.path().join("removed");
         let mut shards = TokenShards::start(
             ShardFiles::new(gone.clone(), 10),
+            ShardHashes::new(10),
             StreamChain::new(10),
             Dtype::U32,
         );
