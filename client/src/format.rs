@@ -270,3 +270,35 @@ pub struct SourceStats {
     /// Times the source reached its end (more than 1 only under `all_exhausted`).
     pub passes_completed: u32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Little-endian ids of the dtype's width, after what `out` held (a `u16` keeps the low half).
+    #[test]
+    fn window_bytes_are_little_endian_ids_appended() {
+        let tokens = [0, 1, 0x1234, 0xABCD, 0xFFFF, 0x0001_0002];
+        let mut out = vec![9];
+        Dtype::U16.extend_bytes(&tokens, &mut out);
+        assert_eq!(
+            out,
+            [
+                9, 0, 0, 1, 0, 0x34, 0x12, 0xCD, 0xAB, 0xFF, 0xFF, 0x02, 0x00
+            ]
+        );
+        let mut out = vec![9];
+        Dtype::U32.extend_bytes(&[0x0102_0304, 70_000], &mut out);
+        assert_eq!(out, [9, 4, 3, 2, 1, 0x70, 0x11, 0x01, 0x00]);
+        let long: Vec<u32> = (0..10_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
+            .collect();
+        let mut out = Vec::new();
+        Dtype::U32.extend_bytes(&long, &mut out);
+        let again: Vec<u32> = out
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(again, long);
+    }
+}
