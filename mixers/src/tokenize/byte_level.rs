@@ -19,6 +19,7 @@ use tokenizers::utils::SysRegex;
 use unicode_normalization_alignments::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 use super::added::{AddedSplitter, Segment};
+use super::build_beside;
 use super::byte_vocab::{self, ByteVocab, VocabTables};
 use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
@@ -214,13 +215,21 @@ impl ByteLevelBpe {
     pub fn from_tables(tables: &ByteLevelTables) -> Result<Self, Refusal> {
         let raw_added = AddedSplitter::new(&tables.added, false)?;
         let normalized_added = AddedSplitter::new(&tables.added, true)?;
-        let regexes = (0..REGEX_COPIES)
-            .map(|_| SysRegex::new(&tables.pattern))
-            .collect::<Result<Vec<_>, _>>()
+        // The regex copies compile while the vocabulary's tables fill.
+        let (regexes, vocab) = build_beside::join(
+            || {
+                (0..REGEX_COPIES)
+                    .map(|_| SysRegex::new(&tables.pattern))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())
+            },
+            || ByteVocab::from_tables(&tables.vocab),
+        );
+        let regexes = regexes
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
+        let vocab = vocab?;
         let scanner = Scanner::for_pattern(&tables.pattern)
             .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
-        let vocab = ByteVocab::from_tables(&tables.vocab)?;
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
              {} merges{}, {} tokens looked up whole; normalizer {}; {} added tokens; \

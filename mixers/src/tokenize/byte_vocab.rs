@@ -9,6 +9,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use tokenizers::models::bpe::BPE;
 
+use super::build_beside;
 use super::merges::{BytePairs, Merges};
 use super::pipeline::Refusal;
 use super::whole_tokens::WholeTokens;
@@ -49,9 +50,13 @@ impl ByteVocab {
                 tables.byte_ids.len()
             ))
         })?;
-        let merges = Merges::new(tables.merges.iter().copied());
+        // The whole-token table fills while the merge table does.
+        let (whole, merges) = build_beside::join(
+            || WholeTokens::new(&tables.whole),
+            || Merges::new(tables.merges.iter().copied()),
+        );
         Ok(Self {
-            whole: WholeTokens::new(&tables.whole),
+            whole,
             byte_pairs: BytePairs::new(&merges, byte_ids),
             merges,
             ignore_merges: tables.ignore_merges,

@@ -10,6 +10,7 @@
 //! runs HF.
 
 mod added;
+mod build_beside;
 mod byte_level;
 mod byte_vocab;
 mod char_classes;
