@@ -7,7 +7,7 @@
 //! for the shard file's hash and once for the window's digest in the stream chain (FORMAT.md).
 //! On the pipeline's thread that capped `pack` near ten tokenizer threads, and one thread doing
 //! both still held back 16 (BENCHMARKS.md, "16 cores"); one thread writing and hashing the files
-//! could feed about 240 M tokens/s of `u32` tokens, what 16 cores need of Llama 3 (BENCHMARKS.md,
+//! could feed about 230 M tokens/s of `u32` tokens, what 16 cores need of Llama 3 (BENCHMARKS.md,
 //! "what one thread can feed"). What the threads compute is what the pipeline's thread computed
 //! before, in the same order, so the files, their hashes and the chain are unchanged.
 //!
