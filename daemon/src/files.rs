@@ -128,16 +128,21 @@ fn open_kept(path: &Path, keep: u64) -> io::Result<File> {
         .open(path)?;
     let len = file.metadata()?.len();
     if len < keep {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!(
-                "{} has {len} bytes, the checkpoint expects {keep}",
-                path.display()
-            ),
-        ));
+        return Err(shorter_than_kept(path, len, keep));
     }
     file.set_len(keep)?;
     Ok(file)
+}
+
+/// `path` holds `len` bytes where a checkpoint kept `keep`.
+fn shorter_than_kept(path: &Path, len: u64, keep: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!(
+            "{} has {len} bytes, the checkpoint expects {keep}",
+            path.display()
+        ),
+    )
 }
 
 /// The sha256 state after the first `len` bytes of `path`, to go on hashing what follows.
@@ -145,13 +150,7 @@ pub fn sha256_prefix(path: &Path, len: u64) -> io::Result<Sha256> {
     let mut hasher = Sha256::new();
     let copied = io::copy(&mut File::open(path)?.take(len), &mut HashInto(&mut hasher))?;
     if copied < len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!(
-                "{} has {copied} bytes, the checkpoint expects {len}",
-                path.display()
-            ),
-        ));
+        return Err(shorter_than_kept(path, copied, len));
     }
     Ok(hasher)
 }

@@ -110,24 +110,11 @@ pub struct SourceContext {
     pub hub: Option<Arc<HubClient>>,
 }
 
-/// Open a shard for reading, its rows read ahead on a thread of their own (`read_ahead.rs`).
-/// `from_row` is a hint: readers that can start later (local parquet, at the row group holding
-/// it) do, and every reader still numbers rows from the file's start, so the caller skips what
-/// remains below `from_row`.
+/// Open a shard for reading (on the calling thread: [`LocalSource::open_fresh`] has its rows read
+/// ahead). `from_row` is a hint: readers that can start later (local parquet, at the row group
+/// holding it) do, and every reader still numbers rows from the file's start, so the caller skips
+/// what remains below `from_row`.
 fn open_shard(
-    shard: &Shard,
-    download: Option<&Arc<Download>>,
-    spec: &SourceSpec,
-    hub: Option<&Arc<HubClient>>,
-    content: Option<&Arc<ContentResolver>>,
-    from_row: u64,
-) -> Result<Box<dyn ShardReader>, ShardError> {
-    let reader = open_shard_here(shard, download, spec, hub, content, from_row)?;
-    Ok(read_ahead::start(reader, shard.display_path()))
-}
-
-/// [`open_shard`]'s reader, to be read on the calling thread.
-fn open_shard_here(
     shard: &Shard,
     download: Option<&Arc<Download>>,
     spec: &SourceSpec,
@@ -355,15 +342,17 @@ impl LocalSource {
         self.open_fresh(at, 0)
     }
 
+    /// Shard `at`, its rows read ahead on a thread of their own (`read_ahead.rs`).
     fn open_fresh(&self, at: usize, from_row: u64) -> Result<Box<dyn ShardReader>, ShardError> {
-        open_shard(
+        let reader = open_shard(
             &self.shards[at],
             self.downloads[at].as_ref(),
             &self.spec,
             self.hub.as_ref(),
             self.content.as_ref(),
             from_row,
-        )
+        )?;
+        Ok(read_ahead::start(reader, self.shards[at].display_path()))
     }
 
     /// The row of `reader` at or after `row`, reading past the ones before it (uncounted: they
@@ -385,15 +374,8 @@ impl LocalSource {
     /// one that fails to open here is opened again at its turn.
     fn open_ahead(&mut self, at: usize) {
         if self.ahead.is_none()
-            && let Some(shard) = self.shards.get(at)
-            && let Ok(reader) = open_shard(
-                shard,
-                self.downloads[at].as_ref(),
-                &self.spec,
-                self.hub.as_ref(),
-                self.content.as_ref(),
-                0,
-            )
+            && at < self.shards.len()
+            && let Ok(reader) = self.open_fresh(at, 0)
         {
             self.ahead = Some((at, reader));
         }
