@@ -849,7 +849,7 @@ fn the_engine_cache_is_kept_used_and_checked() {
         .collect();
     assert_eq!(names, [format!("{sha}.engine")]);
     let sound = std::fs::read(&entry).unwrap();
-    assert!(sound.starts_with(b"dsprep-engine-cache/4 "));
+    assert!(sound.starts_with(b"dsprep-engine-cache/5 "));
 
     let (second, second_bytes) = pack_with(&cache, "second");
     assert!(
@@ -871,7 +871,7 @@ fn the_engine_cache_is_kept_used_and_checked() {
     );
     assert!(third_bytes == bytes, "past a damaged entry: other bytes");
     let replaced = std::fs::read(&entry).unwrap();
-    assert!(replaced.starts_with(b"dsprep-engine-cache/4 ") && replaced != damaged);
+    assert!(replaced.starts_with(b"dsprep-engine-cache/5 ") && replaced != damaged);
 
     let (off, off_bytes) = pack_with(Path::new("off"), "off");
     assert!(!off.contains("engine cache"), "{off}");

@@ -186,7 +186,7 @@ fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
 fn sealed(payload: &[u8]) -> Vec<u8> {
     use sha2::Digest;
     let header = format!(
-        "dsprep-engine-cache/4 {}\n",
+        "dsprep-engine-cache/5 {}\n",
         hex::encode(sha2::Sha256::digest(payload))
     );
     [header.as_bytes(), payload].concat()
@@ -215,8 +215,8 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ("empty", Vec::new(), "no header line"),
         (
             "the previous format",
-            [b"dsprep-engine-cache/2".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/2\", this build reads \"dsprep-engine-cache/4\"",
+            [b"dsprep-engine-cache/4".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/4\", this build reads \"dsprep-engine-cache/5\"",
         ),
         (
             "no head line",

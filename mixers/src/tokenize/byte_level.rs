@@ -196,6 +196,16 @@ pub(crate) struct ByteLevelTables {
     vocab: VocabTables,
 }
 
+impl ByteLevelTables {
+    pub(crate) fn vocab(&self) -> &VocabTables {
+        &self.vocab
+    }
+
+    pub(crate) fn vocab_mut(&mut self) -> &mut VocabTables {
+        &mut self.vocab
+    }
+}
+
 impl ByteLevelBpe {
     /// What the engine for `tokenizer` is built from, or why it would not reproduce HF's ids.
     pub fn learn(tokenizer: &Tokenizer) -> Result<ByteLevelTables, Refusal> {

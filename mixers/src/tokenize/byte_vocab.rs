@@ -31,11 +31,15 @@ pub(crate) struct ByteVocab {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct VocabTables {
     /// The pieces that are one token whole, as bytes and id: for `ignore_merges` vocabularies
-    /// every token, else the tokens whose bytes the merge loop merges back into them.
+    /// every token, else the tokens whose bytes the merge loop merges back into them. In the
+    /// engine cache as bytes after the JSON (`packed_tables.rs`).
+    #[serde(skip)]
     pub whole: Vec<(Vec<u8>, u32)>,
     /// The 256 bytes' ids.
     pub byte_ids: Vec<u32>,
-    /// The merges in rank order: left id, right id, merged id.
+    /// The merges in rank order: left id, right id, merged id. In the engine cache as bytes
+    /// after the JSON (`packed_tables.rs`).
+    #[serde(skip)]
     pub merges: Vec<(u32, u32, u32)>,
     pub ignore_merges: bool,
     pub num_tokens: usize,

@@ -3,9 +3,10 @@
 //! worked out once per file on a machine, not once per process. The caller keeps the bytes (the
 //! daemon in files: `daemon/src/tokenizer_cache.rs`); this module only writes and checks them.
 //!
-//! An entry is one header line, `dsprep-engine-cache/4 <sha256 of the payload>`, then the payload:
+//! An entry is one header line, `dsprep-engine-cache/5 <sha256 of the payload>`, then the payload:
 //! a head line (JSON: the tokenizer file's sha256, the build that wrote it, the vocabulary's
-//! extent and added tokens) and the engine's tables (JSON). It is used only when the payload's
+//! extent and added tokens), the engine's tables (JSON, one line) and their two large tables as
+//! little-endian words (`packed_tables.rs`). It is used only when the payload's
 //! hash matches, it names the same tokenizer file (sha256 of its bytes) and it was written by the
 //! same build of the engine (this crate's version and the `tokenizers` version its parse
 //! follows); anything else is ignored, with the reason, and the engine is built from the file as
@@ -20,10 +21,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::byte_level::ByteLevelTables;
+use super::packed_tables;
 use super::sentencepiece::SentencePieceTables;
 
 /// The first word of an entry; bump the number when the entry's layout changes.
-const FORMAT: &str = "dsprep-engine-cache/4";
+const FORMAT: &str = "dsprep-engine-cache/5";
 
 /// The `tokenizers` release whose parse the tables follow (a test checks it against Cargo.lock).
 pub(crate) const TOKENIZERS_VERSION: &str = "0.23.2";
@@ -79,6 +81,8 @@ pub(crate) fn to_bytes(head: &CachedHead, tables: &EngineTables) -> Result<Vec<u
     let mut payload = serde_json::to_vec(head).map_err(|e| e.to_string())?;
     payload.push(b'\n');
     serde_json::to_writer(&mut payload, tables).map_err(|e| e.to_string())?;
+    payload.push(b'\n');
+    packed_tables::write(tables, &mut payload)?;
     let mut bytes = format!("{FORMAT} {}\n", hex::encode(Sha256::digest(&payload))).into_bytes();
     bytes.extend_from_slice(&payload);
     Ok(bytes)
@@ -125,9 +129,20 @@ pub(crate) fn check(bytes: &[u8], tokenizer_sha256: &str) -> Result<CheckedEntry
     })
 }
 
-/// The tables of a checked entry (`bytes[entry.tables_at..]`).
+/// The tables of a checked entry (`bytes[entry.tables_at..]`): their JSON line, then their large
+/// tables' bytes.
 pub(crate) fn parse_tables(tables: &[u8]) -> Result<EngineTables, String> {
-    serde_json::from_slice(tables).map_err(|e| format!("tables do not parse: {e}"))
+    let parse = || {
+        let json_end = tables
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or("no line ends their JSON")?;
+        let mut parsed: EngineTables =
+            serde_json::from_slice(&tables[..json_end]).map_err(|e| e.to_string())?;
+        packed_tables::read(&mut parsed, &tables[json_end + 1..])?;
+        Ok(parsed)
+    };
+    parse().map_err(|e: String| format!("tables do not parse: {e}"))
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod engine_cache;
 mod engine_slot;
 mod gpt2_split;
 mod merges;
+mod packed_tables;
 mod piece_cache;
 mod pipeline;
 mod prefetch;

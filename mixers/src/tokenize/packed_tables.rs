@@ -1,0 +1,147 @@
+//! The engine cache's two large tables, a byte-level vocabulary's merges and whole tokens, as
+//! little-endian words after the tables' JSON, not in it. Reading Llama 3's entry (280,147
+//! merges, 128,000 tokens) as JSON numbers took about 50 ms, and the first document waits for it
+//! (BENCHMARKS.md, "the engine's parts at once"). Bytes that do not make whole records are an
+//! error, so the entry is ignored, rebuilt and replaced.
+//!
+//! Layout: the merges' count, then each merge's left, right and merged ids; the whole tokens'
+//! count, then each token's id, its length in bytes and its bytes. Every number a `u32`.
+
+use super::engine_cache::EngineTables;
+
+/// Append `tables`' large tables (none for SentencePiece's) to `out`.
+pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), String> {
+    let EngineTables::ByteLevel(tables) = tables else {
+        return Ok(());
+    };
+    let vocab = tables.vocab();
+    let count = |n: usize| u32::try_from(n).map_err(|_| format!("{n} entries in one table"));
+    out.extend_from_slice(&count(vocab.merges.len())?.to_le_bytes());
+    for &(left, right, merged) in &vocab.merges {
+        for word in [left, right, merged] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+    out.extend_from_slice(&count(vocab.whole.len())?.to_le_bytes());
+    for (token, id) in &vocab.whole {
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&count(token.len())?.to_le_bytes());
+        out.extend_from_slice(token);
+    }
+    Ok(())
+}
+
+/// Fill `tables`' large tables from `bytes`, which must hold them and nothing more.
+pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String> {
+    let mut words = Words { bytes, at: 0 };
+    if let EngineTables::ByteLevel(tables) = tables {
+        let vocab = tables.vocab_mut();
+        let merges = words.next("the merges' count")? as usize;
+        vocab.merges = Vec::with_capacity(merges.min(bytes.len() / 12));
+        for _ in 0..merges {
+            let mut next = || words.next("a merge");
+            vocab.merges.push((next()?, next()?, next()?));
+        }
+        let tokens = words.next("the whole tokens' count")? as usize;
+        vocab.whole = Vec::with_capacity(tokens.min(bytes.len() / 8));
+        for _ in 0..tokens {
+            let id = words.next("a whole token's id")?;
+            let len = words.next("a whole token's length")? as usize;
+            vocab
+                .whole
+                .push((words.take(len, "a whole token's bytes")?.to_vec(), id));
+        }
+    }
+    match bytes.len() - words.at {
+        0 => Ok(()),
+        more => Err(format!("{more} bytes after the last table")),
+    }
+}
+
+/// Reads words and byte runs from the front of the tables' bytes.
+struct Words<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Words<'a> {
+    fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8], String> {
+        let taken = self
+            .at
+            .checked_add(len)
+            .and_then(|end| self.bytes.get(self.at..end))
+            .ok_or_else(|| format!("cut short in {what}, at byte {}", self.at))?;
+        self.at += len;
+        Ok(taken)
+    }
+
+    fn next(&mut self, what: &str) -> Result<u32, String> {
+        let word = self.take(4, what)?;
+        Ok(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenize::FastEngine;
+
+    /// GPT-2's tables, learnt from the shipped file.
+    fn gpt2() -> EngineTables {
+        let hf = tokenizers::Tokenizer::from_file("../config/tokenizers/gpt2/tokenizer.json")
+            .expect("gpt2");
+        FastEngine::learn(&hf).expect("fast path")
+    }
+
+    fn vocab(tables: &EngineTables) -> &crate::tokenize::byte_vocab::VocabTables {
+        match tables {
+            EngineTables::ByteLevel(tables) => tables.vocab(),
+            EngineTables::SentencePiece(_) => panic!("byte-level tables"),
+        }
+    }
+
+    /// Written after the JSON and read back into the JSON's tables, the merges and whole
+    /// tokens are what was learnt, in order.
+    #[test]
+    fn the_large_tables_read_back_as_written() {
+        let learnt = gpt2();
+        let mut bytes = Vec::new();
+        write(&learnt, &mut bytes).expect("writes");
+        let json = serde_json::to_vec(&learnt).expect("json");
+        let mut read_back: EngineTables = serde_json::from_slice(&json).expect("parses");
+        assert!(
+            vocab(&read_back).merges.is_empty(),
+            "the JSON leaves them out"
+        );
+        read(&mut read_back, &bytes).expect("reads");
+        let (a, b) = (vocab(&learnt), vocab(&read_back));
+        assert_eq!(b.merges.len(), 50_000);
+        assert_eq!(a.merges, b.merges);
+        assert_eq!(b.whole.len(), 50_256);
+        assert_eq!(a.whole, b.whole);
+    }
+
+    /// Bytes cut short anywhere, or with bytes after the last table, are an error naming where.
+    #[test]
+    fn bytes_that_are_not_the_tables_are_errors() {
+        let learnt = gpt2();
+        let mut bytes = Vec::new();
+        write(&learnt, &mut bytes).expect("writes");
+        let json = serde_json::to_vec(&learnt).expect("json");
+        let fresh = || serde_json::from_slice::<EngineTables>(&json).expect("parses");
+        let error = |bytes: &[u8]| read(&mut fresh(), bytes).expect_err("refused");
+        assert_eq!(error(&[]), "cut short in the merges' count, at byte 0");
+        assert_eq!(error(&bytes[..10]), "cut short in a merge, at byte 8");
+        let merges_end = 4 + 50_000 * 12;
+        assert_eq!(
+            error(&bytes[..merges_end + 6]),
+            "cut short in a whole token's id, at byte 600008"
+        );
+        assert_eq!(
+            error(&bytes[..bytes.len() - 1]).split(", at").next(),
+            Some("cut short in a whole token's bytes")
+        );
+        let longer = [bytes.as_slice(), b"\0\0"].concat();
+        assert_eq!(error(&longer), "2 bytes after the last table");
+    }
+}
