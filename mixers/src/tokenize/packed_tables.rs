@@ -93,6 +93,15 @@ mod tests {
         FastEngine::learn(&hf).expect("fast path")
     }
 
+    /// GPT-2's tables, their JSON (without the large tables) and the large tables' bytes.
+    fn written() -> (EngineTables, Vec<u8>, Vec<u8>) {
+        let learnt = gpt2();
+        let mut bytes = Vec::new();
+        write(&learnt, &mut bytes).expect("writes");
+        let json = serde_json::to_vec(&learnt).expect("json");
+        (learnt, json, bytes)
+    }
+
     fn vocab(tables: &EngineTables) -> &crate::tokenize::byte_vocab::VocabTables {
         match tables {
             EngineTables::ByteLevel(tables) => tables.vocab(),
@@ -104,10 +113,7 @@ mod tests {
     /// tokens are what was learnt, in order.
     #[test]
     fn the_large_tables_read_back_as_written() {
-        let learnt = gpt2();
-        let mut bytes = Vec::new();
-        write(&learnt, &mut bytes).expect("writes");
-        let json = serde_json::to_vec(&learnt).expect("json");
+        let (learnt, json, bytes) = written();
         let mut read_back: EngineTables = serde_json::from_slice(&json).expect("parses");
         assert!(
             vocab(&read_back).merges.is_empty(),
@@ -124,10 +130,7 @@ mod tests {
     /// Bytes cut short anywhere, or with bytes after the last table, are an error naming where.
     #[test]
     fn bytes_that_are_not_the_tables_are_errors() {
-        let learnt = gpt2();
-        let mut bytes = Vec::new();
-        write(&learnt, &mut bytes).expect("writes");
-        let json = serde_json::to_vec(&learnt).expect("json");
+        let (_, json, bytes) = written();
         let fresh = || serde_json::from_slice::<EngineTables>(&json).expect("parses");
         let error = |bytes: &[u8]| read(&mut fresh(), bytes).expect_err("refused");
         assert_eq!(error(&[]), "cut short in the merges' count, at byte 0");
