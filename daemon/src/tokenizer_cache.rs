@@ -12,7 +12,7 @@ use dsprep_mixers::tokenize::EngineCache;
 /// The environment variable naming the cache directory (or `off`).
 pub const ENV: &str = "DSPREP_ENGINE_CACHE";
 
-/// Entries larger than this are not read (Llama 3's is about 9 MB).
+/// Entries larger than this are not read (Llama 3's is about 5 MB).
 const MAX_ENTRY_BYTES: u64 = 256 << 20;
 
 /// Engine-cache entries kept as files in one directory.
