@@ -64,7 +64,12 @@ impl SyncedWriter {
     /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
     /// (an interrupted pack wrote past its checkpoint).
     pub fn append_after(path: &Path, keep: u64) -> io::Result<Self> {
-        let mut file = open_kept(path, keep)?;
+        let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let len = file.metadata()?.len();
+        if len < keep {
+            return Err(shorter_than_kept(path, len, keep));
+        }
+        file.set_len(keep)?;
         file.seek(SeekFrom::Start(keep))?;
         Ok(Self::from_file(file, keep))
     }
@@ -119,21 +124,6 @@ impl SyncedWriter {
     }
 }
 
-/// `path` opened to read and write, cut to its first `keep` bytes, at its start; an error if it
-/// has fewer.
-fn open_kept(path: &Path, keep: u64) -> io::Result<File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)?;
-    let len = file.metadata()?.len();
-    if len < keep {
-        return Err(shorter_than_kept(path, len, keep));
-    }
-    file.set_len(keep)?;
-    Ok(file)
-}
-
 /// `path` holds `len` bytes where a checkpoint kept `keep`.
 fn shorter_than_kept(path: &Path, len: u64, keep: u64) -> io::Error {
     io::Error::new(
@@ -177,12 +167,9 @@ impl HashingWriter {
     /// Continue the file at `path` after its first `keep` bytes: anything after them is cut off
     /// (an interrupted pack wrote past its checkpoint), the kept bytes are hashed again.
     pub fn append_after(path: &Path, keep: u64) -> io::Result<Self> {
-        let mut file = open_kept(path, keep)?;
-        let mut hasher = Sha256::new();
-        io::copy(&mut (&mut file).take(keep), &mut HashInto(&mut hasher))?;
         Ok(Self {
-            writer: SyncedWriter::from_file(file, keep),
-            hasher,
+            writer: SyncedWriter::append_after(path, keep)?,
+            hasher: sha256_prefix(path, keep)?,
         })
     }
 
