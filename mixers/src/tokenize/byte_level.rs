@@ -24,6 +24,7 @@ use super::byte_vocab::{self, ByteVocab, VocabTables};
 use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
+use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, AddedSpec, Refusal};
 
@@ -197,12 +198,22 @@ pub(crate) struct ByteLevelTables {
 }
 
 impl ByteLevelTables {
-    pub(crate) fn vocab(&self) -> &VocabTables {
-        &self.vocab
+    /// The merges and the whole tokens, the tables the engine cache keeps as bytes.
+    pub(crate) fn large_tables(&self) -> LargeTables<'_> {
+        LargeTables {
+            merges: &self.vocab.merges,
+            whole: &self.vocab.whole,
+        }
     }
 
-    pub(crate) fn vocab_mut(&mut self) -> &mut VocabTables {
-        &mut self.vocab
+    /// The tables [`Self::large_tables`] gave, read back.
+    pub(crate) fn set_large_tables(
+        &mut self,
+        merges: Vec<(u32, u32, u32)>,
+        whole: Vec<(Vec<u8>, u32)>,
+    ) {
+        self.vocab.merges = merges;
+        self.vocab.whole = whole;
     }
 }
 

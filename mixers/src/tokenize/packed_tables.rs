@@ -1,29 +1,41 @@
-//! The engine cache's two large tables, a byte-level vocabulary's merges and whole tokens, as
-//! little-endian words after the tables' JSON, not in it. Reading Llama 3's entry (280,147
-//! merges, 128,000 tokens) as JSON numbers took about 50 ms, and the first document waits for it
-//! (BENCHMARKS.md, "the engine's parts at once"). Bytes that do not make whole records are an
-//! error, so the entry is ignored, rebuilt and replaced.
+//! The engine cache's two large tables, an engine's merges and whole tokens, as little-endian
+//! words after the tables' JSON, not in it. Reading Llama 3's entry (280,147 merges, 128,000
+//! tokens) as JSON numbers took about 50 ms, and the first document waits for it (BENCHMARKS.md,
+//! "An entry that is bytes"). Bytes that do not make whole records are an error, so the entry is
+//! ignored, rebuilt and replaced.
 //!
 //! Layout: the merges' count, then each merge's left, right and merged ids; the whole tokens'
 //! count, then each token's id, its length in bytes and its bytes. Every number a `u32`.
 
 use super::engine_cache::EngineTables;
 
-/// Append `tables`' large tables (none for SentencePiece's) to `out`.
+/// The two tables, as each engine's tables hold them (the byte-level and the SentencePiece-style
+/// engine alike): the merges in rank order (left, right, merged id) and the pieces that are one
+/// token whole (bytes, id).
+pub(crate) struct LargeTables<'a> {
+    pub merges: &'a [(u32, u32, u32)],
+    pub whole: &'a [(Vec<u8>, u32)],
+}
+
+fn large_tables(tables: &EngineTables) -> LargeTables<'_> {
+    match tables {
+        EngineTables::ByteLevel(tables) => tables.large_tables(),
+        EngineTables::SentencePiece(tables) => tables.large_tables(),
+    }
+}
+
+/// Append `tables`' large tables to `out`.
 pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), String> {
-    let EngineTables::ByteLevel(tables) = tables else {
-        return Ok(());
-    };
-    let vocab = tables.vocab();
+    let LargeTables { merges, whole } = large_tables(tables);
     let count = |n: usize| u32::try_from(n).map_err(|_| format!("{n} entries in one table"));
-    out.extend_from_slice(&count(vocab.merges.len())?.to_le_bytes());
-    for &(left, right, merged) in &vocab.merges {
+    out.extend_from_slice(&count(merges.len())?.to_le_bytes());
+    for &(left, right, merged) in merges {
         for word in [left, right, merged] {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
-    out.extend_from_slice(&count(vocab.whole.len())?.to_le_bytes());
-    for (token, id) in &vocab.whole {
+    out.extend_from_slice(&count(whole.len())?.to_le_bytes());
+    for (token, id) in whole {
         out.extend_from_slice(&id.to_le_bytes());
         out.extend_from_slice(&count(token.len())?.to_le_bytes());
         out.extend_from_slice(token);
@@ -34,28 +46,30 @@ pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), Stri
 /// Fill `tables`' large tables from `bytes`, which must hold them and nothing more.
 pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String> {
     let mut words = Words { bytes, at: 0 };
-    if let EngineTables::ByteLevel(tables) = tables {
-        let vocab = tables.vocab_mut();
-        let merges = words.next("the merges' count")? as usize;
-        vocab.merges = Vec::with_capacity(merges.min(bytes.len() / 12));
-        for _ in 0..merges {
-            let mut next = || words.next("a merge");
-            vocab.merges.push((next()?, next()?, next()?));
-        }
-        let tokens = words.next("the whole tokens' count")? as usize;
-        vocab.whole = Vec::with_capacity(tokens.min(bytes.len() / 8));
-        for _ in 0..tokens {
-            let id = words.next("a whole token's id")?;
-            let len = words.next("a whole token's length")? as usize;
-            vocab
-                .whole
-                .push((words.take(len, "a whole token's bytes")?.to_vec(), id));
-        }
+    let count = words.next("the merges' count")? as usize;
+    let mut merges = Vec::with_capacity(count.min(bytes.len() / 12));
+    for _ in 0..count {
+        let mut next = || words.next("a merge");
+        merges.push((next()?, next()?, next()?));
     }
-    match bytes.len() - words.at {
-        0 => Ok(()),
-        more => Err(format!("{more} bytes after the last table")),
+    let count = words.next("the whole tokens' count")? as usize;
+    let mut whole = Vec::with_capacity(count.min(bytes.len() / 8));
+    for _ in 0..count {
+        let id = words.next("a whole token's id")?;
+        let len = words.next("a whole token's length")? as usize;
+        whole.push((words.take(len, "a whole token's bytes")?.to_vec(), id));
     }
+    if words.at < bytes.len() {
+        return Err(format!(
+            "{} bytes after the last table",
+            bytes.len() - words.at
+        ));
+    }
+    match tables {
+        EngineTables::ByteLevel(tables) => tables.set_large_tables(merges, whole),
+        EngineTables::SentencePiece(tables) => tables.set_large_tables(merges, whole),
+    }
+    Ok(())
 }
 
 /// Reads words and byte runs from the front of the tables' bytes.
@@ -102,13 +116,6 @@ mod tests {
         (learnt, json, bytes)
     }
 
-    fn vocab(tables: &EngineTables) -> &crate::tokenize::byte_vocab::VocabTables {
-        match tables {
-            EngineTables::ByteLevel(tables) => tables.vocab(),
-            EngineTables::SentencePiece(_) => panic!("byte-level tables"),
-        }
-    }
-
     /// Written after the JSON and read back into the JSON's tables, the merges and whole
     /// tokens are what was learnt, in order.
     #[test]
@@ -116,11 +123,11 @@ mod tests {
         let (learnt, json, bytes) = written();
         let mut read_back: EngineTables = serde_json::from_slice(&json).expect("parses");
         assert!(
-            vocab(&read_back).merges.is_empty(),
+            large_tables(&read_back).merges.is_empty(),
             "the JSON leaves them out"
         );
         read(&mut read_back, &bytes).expect("reads");
-        let (a, b) = (vocab(&learnt), vocab(&read_back));
+        let (a, b) = (large_tables(&learnt), large_tables(&read_back));
         assert_eq!(b.merges.len(), 50_000);
         assert_eq!(a.merges, b.merges);
         assert_eq!(b.whole.len(), 50_256);

@@ -32,6 +32,7 @@ use tokenizers::models::bpe::BPE;
 use super::added::{AddedSplitter, Segment};
 use super::byte_vocab::{merge_table, serialized_merges};
 use super::merges::Merges;
+use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, AddedSpec, METASPACE, Refusal};
 use super::whole_tokens::WholeTokens;
@@ -93,14 +94,37 @@ pub(crate) struct SentencePieceTables {
     metaspace: u32,
     /// Every one-character token but "▁": the character and its id.
     chars: Vec<(char, u32)>,
-    /// The merges in rank order: left id, right id, merged id.
+    /// The merges in rank order: left id, right id, merged id. In the engine cache as bytes
+    /// after the JSON (`packed_tables.rs`).
+    #[serde(skip)]
     merges: Vec<(u32, u32, u32)>,
     /// See [`Joins`]: each merge's left token's last character and right token's first.
     joined: Vec<(char, char)>,
     /// The pieces that are one token whole ([`Self::merging_to_themselves`]), keyed as the
-    /// piece cache keys pieces, with their ids.
+    /// piece cache keys pieces, with their ids. In the engine cache as bytes after the JSON.
+    #[serde(skip)]
     whole: Vec<(Vec<u8>, u32)>,
     num_tokens: usize,
+}
+
+impl SentencePieceTables {
+    /// The merges and the whole tokens, the tables the engine cache keeps as bytes.
+    pub(crate) fn large_tables(&self) -> LargeTables<'_> {
+        LargeTables {
+            merges: &self.merges,
+            whole: &self.whole,
+        }
+    }
+
+    /// The tables [`Self::large_tables`] gave, read back.
+    pub(crate) fn set_large_tables(
+        &mut self,
+        merges: Vec<(u32, u32, u32)>,
+        whole: Vec<(Vec<u8>, u32)>,
+    ) {
+        self.merges = merges;
+        self.whole = whole;
+    }
 }
 
 impl SentencePieceBpe {
