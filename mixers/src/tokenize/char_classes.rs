@@ -213,11 +213,20 @@ fn ascii_letters_end(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// The byte width of the last character of `text[..end]` (0 if `end` is 0 or not a boundary).
-pub(crate) fn width_before(text: &str, end: usize) -> usize {
-    text.get(..end)
+/// The end of the match at `start` of GPT-2's and cl100k's `\s+(?!\S)|\s+` over the whitespace
+/// run `start..end`: the run less its last character when a non-space follows (the run does not
+/// end the text) and that leaves at least one character; else the whole run (at the text's end)
+/// or its one character.
+#[inline]
+pub(crate) fn spaces_before_word_end(text: &str, start: usize, end: usize) -> usize {
+    if end == text.len() {
+        return end;
+    }
+    let last = text
+        .get(..end)
         .and_then(|s| s.chars().next_back())
-        .map_or(0, char::len_utf8)
+        .map_or(0, char::len_utf8);
+    if end - last > start { end - last } else { end }
 }
 
 /// How far a scanner follows one whitespace run before it hands the text back to HF's regex.

@@ -12,7 +12,7 @@
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
 use super::char_classes::{
-    CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, contains, ranges, tile, width_before,
+    CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, contains, ranges, spaces_before_word_end, tile,
 };
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
@@ -199,13 +199,8 @@ impl Cl100kSplitter {
         if let Some(newline_end) = newline_end {
             return Ok(newline_end);
         }
-        // \s+(?!\S) : the run, less its last character when a non-space follows and that leaves
-        // at least one; else \s+ : the single whitespace character.
-        if end == text.len() {
-            return Ok(end);
-        }
-        let last = width_before(text, end);
-        Ok(if end - last > start { end - last } else { end })
+        // \s+(?!\S)|\s+ over the run.
+        Ok(spaces_before_word_end(text, start, end))
     }
 
     /// The matches of the pattern in `text`, as HF's regex would report them: `(start, end)` byte

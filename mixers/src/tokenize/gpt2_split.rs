@@ -10,7 +10,9 @@
 //! from `regex-syntax`, the crate fancy-regex compiles the pattern with, so both use the same
 //! Unicode tables. A differential test against HF's own regex type checks the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, tile, width_before};
+use super::char_classes::{
+    CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, spaces_before_word_end, tile,
+};
 
 /// The pattern this scanner reproduces: HF `ByteLevel`'s own splitting regex (`use_regex:
 /// true`), copied from tokenizers 0.23's `pre_tokenizers/byte_level.rs`, where it is private. The
@@ -77,18 +79,12 @@ impl Gpt2Splitter {
         {
             return Ok(classes.run_end(text, start + 1 + next_width, next));
         }
-        // \s+(?!\S): the whitespace run, less its last character when a non-space follows and
-        // that leaves at least one; else \s+: the single whitespace character. The regex walks
-        // the whole run for this.
+        // \s+(?!\S)|\s+ over the whitespace run; the regex walks the whole run for this.
         let (end, _) = classes.spaces_end(text, start);
         if end - start > SCANNED_RUN_LIMIT {
             return Err(HandBack);
         }
-        if end == text.len() {
-            return Ok(end);
-        }
-        let last = width_before(text, end);
-        Ok(if end - last > start { end - last } else { end })
+        Ok(spaces_before_word_end(text, start, end))
     }
 
     /// The matches of the pattern in `text`, as HF's regex would report them: `(start, end)` byte
