@@ -40,6 +40,22 @@ impl Case {
         err
     }
 
+    /// [`Self::pack_fails`] with the one source `source(name, files, format, extra)`.
+    fn one_source_fails(&self, name: &str, files: &str, format: &str, extra: &str) -> String {
+        self.pack_fails(&recipe(
+            8,
+            0,
+            "first_exhausted",
+            &source(name, files, format, extra),
+        ))
+    }
+
+    /// That `err` names the shard `file` (a path in the case's directory) and then says `what`.
+    fn assert_names_shard(&self, err: &str, file: &str, what: &str) {
+        let named = format!("shard {}{what}", self.path(file).display());
+        assert!(err.contains(&named), "{named:?} not in {err}");
+    }
+
     fn pack_ok(&self, recipe_text: &str) -> dsprep_client::Manifest {
         let recipe = write_recipe(self.dir.path(), recipe_text);
         let out = self.path("out");
@@ -58,12 +74,7 @@ fn source(name: &str, files: &str, format: &str, extra: &str) -> String {
 #[test]
 fn a_glob_matching_nothing_names_the_source_and_pattern() {
     let c = Case::new();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("fw", "nowhere/*.parquet", "parquet", ""),
-    ));
+    let err = c.one_source_fails("fw", "nowhere/*.parquet", "parquet", "");
     let resolved = c.path("nowhere/*.parquet");
     assert_eq!(
         err.trim(),
@@ -78,18 +89,11 @@ fn a_glob_matching_nothing_names_the_source_and_pattern() {
 fn a_file_that_is_not_parquet() {
     let c = Case::new();
     std::fs::write(c.path("bad.parquet"), b"this is text, not parquet").unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("fw", "bad.parquet", "parquet", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {}: not a parquet file (it does not start with PAR1)",
-            c.path("bad.parquet").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("fw", "bad.parquet", "parquet", "");
+    c.assert_names_shard(
+        &err,
+        "bad.parquet",
+        ": not a parquet file (it does not start with PAR1)",
     );
     assert!(err.contains("source \"fw\""), "{err}");
 }
@@ -98,18 +102,11 @@ fn a_file_that_is_not_parquet() {
 fn a_file_that_is_not_gzip() {
     let c = Case::new();
     std::fs::write(c.path("c4.json.gz"), "{\"text\": \"plain\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("c4", "c4.json.gz", "jsonl.gz", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {}: not a gzip file (it does not start with the gzip magic bytes 1f 8b)",
-            c.path("c4.json.gz").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("c4", "c4.json.gz", "jsonl.gz", "");
+    c.assert_names_shard(
+        &err,
+        "c4.json.gz",
+        ": not a gzip file (it does not start with the gzip magic bytes 1f 8b)",
     );
 }
 
@@ -123,16 +120,8 @@ fn a_truncated_gzip_names_the_line() {
     write_c4_gz(&c.path("c4.json.gz"), &refs);
     let bytes = std::fs::read(c.path("c4.json.gz")).unwrap();
     std::fs::write(c.path("c4.json.gz"), &bytes[..bytes.len() / 2]).unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("c4", "c4.json.gz", "jsonl.gz", ""),
-    ));
-    assert!(
-        err.contains(&format!("shard {} line ", c.path("c4.json.gz").display())),
-        "{err}"
-    );
+    let err = c.one_source_fails("c4", "c4.json.gz", "jsonl.gz", "");
+    c.assert_names_shard(&err, "c4.json.gz", " line ");
     assert!(
         err.contains("cannot read (corrupt or truncated file?)"),
         "{err}"
@@ -151,18 +140,11 @@ fn a_missing_text_column_lists_the_columns() {
         )],
         16,
     );
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("fw", "x.parquet", "parquet", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {}: has no column `text` (columns: content)",
-            c.path("x.parquet").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("fw", "x.parquet", "parquet", "");
+    c.assert_names_shard(
+        &err,
+        "x.parquet",
+        ": has no column `text` (columns: content)",
     );
 }
 
@@ -175,18 +157,11 @@ fn a_text_column_that_is_not_a_string() {
         vec![("text", Arc::new(Int64Array::from(vec![1])) as ArrayRef)],
         16,
     );
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("fw", "x.parquet", "parquet", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {}: column `text` has type Int64, expected a string",
-            c.path("x.parquet").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("fw", "x.parquet", "parquet", "");
+    c.assert_names_shard(
+        &err,
+        "x.parquet",
+        ": column `text` has type Int64, expected a string",
     );
 }
 
@@ -194,18 +169,11 @@ fn a_text_column_that_is_not_a_string() {
 fn a_jsonl_text_field_that_is_not_a_string_names_the_line() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n{\"text\": 42}\n").unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("d", "d.jsonl", "jsonl", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {} line 2: field `text` is a number, expected a string",
-            c.path("d.jsonl").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("d", "d.jsonl", "jsonl", "");
+    c.assert_names_shard(
+        &err,
+        "d.jsonl",
+        " line 2: field `text` is a number, expected a string",
     );
 }
 
@@ -216,18 +184,11 @@ fn invalid_utf8_in_json_lines_names_the_line() {
     bytes.extend([0xff, 0xfe]);
     bytes.extend(b"\"}\n");
     write_gz(&c.path("c4.json.gz"), &bytes);
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("c4", "c4.json.gz", "jsonl.gz", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {} line 2: is not valid UTF-8 (byte 13 of the line)",
-            c.path("c4.json.gz").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("c4", "c4.json.gz", "jsonl.gz", "");
+    c.assert_names_shard(
+        &err,
+        "c4.json.gz",
+        " line 2: is not valid UTF-8 (byte 13 of the line)",
     );
 }
 
@@ -239,38 +200,16 @@ fn malformed_json_names_the_line() {
         "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n",
     )
     .unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("d", "d.jsonl", "jsonl", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {} line 2: is not valid JSON: ",
-            c.path("d.jsonl").display()
-        )),
-        "{err}"
-    );
+    let err = c.one_source_fails("d", "d.jsonl", "jsonl", "");
+    c.assert_names_shard(&err, "d.jsonl", " line 2: is not valid JSON: ");
 }
 
 #[test]
 fn a_missing_field_names_the_line() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("d", "d.jsonl", "jsonl", ""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {} line 2: has no field `text`",
-            c.path("d.jsonl").display()
-        )),
-        "{err}"
-    );
+    let err = c.one_source_fails("d", "d.jsonl", "jsonl", "");
+    c.assert_names_shard(&err, "d.jsonl", " line 2: has no field `text`");
 }
 
 #[test]
@@ -308,18 +247,11 @@ fn empty_documents_are_counted_and_skipped() {
 fn a_filter_on_a_missing_column_names_it() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("d", "d.jsonl", "jsonl", "filter = \"int_score >= 3\""),
-    ));
-    assert!(
-        err.contains(&format!(
-            "shard {} line 1: has no field `int_score` (needed by the filter `int_score >= 3`)",
-            c.path("d.jsonl").display()
-        )),
-        "{err}"
+    let err = c.one_source_fails("d", "d.jsonl", "jsonl", "filter = \"int_score >= 3\"");
+    c.assert_names_shard(
+        &err,
+        "d.jsonl",
+        " line 1: has no field `int_score` (needed by the filter `int_score >= 3`)",
     );
 }
 
@@ -331,17 +263,12 @@ fn a_source_with_every_row_filtered_out_is_an_error() {
         &[Some("a"), Some("b")],
         &[1, 2],
     );
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source(
-            "fw",
-            "fw/*.parquet",
-            "parquet",
-            "filter = \"int_score >= 3\"",
-        ),
-    ));
+    let err = c.one_source_fails(
+        "fw",
+        "fw/*.parquet",
+        "parquet",
+        "filter = \"int_score >= 3\"",
+    );
     assert_eq!(
         err.trim(),
         format!(
@@ -433,12 +360,7 @@ fn an_eos_token_not_in_the_vocabulary() {
 fn negative_and_all_zero_weights_name_the_field() {
     let c = Case::new();
     std::fs::write(c.path("d.jsonl"), "{\"text\": \"ok\"}\n").unwrap();
-    let err = c.pack_fails(&recipe(
-        8,
-        0,
-        "first_exhausted",
-        &source("d", "d.jsonl", "jsonl", "weight = -0.5"),
-    ));
+    let err = c.one_source_fails("d", "d.jsonl", "jsonl", "weight = -0.5");
     assert!(
         err.contains("source[0].weight: must be a finite number >= 0, got -0.5"),
         "{err}"
@@ -510,13 +432,7 @@ fn a_failure_mid_stream_leaves_no_output() {
     )
     .replace("seed = 7", "seed = 7\nshuffle_shards = false");
     let err = c.pack_fails(&text);
-    assert!(
-        err.contains(&format!(
-            "shard {}: not a gzip file",
-            c.path("c4/b.json.gz").display()
-        )),
-        "{err}"
-    );
+    c.assert_names_shard(&err, "c4/b.json.gz", ": not a gzip file");
 }
 
 #[test]
