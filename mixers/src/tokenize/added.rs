@@ -1,6 +1,12 @@
 //! Added-token splitting for the fast path, as HF's `AddedVocabulary::find_matches` does it:
 //! the same Aho-Corasick crate (daachorse) in leftmost-longest mode over the same patterns, and a
 //! match of a token HF skips (`encode_special_tokens`) is stepped over, not retried shorter.
+//!
+//! Added tokens mostly start with '<', and code is full of '<' that starts none: where the
+//! patterns start with at most three distinct bytes, the trie is asked only at those bytes
+//! (found by `memchr`), over the next [`AddedSplitter::longest`] bytes. A match can start
+//! nowhere else, so the first place where one starts is the leftmost, and the trie's
+//! leftmost-longest answer there is HF's.
 
 use daachorse::{DoubleArrayAhoCorasick, DoubleArrayAhoCorasickBuilder, MatchKind};
 use rustc_hash::FxHashSet;
@@ -18,9 +24,10 @@ pub(crate) struct AddedSplitter {
     trie: Option<DoubleArrayAhoCorasick<u32>>,
     skipped: FxHashSet<u32>,
     /// The distinct first bytes of the patterns when there are at most three (added tokens
-    /// mostly start with '<'): no match starts before the first of them in a text, so the
-    /// trie walks only from there, and not at all through a text without one.
+    /// mostly start with '<'): a match starts only at one of them.
     first_bytes: Option<Vec<u8>>,
+    /// The longest pattern's bytes: a match that starts at a byte ends within this many.
+    longest: usize,
 }
 
 impl AddedSplitter {
@@ -36,7 +43,13 @@ impl AddedSplitter {
                 trie: None,
                 skipped,
                 first_bytes: None,
+                longest: 0,
             });
+        }
+        if chosen.iter().any(|s| s.pattern.is_empty()) {
+            return Err(Refusal::new(
+                "an added token's content is empty".to_string(),
+            ));
         }
         let mut patterns = FxHashSet::default();
         if let Some(dup) = chosen.iter().find(|s| !patterns.insert(s.pattern.as_str())) {
@@ -59,19 +72,38 @@ impl AddedSplitter {
             trie: Some(trie),
             skipped,
             first_bytes: (first_bytes.len() <= 3).then_some(first_bytes),
+            longest: chosen.iter().map(|s| s.pattern.len()).max().unwrap_or(0),
         })
     }
 
-    /// Where the first match can start at the earliest (the text's length if nowhere).
-    fn first_candidate(&self, text: &str) -> usize {
-        let bytes = text.as_bytes();
-        let found = match self.first_bytes.as_deref() {
-            Some([a]) => memchr::memchr(*a, bytes),
-            Some([a, b]) => memchr::memchr2(*a, *b, bytes),
-            Some([a, b, c]) => memchr::memchr3(*a, *b, *c, bytes),
-            _ => Some(0),
+    /// The leftmost-longest match in `bytes` at or after `from`: its start, end and id.
+    fn next_match(
+        &self,
+        trie: &DoubleArrayAhoCorasick<u32>,
+        bytes: &[u8],
+        mut from: usize,
+    ) -> Option<(usize, usize, u32)> {
+        let Some(first) = self.first_bytes.as_deref() else {
+            let found = trie.leftmost_find_iter(bytes.get(from..)?).next()?;
+            return Some((from + found.start(), from + found.end(), found.value()));
         };
-        found.unwrap_or(bytes.len())
+        loop {
+            let rest = bytes.get(from..)?;
+            let at = from
+                + match first {
+                    [a] => memchr::memchr(*a, rest),
+                    [a, b] => memchr::memchr2(*a, *b, rest),
+                    [a, b, c] => memchr::memchr3(*a, *b, *c, rest),
+                    _ => Some(0),
+                }?;
+            let window = &bytes[at..bytes.len().min(at + self.longest)];
+            if let Some(found) = trie.leftmost_find_iter(window).next()
+                && found.start() == 0
+            {
+                return Some((at, at + found.end(), found.value()));
+            }
+            from = at + 1;
+        }
     }
 
     /// Call `f` on the segments of `text` in order. Empty text segments are not reported (HF
@@ -88,13 +120,10 @@ impl AddedSplitter {
                 f(Segment::Text(text))
             };
         };
-        let mut start = 0;
-        // A pattern's first byte starts a character, so `from` is a char boundary.
-        let from = self.first_candidate(text);
-        let searched = text.get(from..).unwrap_or_default();
-        for found in trie.leftmost_find_iter(searched) {
-            let id = found.value();
-            let (found_start, found_end) = (from + found.start(), from + found.end());
+        let (mut start, mut from) = (0, 0);
+        while let Some((found_start, found_end, id)) = self.next_match(trie, text.as_bytes(), from)
+        {
+            from = found_end;
             if self.skipped.contains(&id) {
                 continue;
             }
@@ -155,5 +184,42 @@ mod tests {
         assert_eq!(segments(&splitter, "é x < <a>"), ["Té x < ", "A1"]);
         let none = AddedSplitter::new(&specs, true).expect("no trie");
         assert_eq!(segments(&none, "<a>"), ["T<a>"]);
+    }
+
+    /// Asked only where a pattern's first byte stands, the trie gives what its own walk over
+    /// the whole text gives, on texts full of first bytes that start no match, overlapping
+    /// patterns, a skipped token, and patterns longer than what is left of the text.
+    #[test]
+    fn asked_at_first_bytes_it_finds_what_the_whole_walk_finds() {
+        let specs = [
+            spec(1, "<|a|>", false),
+            spec(2, "<|a|><|b|>", false),
+            spec(3, "<|s|>", true),
+            spec(4, "|>x", false),
+            spec(5, "x", false),
+        ];
+        let splitter = AddedSplitter::new(&specs, false).expect("trie");
+        assert_eq!(splitter.first_bytes.as_deref(), Some(&b"<x|"[..]));
+        let mut whole = AddedSplitter::new(&specs, false).expect("trie");
+        whole.first_bytes = None;
+        let pieces = [
+            "<", "|", "a", "|>", "<|a|>", "<|b|>", "<|s|>", "x", "é", " ", "<<", "<|",
+        ];
+        let mut state = 7u64;
+        for _ in 0..3000 {
+            let text: String = (0..state % 12)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    pieces[(state >> 33) as usize % pieces.len()]
+                })
+                .collect();
+            assert_eq!(
+                segments(&splitter, &text),
+                segments(&whole, &text),
+                "{text:?}"
+            );
+        }
     }
 }
