@@ -8,8 +8,11 @@
 //! a lookup is one hash and one cache line, a new piece takes its bucket's first slot and moves
 //! the one there to the second, and a hit in the second slot moves it back to the first, so a
 //! bucket keeps the two pieces it saw most recently. Longer pieces (up to [`MAX_KEY`] bytes and
-//! [`MAX_IDS`] ids) have a direct-mapped table of 64-byte slots. Longer pieces, and pieces of
-//! more ids than their table holds, are not cached (they are rare and cheap to miss). The ids
+//! [`MAX_IDS`] ids) have a direct-mapped table of 64-byte slots. Longer ones still (up to
+//! [`LONG_KEY`] bytes), and pieces of more ids than the other tables hold (up to [`LONG_IDS`]),
+//! have a small direct-mapped table of their own: in code they are mostly comment rules
+//! ("////…", "# ----…", "=====\n\n") and deep indentation met again and again, and a miss costs
+//! the merge loop's heap. Pieces past that are not cached (rare). The ids
 //! never depend on the cache: it only holds what the merge loop gave for the same bytes, for the
 //! one engine that owns it (a thread that switches engines clears it first).
 
@@ -29,10 +32,17 @@ pub(crate) const MAX_KEY: usize = 32;
 /// Most ids of a piece in the long table.
 pub(crate) const MAX_IDS: usize = 7;
 const SLOT_BITS: u32 = 14;
-/// Memory of one thread's cache: 16,384 buckets of two 32-byte short slots (1 MiB) and 16,384
-/// long slots of 64 bytes (1 MiB).
+/// Longest piece cached at all, in bytes.
+pub(crate) const LONG_KEY: usize = 128;
+/// Most ids of a cached piece.
+pub(crate) const LONG_IDS: usize = 32;
+/// log2 of the slots of the table for the longest pieces and those of many ids.
+const LONG_BITS: u32 = 10;
+/// Memory of one thread's cache: 16,384 buckets of two 32-byte short slots (1 MiB), 16,384
+/// long slots of 64 bytes (1 MiB), and 1,024 slots of 264 bytes for the longest pieces (264 KiB).
 pub(crate) const CACHE_BYTES: usize = (1 << SHORT_BITS) * std::mem::size_of::<Bucket>()
-    + (1 << SLOT_BITS) * std::mem::size_of::<Slot>();
+    + (1 << SLOT_BITS) * std::mem::size_of::<Slot>()
+    + (1 << LONG_BITS) * std::mem::size_of::<LongSlot>();
 
 /// The bits of a short key's top byte that hold its id count (its low bits hold the length).
 const COUNT_SHIFT: u32 = 124;
@@ -121,11 +131,30 @@ const EMPTY: Slot = Slot {
     ids_len: 0,
 };
 
+/// A piece too long, or of too many ids, for [`Slot`].
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct LongSlot {
+    key: [u8; LONG_KEY],
+    ids: [u32; LONG_IDS],
+    /// 0: empty (empty pieces are never cached).
+    key_len: u8,
+    ids_len: u8,
+}
+
+const LONG_EMPTY: LongSlot = LongSlot {
+    key: [0; LONG_KEY],
+    ids: [0; LONG_IDS],
+    key_len: 0,
+    ids_len: 0,
+};
+
 /// One thread's cache and the scratch space its engine merges in.
 pub(crate) struct PieceCache {
     owner: u64,
     short: Box<[Bucket]>,
     slots: Box<[Slot]>,
+    long: Box<[LongSlot]>,
     /// Symbols of the piece being merged (reused: no allocation per piece).
     pub symbols: Vec<u32>,
     /// A piece's key where it is not a slice of the text (reused likewise).
@@ -153,6 +182,7 @@ pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) ->
         if cache.owner != owner {
             cache.slots.fill(EMPTY);
             cache.short.fill(BUCKET_EMPTY);
+            cache.long.fill(LONG_EMPTY);
             cache.owner = owner;
         }
         f(cache)
@@ -179,12 +209,30 @@ fn slot_of(padded: &[u8; MAX_KEY], len: usize) -> usize {
     (h >> (64 - SLOT_BITS)) as usize
 }
 
+/// The slot of a piece in the table for the longest pieces.
+#[inline]
+fn long_slot_of(key: &[u8]) -> usize {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = (key.len() as u64).wrapping_mul(K);
+    let mut chunks = key.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+    }
+    for &b in chunks.remainder() {
+        h = (h.rotate_left(23) ^ u64::from(b)).wrapping_mul(K);
+    }
+    (h >> (64 - LONG_BITS)) as usize
+}
+
 impl PieceCache {
     fn new(owner: u64) -> Self {
         Self {
             owner,
             short: vec![BUCKET_EMPTY; 1 << SHORT_BITS].into_boxed_slice(),
             slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
+            long: vec![LONG_EMPTY; 1 << LONG_BITS].into_boxed_slice(),
             symbols: Vec::new(),
             key: Vec::new(),
         }
@@ -230,34 +278,50 @@ impl PieceCache {
     /// The ids cached for `key`.
     #[inline]
     pub fn get(&mut self, key: &[u8]) -> Option<&[u32]> {
-        if key.is_empty() || key.len() > MAX_KEY {
+        if key.is_empty() || key.len() > LONG_KEY {
             return None;
         }
         if key.len() <= SHORT_KEY {
             let wanted = short_key(key);
             return self.get_short(wanted, short_hash(wanted));
         }
-        let padded = padded(key);
-        let slot = &self.slots[slot_of(&padded, key.len())];
-        (usize::from(slot.key_len) == key.len() && slot.key == padded)
+        if key.len() <= MAX_KEY {
+            let padded = padded(key);
+            let slot = &self.slots[slot_of(&padded, key.len())];
+            if usize::from(slot.key_len) == key.len() && slot.key == padded {
+                return Some(&slot.ids[..usize::from(slot.ids_len)]);
+            }
+        }
+        let slot = &self.long[long_slot_of(key)];
+        (usize::from(slot.key_len) == key.len() && slot.key[..key.len()] == *key)
             .then(|| &slot.ids[..usize::from(slot.ids_len)])
     }
 
-    /// Remember `ids` for `key` (nothing happens for pieces too long to cache).
+    /// Remember `ids` for `key` (nothing happens for pieces too long to cache, or of too many
+    /// ids).
     #[inline]
     pub fn insert(&mut self, key: &[u8], ids: &[u32]) {
-        if key.is_empty() || key.len() > MAX_KEY || ids.len() > MAX_IDS {
+        if key.is_empty() || key.len() > LONG_KEY || ids.len() > LONG_IDS {
             return;
         }
         if key.len() <= SHORT_KEY {
+            // A short piece of more ids than a short slot holds is not cached (rare).
             let wanted = short_key(key);
             self.insert_short(wanted, short_hash(wanted), ids);
             return;
         }
-        let padded = padded(key);
-        let slot = &mut self.slots[slot_of(&padded, key.len())];
+        if key.len() <= MAX_KEY && ids.len() <= MAX_IDS {
+            let padded = padded(key);
+            let slot = &mut self.slots[slot_of(&padded, key.len())];
+            slot.key_len = key.len() as u8;
+            slot.key = padded;
+            slot.ids_len = ids.len() as u8;
+            slot.ids[..ids.len()].copy_from_slice(ids);
+            return;
+        }
+        let slot = &mut self.long[long_slot_of(key)];
         slot.key_len = key.len() as u8;
-        slot.key = padded;
+        slot.key[..key.len()].copy_from_slice(key);
         slot.ids_len = ids.len() as u8;
         slot.ids[..ids.len()].copy_from_slice(ids);
     }
@@ -268,11 +332,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_fit_their_lines_and_the_cap_is_2_mib() {
+    fn slots_fit_their_lines_and_the_cap_is_2_mib_and_264_kib() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
         assert_eq!(std::mem::size_of::<ShortSlot>(), 32);
-        assert_eq!(CACHE_BYTES, 2 << 20);
+        assert_eq!(std::mem::size_of::<LongSlot>(), 264);
+        assert_eq!(CACHE_BYTES, (2 << 20) + (264 << 10));
     }
 
     #[test]
@@ -284,9 +349,27 @@ mod tests {
         assert_eq!(cache.get(b" thE"), None);
         cache.insert(b"", &[1]);
         assert_eq!(cache.get(b""), None);
+        // Past MAX_KEY bytes or MAX_IDS ids, the table of the longest pieces: up to LONG_KEY
+        // bytes and LONG_IDS ids.
         let long = [b'x'; MAX_KEY + 1];
         cache.insert(&long, &[1]);
-        assert_eq!(cache.get(&long), None);
+        assert_eq!(cache.get(&long), Some(&[1][..]));
+        let longest = [b'/'; LONG_KEY];
+        cache.insert(&longest, &[3; LONG_IDS]);
+        assert_eq!(cache.get(&longest), Some(&[3; LONG_IDS][..]));
+        assert_eq!(
+            cache.get(&longest[..LONG_KEY - 1]),
+            None,
+            "length is part of the key"
+        );
+        let too_long = [b'/'; LONG_KEY + 1];
+        cache.insert(&too_long, &[1]);
+        assert_eq!(cache.get(&too_long), None);
+        let base64 = b"/IEphISBCZWloZXJodW";
+        cache.insert(base64, &[5; MAX_IDS + 1]);
+        assert_eq!(cache.get(base64), Some(&[5; MAX_IDS + 1][..]));
+        cache.insert(b"seventeen bytes..", &[1; LONG_IDS + 1]);
+        assert_eq!(cache.get(b"seventeen bytes.."), None);
         cache.insert(b"many", &[1; MAX_IDS + 1]);
         assert_eq!(cache.get(b"many"), None);
         cache.insert(b"seventeen bytes!!", &[7; MAX_IDS]);
@@ -350,14 +433,17 @@ mod tests {
 
     #[test]
     fn another_owner_starts_empty() {
-        with_cache(u64::MAX - 1, |c| c.insert(b"word", &[5]));
-        assert_eq!(
-            with_cache(u64::MAX - 1, |c| c.get(b"word").map(<[u32]>::to_vec)),
-            Some(vec![5])
-        );
-        assert_eq!(
-            with_cache(u64::MAX - 2, |c| c.get(b"word").map(<[u32]>::to_vec)),
-            None
-        );
+        let rule = [b'='; 60];
+        for key in [&b"word"[..], &b"a word of 20 bytes.."[..], &rule[..]] {
+            with_cache(u64::MAX - 1, |c| c.insert(key, &[5]));
+            assert_eq!(
+                with_cache(u64::MAX - 1, |c| c.get(key).map(<[u32]>::to_vec)),
+                Some(vec![5])
+            );
+            assert_eq!(
+                with_cache(u64::MAX - 2, |c| c.get(key).map(<[u32]>::to_vec)),
+                None
+            );
+        }
     }
 }
