@@ -113,41 +113,51 @@ struct Bucket([ShortSlot; 2]);
 
 const BUCKET_EMPTY: Bucket = Bucket([SHORT_EMPTY; 2]);
 
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Slot {
-    /// The piece's bytes, zero past its length (compared whole, as four words).
-    key: [u8; MAX_KEY],
-    ids: [u32; MAX_IDS],
-    /// 0: empty (empty pieces are never cached).
-    key_len: u8,
-    ids_len: u8,
-}
-
-const EMPTY: Slot = Slot {
-    key: [0; MAX_KEY],
-    ids: [0; MAX_IDS],
-    key_len: 0,
-    ids_len: 0,
-};
-
-/// A piece too long, or of too many ids, for [`Slot`].
+/// A piece and its ids in a direct-mapped table: the piece's bytes zero past its length
+/// (compared whole), and length 0 for an empty entry (empty pieces are never cached).
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
-struct LongSlot {
-    key: [u8; LONG_KEY],
-    ids: [u32; LONG_IDS],
-    /// 0: empty (empty pieces are never cached).
+struct Entry<const KEY: usize, const IDS: usize> {
+    key: [u8; KEY],
+    ids: [u32; IDS],
     key_len: u8,
     ids_len: u8,
 }
 
-const LONG_EMPTY: LongSlot = LongSlot {
-    key: [0; LONG_KEY],
-    ids: [0; LONG_IDS],
-    key_len: 0,
-    ids_len: 0,
-};
+impl<const KEY: usize, const IDS: usize> Entry<KEY, IDS> {
+    const EMPTY: Self = Self {
+        key: [0; KEY],
+        ids: [0; IDS],
+        key_len: 0,
+        ids_len: 0,
+    };
+
+    /// The ids kept for the piece whose bytes, zero-padded, are `padded` and `len` long.
+    #[inline]
+    fn ids(&self, padded: &[u8; KEY], len: usize) -> Option<&[u32]> {
+        (usize::from(self.key_len) == len && self.key == *padded)
+            .then(|| &self.ids[..usize::from(self.ids_len)])
+    }
+
+    /// Keep `ids` for that piece (the caller checked both lengths).
+    #[inline]
+    fn set(&mut self, padded: [u8; KEY], len: usize, ids: &[u32]) {
+        self.key_len = len as u8;
+        self.key = padded;
+        self.ids_len = ids.len() as u8;
+        self.ids[..ids.len()].copy_from_slice(ids);
+    }
+}
+
+/// A piece of up to [`MAX_KEY`] bytes and [`MAX_IDS`] ids: one cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Slot(Entry<MAX_KEY, MAX_IDS>);
+
+const EMPTY: Slot = Slot(Entry::EMPTY);
+
+/// A piece too long, or of too many ids, for [`Slot`].
+type LongSlot = Entry<LONG_KEY, LONG_IDS>;
 
 /// One thread's cache and the scratch space its engine merges in.
 pub(crate) struct PieceCache {
@@ -182,17 +192,17 @@ pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) ->
         if cache.owner != owner {
             cache.slots.fill(EMPTY);
             cache.short.fill(BUCKET_EMPTY);
-            cache.long.fill(LONG_EMPTY);
+            cache.long.fill(LongSlot::EMPTY);
             cache.owner = owner;
         }
         f(cache)
     })
 }
 
-/// `key` zero-padded to [`MAX_KEY`] bytes (the caller checked its length).
+/// `key` zero-padded to `N` bytes (the caller checked its length).
 #[inline]
-fn padded(key: &[u8]) -> [u8; MAX_KEY] {
-    let mut out = [0u8; MAX_KEY];
+fn padded<const N: usize>(key: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
     out[..key.len()].copy_from_slice(key);
     out
 }
@@ -232,7 +242,7 @@ impl PieceCache {
             owner,
             short: vec![BUCKET_EMPTY; 1 << SHORT_BITS].into_boxed_slice(),
             slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
-            long: vec![LONG_EMPTY; 1 << LONG_BITS].into_boxed_slice(),
+            long: vec![LongSlot::EMPTY; 1 << LONG_BITS].into_boxed_slice(),
             symbols: Vec::new(),
             key: Vec::new(),
         }
@@ -287,14 +297,14 @@ impl PieceCache {
         }
         if key.len() <= MAX_KEY {
             let padded = padded(key);
-            let slot = &self.slots[slot_of(&padded, key.len())];
-            if usize::from(slot.key_len) == key.len() && slot.key == padded {
-                return Some(&slot.ids[..usize::from(slot.ids_len)]);
+            let found = self.slots[slot_of(&padded, key.len())]
+                .0
+                .ids(&padded, key.len());
+            if found.is_some() {
+                return found;
             }
         }
-        let slot = &self.long[long_slot_of(key)];
-        (usize::from(slot.key_len) == key.len() && slot.key[..key.len()] == *key)
-            .then(|| &slot.ids[..usize::from(slot.ids_len)])
+        self.long[long_slot_of(key)].ids(&padded(key), key.len())
     }
 
     /// Remember `ids` for `key` (nothing happens for pieces too long to cache, or of too many
@@ -312,18 +322,12 @@ impl PieceCache {
         }
         if key.len() <= MAX_KEY && ids.len() <= MAX_IDS {
             let padded = padded(key);
-            let slot = &mut self.slots[slot_of(&padded, key.len())];
-            slot.key_len = key.len() as u8;
-            slot.key = padded;
-            slot.ids_len = ids.len() as u8;
-            slot.ids[..ids.len()].copy_from_slice(ids);
+            self.slots[slot_of(&padded, key.len())]
+                .0
+                .set(padded, key.len(), ids);
             return;
         }
-        let slot = &mut self.long[long_slot_of(key)];
-        slot.key_len = key.len() as u8;
-        slot.key[..key.len()].copy_from_slice(key);
-        slot.ids_len = ids.len() as u8;
-        slot.ids[..ids.len()].copy_from_slice(ids);
+        self.long[long_slot_of(key)].set(padded(key), key.len(), ids);
     }
 }
 
