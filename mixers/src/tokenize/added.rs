@@ -206,20 +206,24 @@ mod tests {
             "<", "|", "a", "|>", "<|a|>", "<|b|>", "<|s|>", "x", "é", " ", "<<", "<|",
         ];
         let mut state = 7u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as usize
+        };
+        let mut cut = 0;
         for _ in 0..3000 {
-            let text: String = (0..state % 12)
-                .map(|_| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    pieces[(state >> 33) as usize % pieces.len()]
-                })
+            let text: String = (0..next() % 12)
+                .map(|_| pieces[next() % pieces.len()])
                 .collect();
+            cut += usize::from(segments(&whole, &text).len() > 1);
             assert_eq!(
                 segments(&splitter, &text),
                 segments(&whole, &text),
                 "{text:?}"
             );
         }
+        assert!(cut > 1000, "only {cut} texts had an added token");
     }
 }
