@@ -9,10 +9,11 @@
 //! the one there to the second, and a hit in the second slot moves it back to the first, so a
 //! bucket keeps the two pieces it saw most recently. Longer pieces (up to [`MAX_KEY`] bytes and
 //! [`MAX_IDS`] ids) have a direct-mapped table of 64-byte slots. Longer ones still (up to
-//! [`LONG_KEY`] bytes), and pieces of more ids than the other tables hold (up to [`LONG_IDS`]),
-//! have a small direct-mapped table of their own: in code they are mostly comment rules
-//! ("////…", "# ----…", "=====\n\n") and deep indentation met again and again, and a miss costs
-//! the merge loop's heap. Pieces past that are not cached (rare). The ids
+//! [`LONG_KEY`] bytes), and pieces of 16 to 32 bytes with more ids than a 64-byte slot holds
+//! (up to [`LONG_IDS`]), have a small direct-mapped table of their own: in code they are mostly
+//! comment rules ("////…", "# ----…", "=====\n\n") and deep indentation met again and again,
+//! and a miss costs the merge loop's heap. Pieces past that, and short pieces of more than
+//! [`SHORT_IDS`] ids, are not cached (rare). The ids
 //! never depend on the cache: it only holds what the merge loop gave for the same bytes, for the
 //! one engine that owns it (a thread that switches engines clears it first).
 
