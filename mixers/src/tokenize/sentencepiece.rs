@@ -100,8 +100,9 @@ pub(crate) struct SentencePieceTables {
     merges: Vec<(u32, u32, u32)>,
     /// See [`Joins`]: each merge's left token's last character and right token's first.
     joined: Vec<(char, char)>,
-    /// The pieces that are one token whole ([`Self::merging_to_themselves`]), keyed as the
-    /// piece cache keys pieces, with their ids. In the engine cache as bytes after the JSON.
+    /// The pieces that are one token whole ([`SentencePieceBpe::merging_to_themselves`]), keyed
+    /// as the piece cache keys pieces, with their ids. In the engine cache as bytes after the
+    /// JSON.
     #[serde(skip)]
     whole: Vec<(Vec<u8>, u32)>,
     num_tokens: usize,
