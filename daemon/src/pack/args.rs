@@ -41,7 +41,7 @@ pub struct PackArgs {
     /// directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines, else ~/.cache/dsprep/engines).
     #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
     pub tokenizer_engine: String,
-    /// For a recipe with [lanes]: pack only this part's lanes into OUT.lanes/ (a Slurm array
+    /// For a recipe with `[lanes]`: pack only this part's lanes into OUT.lanes/ (a Slurm array
     /// task). Default with --parts absent: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN when
     /// SLURM_ARRAY_TASK_COUNT is set, else every lane and the finish in one run.
     #[arg(long, requires = "parts")]

@@ -74,7 +74,7 @@ pub struct ServeArgs {
     /// for first, from the newest checkpoint at or below it.
     #[arg(long, value_parser = ["latest"], requires = "state_dir")]
     pub resume: Option<String>,
-    /// This daemon's node (0-based), for a recipe with [lanes] served by one daemon per node.
+    /// This daemon's node (0-based), for a recipe with `[lanes]` served by one daemon per node.
     /// Default: SLURM_NODEID, else NODE_RANK or GROUP_RANK (torchrun), else 0.
     #[arg(long, requires = "nodes")]
     pub node_rank: Option<u32>,

@@ -204,7 +204,7 @@ fn string_views(field: &Field) -> Field {
     field.clone().with_data_type(data_type)
 }
 
-/// Check the page headers ([`page_check`]) of every projected column chunk of row group
+/// Check the page headers ([`check_chunk`]) of every projected column chunk of row group
 /// `group`, reading them from `file`; with `crc`, each page's bytes against its CRC too.
 pub(crate) fn check_pages(
     metadata: &ParquetMetaData,

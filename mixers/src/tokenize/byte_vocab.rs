@@ -25,7 +25,7 @@ pub(crate) struct ByteVocab {
     pub num_tokens: usize,
 }
 
-/// What [`build`] reads from HF's model, as plain data: the form the engine cache
+/// What [`read`] reads from HF's model, as plain data: the form the engine cache
 /// ([`super::engine_cache`]) keeps, and what [`ByteVocab::from_tables`] builds the engine's
 /// vocabulary from.
 #[derive(Serialize, Deserialize)]
