@@ -6,7 +6,7 @@
 
 use super::{HubError, HubFile, HubInner};
 use bytes::{Bytes, BytesMut};
-use reqwest::header::{CONTENT_RANGE, LOCATION, RANGE};
+use reqwest::header::{CONTENT_RANGE, HeaderMap, LOCATION, RANGE};
 use reqwest::{Method, Url};
 use std::ops::Range;
 use std::sync::Arc;
@@ -168,6 +168,25 @@ impl Download {
             .await
     }
 
+    /// Why a GET for part of the file did not give that part: a 200 is the whole file (the
+    /// server ignored the range), a 403 from the storage URL is its signature expired, anything
+    /// else is the Hub's status error.
+    fn not_a_range(
+        &self,
+        target: &Target,
+        what: &str,
+        status: u16,
+        headers: &HeaderMap,
+    ) -> HubError {
+        match status {
+            200 => HubError::RangeIgnored { what: what.into() },
+            403 if target.external => HubError::Expired { what: what.into() },
+            _ => self
+                .hub
+                .status_error(what, self.file.subject(), status, headers),
+        }
+    }
+
     async fn try_range(
         &self,
         target: &Target,
@@ -184,18 +203,8 @@ impl Download {
             .await
             .map_err(|e| HubError::network(what, e))?;
         let status = response.status().as_u16();
-        match status {
-            206 => {}
-            200 => return Err(HubError::RangeIgnored { what: what.into() }),
-            403 if target.external => return Err(HubError::Expired { what: what.into() }),
-            _ => {
-                return Err(self.hub.status_error(
-                    what,
-                    self.file.subject(),
-                    status,
-                    response.headers(),
-                ));
-            }
+        if status != 206 {
+            return Err(self.not_a_range(target, what, status, response.headers()));
         }
         let content_range = response
             .headers()
@@ -337,16 +346,7 @@ impl Download {
                     });
                 }
             }
-            (200, _) => return Err(HubError::RangeIgnored { what: what.into() }),
-            (403, _) if target.external => return Err(HubError::Expired { what: what.into() }),
-            _ => {
-                return Err(self.hub.status_error(
-                    what,
-                    self.file.subject(),
-                    status,
-                    response.headers(),
-                ));
-            }
+            _ => return Err(self.not_a_range(target, what, status, response.headers())),
         }
         loop {
             match response.chunk().await {

@@ -492,31 +492,30 @@ impl PackWriter {
                     .with_context(|| format!("cannot remove {}", path.display()))?;
             }
         }
-        if self.out.exists() {
-            let old = self.out.with_file_name(format!(
-                "{}.replaced-{}",
-                self.out.file_name().unwrap_or_default().to_string_lossy(),
-                std::process::id()
-            ));
-            std::fs::rename(&self.out, &old)
-                .with_context(|| format!("cannot move the old {} aside", self.out.display()))?;
-            std::fs::rename(&self.tmp, &self.out).with_context(|| {
-                format!(
-                    "cannot rename {} to {}",
-                    self.tmp.display(),
-                    self.out.display()
-                )
-            })?;
+        // An output of the same name is moved aside, replaced, then removed.
+        let replaced = match self.out.exists() {
+            true => {
+                let old = self.out.with_file_name(format!(
+                    "{}.replaced-{}",
+                    self.out.file_name().unwrap_or_default().to_string_lossy(),
+                    std::process::id()
+                ));
+                std::fs::rename(&self.out, &old)
+                    .with_context(|| format!("cannot move the old {} aside", self.out.display()))?;
+                Some(old)
+            }
+            false => None,
+        };
+        std::fs::rename(&self.tmp, &self.out).with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                self.tmp.display(),
+                self.out.display()
+            )
+        })?;
+        if let Some(old) = replaced {
             std::fs::remove_dir_all(&old)
                 .with_context(|| format!("cannot remove the old output {}", old.display()))?;
-        } else {
-            std::fs::rename(&self.tmp, &self.out).with_context(|| {
-                format!(
-                    "cannot rename {} to {}",
-                    self.tmp.display(),
-                    self.out.display()
-                )
-            })?;
         }
         if let Some(parent) = self.out.parent().filter(|p| !p.as_os_str().is_empty())
             && let Ok(dir) = std::fs::File::open(parent)
