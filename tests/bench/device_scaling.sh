@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scaling 1 -> 16 on the `device` machine, from the bundle tests/bench/device_bundle.sh packed:
-# unpacks it under /tmp, copies the corpus REPS times (default 6: 600 MB of text, a 16-thread
-# run of about a second; more copies, longer runs, the shuffle buffer's fill a smaller part),
+# unpacks it under /tmp, copies the corpus REPS times (default 12: 1.2 GB of text, a 16-thread
+# run of about two seconds, a one-thread run of about twenty; the shuffle buffer's fill, about
+# 0.1 s whatever the threads, is then about 5 % of the 16-thread run, not the 10 % of REPS=6),
 # builds each tokenizer's engine cache once, then runs tests/bench/scaling_bench.sh for each
 # build in the bundle, outputs on /dev/shm. Results go to $OUT (the device call's folder that
 # comes back) or ./devbench-results.
@@ -12,7 +13,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUNDLE="$ROOT/.devbench"; WORK=/tmp/devbench; RESULTS="${OUT:-$ROOT/devbench-results}"
-NAMES="${*:-gpt2 llama3 qwen3 llama2}"; REPS="${REPS:-6}"
+NAMES="${*:-gpt2 llama3 qwen3 llama2}"; REPS="${REPS:-12}"
 export THREADS="${THREADS:-1 16}" MODES="${MODES:-cores copies}" ROUNDS="${ROUNDS:-2}"
 rm -rf "$WORK"; mkdir -p "$WORK/bin" "$WORK/corpus" "$RESULTS"
 
