@@ -771,6 +771,16 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(llama2) = fetched_tokenizer("llama2") {
         tokenizers.push(("llama2", llama2, "</s>", "SentencePiece-style BPE"));
     }
+    // The same without the prepended "▁": Gemma (and Gemma 2), Gemma 3, Yi.
+    for (name, eos) in [
+        ("gemma", "<eos>"),
+        ("gemma3", "<eos>"),
+        ("yi", "<|endoftext|>"),
+    ] {
+        if let Some(path) = fetched_tokenizer(name) {
+            tokenizers.push((name, path, eos, "normalizer Replace"));
+        }
+    }
     for (name, tokenizer, eos, scanner) in tokenizers {
         let dir = tmp.path().join(name);
         std::fs::create_dir(&dir).unwrap();
@@ -849,7 +859,7 @@ fn the_engine_cache_is_kept_used_and_checked() {
         .collect();
     assert_eq!(names, [format!("{sha}.engine")]);
     let sound = std::fs::read(&entry).unwrap();
-    assert!(sound.starts_with(b"dsprep-engine-cache/5 "));
+    assert!(sound.starts_with(b"dsprep-engine-cache/6 "));
 
     let (second, second_bytes) = pack_with(&cache, "second");
     assert!(
@@ -871,7 +881,7 @@ fn the_engine_cache_is_kept_used_and_checked() {
     );
     assert!(third_bytes == bytes, "past a damaged entry: other bytes");
     let replaced = std::fs::read(&entry).unwrap();
-    assert!(replaced.starts_with(b"dsprep-engine-cache/5 ") && replaced != damaged);
+    assert!(replaced.starts_with(b"dsprep-engine-cache/6 ") && replaced != damaged);
 
     let (off, off_bytes) = pack_with(Path::new("off"), "off");
     assert!(!off.contains("engine cache"), "{off}");

