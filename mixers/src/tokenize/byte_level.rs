@@ -26,7 +26,7 @@ use super::cl100k_split::Cl100kSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, AddedSpec, Refusal};
+use super::pipeline::{self, AddedSpec, PieceSplit, Refusal};
 
 /// fancy-regex searches take scratch space from a pool inside the regex; threads sharing one
 /// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
@@ -57,11 +57,21 @@ impl Scanner {
     }
 }
 
+/// A split HF applies before the last (DeepSeek V3's digit groups and CJK runs): its regex, in
+/// copies, and what it keeps.
+struct OuterSplit {
+    regexes: Vec<SysRegex>,
+    keep_matches: bool,
+    keep_gaps: bool,
+}
+
 pub(crate) struct ByteLevelBpe {
     /// Added tokens matched in the raw text, then those matched in the normalized text.
     raw_added: AddedSplitter,
     normalized_added: AddedSplitter,
     nfc: bool,
+    /// The splits before the last, in order; each cuts every piece the one before kept.
+    outer: Vec<OuterSplit>,
     regexes: Vec<SysRegex>,
     /// The pattern scanned by hand instead of by fancy-regex (same matches), where it can be.
     scanner: Option<Scanner>,
@@ -190,6 +200,8 @@ impl Cut {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ByteLevelTables {
     nfc: bool,
+    /// The pre-tokenizer's splits before the last (none but for a Sequence of several).
+    outer: Vec<PieceSplit>,
     pattern: String,
     keep_matches: bool,
     keep_gaps: bool,
@@ -224,6 +236,7 @@ impl ByteLevelBpe {
         let pipeline = pipeline::analyse(tokenizer)?;
         Ok(ByteLevelTables {
             nfc: pipeline.nfc,
+            outer: pipeline.outer,
             pattern: pipeline.split.pattern,
             keep_matches: pipeline.split.keep_matches,
             keep_gaps: pipeline.split.keep_gaps,
@@ -249,12 +262,34 @@ impl ByteLevelBpe {
         let regexes = regexes
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
         let vocab = vocab?;
+        let outer = tables
+            .outer
+            .iter()
+            .map(|split| {
+                let regexes = (0..REGEX_COPIES)
+                    .map(|_| SysRegex::new(&split.pattern))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| {
+                        Refusal::new(format!("pre-tokenizer regex does not compile: {e}"))
+                    })?;
+                Ok(OuterSplit {
+                    regexes,
+                    keep_matches: split.keep_matches,
+                    keep_gaps: split.keep_gaps,
+                })
+            })
+            .collect::<Result<Vec<_>, Refusal>>()?;
+        let outer_patterns: String = tables
+            .outer
+            .iter()
+            .map(|split| format!("{:?} then ", split.pattern))
+            .collect();
         let scanner = Scanner::for_pattern(&tables.pattern)
             .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
              {} merges{}, {} tokens looked up whole; normalizer {}; {} added tokens; \
-             pre-tokenizer regex {:?}{}; piece cache {} KiB per thread)",
+             pre-tokenizer regex {}{:?}{}; piece cache {} KiB per thread)",
             vocab.num_tokens,
             vocab.merges.len(),
             if vocab.ignore_merges {
@@ -265,6 +300,7 @@ impl ByteLevelBpe {
             vocab.whole.len(),
             if tables.nfc { "NFC" } else { "none" },
             tables.added.len(),
+            outer_patterns,
             tables.pattern,
             match &scanner {
                 Some(scanner) => format!(", scanned by dsprep's {} scanner", scanner.name()),
@@ -276,6 +312,7 @@ impl ByteLevelBpe {
             raw_added,
             normalized_added,
             nfc: tables.nfc,
+            outer,
             regexes,
             scanner,
             keep_matches: tables.keep_matches,
@@ -321,10 +358,51 @@ impl ByteLevelBpe {
                             out.push(id);
                             Ok(())
                         }
-                        Segment::Text(between) => self.encode_pieces(regex, between, cache, out),
+                        Segment::Text(between) => self.encode_outer(0, regex, between, cache, out),
                     })
             }
         })
+    }
+
+    /// The splits before the last, from `level` on: each kept piece of `self.outer[level]`'s cut
+    /// goes on to the next split, and past the last outer one to [`Self::encode_pieces`].
+    /// Empty pieces are dropped, as HF drops them.
+    fn encode_outer(
+        &self,
+        level: usize,
+        regex: &SysRegex,
+        text: &str,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) -> Result<(), String> {
+        let Some(split) = self.outer.get(level) else {
+            return self.encode_pieces(regex, text, cache, out);
+        };
+        let outer_regex = &split.regexes[thread_slot() % split.regexes.len()];
+        let mut previous = 0;
+        let mut next = |start: usize, end: usize| {
+            check_range(text, start, end).map_err(Cut::into_message)?;
+            match text.get(start..end) {
+                Some("") => Ok(()),
+                Some(piece) => self.encode_outer(level + 1, regex, piece, cache, out),
+                None => Err(format!(
+                    "pre-tokenizer regex reported bytes {start}..{end}, not on characters"
+                )),
+            }
+        };
+        for (start, end) in outer_regex.find_iter(text) {
+            if split.keep_gaps {
+                next(previous, start)?;
+            }
+            if split.keep_matches {
+                next(start, end)?;
+            }
+            previous = end;
+        }
+        if split.keep_gaps {
+            next(previous, text.len())?;
+        }
+        Ok(())
     }
 
     /// HF's `Pattern for &SysRegex` + `NormalizedString::split`: matches and the gaps between

@@ -32,7 +32,7 @@ impl std::fmt::Display for Refusal {
 
 /// How text between added tokens is cut into pieces for BPE, as HF's `NormalizedString::split`
 /// does it: a regex's matches and the gaps between them, each kept or dropped.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PieceSplit {
     pub pattern: String,
     pub keep_matches: bool,
@@ -52,6 +52,9 @@ pub(crate) struct AddedSpec {
 /// A pipeline the fast path reproduces.
 pub(crate) struct Pipeline<'t> {
     pub nfc: bool,
+    /// Splits HF applies before `split`, in order, each to every piece the one before kept
+    /// (DeepSeek V3 isolates digit groups, then CJK runs, then cuts by its pattern).
+    pub outer: Vec<PieceSplit>,
     pub split: PieceSplit,
     pub added: Vec<AddedSpec>,
     pub bpe: &'t BPE,
@@ -93,6 +96,12 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
     let nfc = match tokenizer.get_normalizer() {
         None => false,
         Some(NormalizerWrapper::NFC(_)) => true,
+        // A Sequence of nothing, or of NFC alone, is that (DeepSeek V3 writes an empty one).
+        Some(NormalizerWrapper::Sequence(seq))
+            if matches!(seq.as_ref(), [] | [NormalizerWrapper::NFC(_)]) =>
+        {
+            !seq.as_ref().is_empty()
+        }
         Some(other) => {
             return Err(Refusal::new(format!(
                 "normalizer {} is not reproduced by the fast path",
@@ -100,13 +109,14 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
             )));
         }
     };
-    let split = piece_split(tokenizer.get_pre_tokenizer())?;
+    let (outer, split) = piece_splits(tokenizer.get_pre_tokenizer())?;
     if let Some(post) = tokenizer.get_post_processor() {
         check_post_processor(post)?;
     }
     let added = added_tokens(tokenizer, nfc)?;
     Ok(Pipeline {
         nfc,
+        outer,
         split,
         added,
         bpe,
@@ -248,9 +258,12 @@ fn flatten<'a>(pre: &'a PreTokenizerWrapper, steps: &mut Vec<&'a PreTokenizerWra
     }
 }
 
-/// Byte-level pre-tokenization the fast path reproduces: `ByteLevel` with its own regex, or one
-/// regex `Split` followed by `ByteLevel` without one. Both without `add_prefix_space`.
-fn piece_split(pre: Option<&PreTokenizerWrapper>) -> Result<PieceSplit, Refusal> {
+/// Byte-level pre-tokenization the fast path reproduces: `ByteLevel` with its own regex, or
+/// regex `Split`s followed by `ByteLevel` without one (HF applies each Split to every piece the
+/// one before kept). Both without `add_prefix_space`. The splits before the last, then the last.
+fn piece_splits(
+    pre: Option<&PreTokenizerWrapper>,
+) -> Result<(Vec<PieceSplit>, PieceSplit), Refusal> {
     let Some(pre) = pre else {
         return Err(Refusal::new(
             "no pre-tokenizer: the fast path needs byte-level pre-tokenization",
@@ -266,42 +279,55 @@ fn piece_split(pre: Option<&PreTokenizerWrapper>) -> Result<PieceSplit, Refusal>
         ))
     };
     match steps.as_slice() {
-        [PreTokenizerWrapper::ByteLevel(b)] if b.use_regex && !b.add_prefix_space => {
-            Ok(PieceSplit {
+        [PreTokenizerWrapper::ByteLevel(b)] if b.use_regex && !b.add_prefix_space => Ok((
+            Vec::new(),
+            PieceSplit {
                 pattern: GPT2_PATTERN.to_string(),
                 keep_matches: true,
                 keep_gaps: true,
-            })
-        }
-        [
-            PreTokenizerWrapper::Split(split),
-            PreTokenizerWrapper::ByteLevel(b),
-        ] if !b.use_regex && !b.add_prefix_space => {
-            let SplitPattern::Regex(pattern) = &split.pattern else {
-                return Err(Refusal::new(
-                    "pre-tokenizer Split with a string pattern is not reproduced by the fast path",
-                ));
-            };
-            // `invert` swaps which spans count as matches; Isolated keeps every span and
-            // Removed drops the spans that count as matches.
-            let (keep_matches, keep_gaps) = match (split.behavior, split.invert) {
-                (SplitDelimiterBehavior::Isolated, _) => (true, true),
-                (SplitDelimiterBehavior::Removed, false) => (false, true),
-                (SplitDelimiterBehavior::Removed, true) => (true, false),
-                (other, _) => {
-                    return Err(Refusal::new(format!(
-                        "pre-tokenizer Split behavior {other:?} is not reproduced by the fast path"
-                    )));
-                }
-            };
-            Ok(PieceSplit {
-                pattern: pattern.clone(),
-                keep_matches,
-                keep_gaps,
-            })
+            },
+        )),
+        [splits @ .., PreTokenizerWrapper::ByteLevel(b)]
+            if !splits.is_empty() && !b.use_regex && !b.add_prefix_space =>
+        {
+            let mut splits = splits
+                .iter()
+                .map(|step| match step {
+                    PreTokenizerWrapper::Split(split) => regex_split(split),
+                    _ => Err(refuse()),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let last = splits.pop().ok_or_else(refuse)?;
+            Ok((splits, last))
         }
         _ => Err(refuse()),
     }
+}
+
+/// One regex `Split` as the fast path cuts it.
+fn regex_split(split: &tokenizers::pre_tokenizers::split::Split) -> Result<PieceSplit, Refusal> {
+    let SplitPattern::Regex(pattern) = &split.pattern else {
+        return Err(Refusal::new(
+            "pre-tokenizer Split with a string pattern is not reproduced by the fast path",
+        ));
+    };
+    // `invert` swaps which spans count as matches; Isolated keeps every span and
+    // Removed drops the spans that count as matches.
+    let (keep_matches, keep_gaps) = match (split.behavior, split.invert) {
+        (SplitDelimiterBehavior::Isolated, _) => (true, true),
+        (SplitDelimiterBehavior::Removed, false) => (false, true),
+        (SplitDelimiterBehavior::Removed, true) => (true, false),
+        (other, _) => {
+            return Err(Refusal::new(format!(
+                "pre-tokenizer Split behavior {other:?} is not reproduced by the fast path"
+            )));
+        }
+    };
+    Ok(PieceSplit {
+        pattern: pattern.clone(),
+        keep_matches,
+        keep_gaps,
+    })
 }
 
 /// With `add_special_tokens = false` (all the stage ever asks for), ByteLevel only moves
