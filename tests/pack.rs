@@ -780,6 +780,23 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
             "\" then \"",
         ));
     }
+    // Mistral 7B's file as recent `transformers` writes it: a Metaspace pre-tokenizer instead of
+    // the normalizer, "▁" prepended to the document's first stretch only.
+    if let Some(llama2) = fetched_tokenizer("llama2") {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(llama2).unwrap()).unwrap();
+        json["normalizer"] = serde_json::Value::Null;
+        json["pre_tokenizer"] = serde_json::json!({"type": "Metaspace", "replacement": "\u{2581}",
+            "prepend_scheme": "first", "split": false});
+        let path = tmp.path().join("llama2-metaspace.json");
+        std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+        tokenizers.push((
+            "llama2-metaspace",
+            path,
+            "</s>",
+            "Metaspace (prepend_scheme first)",
+        ));
+    }
     // The same without the prepended "▁": Gemma (and Gemma 2), Gemma 3, Yi.
     for (name, eos) in [
         ("gemma", "<eos>"),

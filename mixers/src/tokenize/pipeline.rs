@@ -8,6 +8,7 @@ use tokenizers::models::ModelWrapper;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::metaspace::PrependScheme;
 use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
@@ -144,29 +145,48 @@ fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
     Ok(bpe)
 }
 
-/// A SentencePiece-style BPE pipeline the fast path reproduces: the normalizer writes every
-/// space as "▁" (and, for Llama 2 and Mistral 7B, first prepends "▁" to each stretch of text
-/// between added tokens; Gemma, Yi and InternLM2 prepend nothing), there is no pre-tokenizer that
-/// cuts (the stretch is one BPE word), and the model merges characters, with `<0xNN>` byte tokens
-/// for characters outside the vocabulary.
+/// A SentencePiece-style BPE pipeline the fast path reproduces: every space is written "▁"
+/// (by a Replace normalizer, or by a Metaspace pre-tokenizer), a "▁" is prepended to a stretch
+/// of text between added tokens as [`Prepend`] says, nothing else cuts the stretch (it is one BPE
+/// word), and the model merges characters, with `<0xNN>` byte tokens for characters outside the
+/// vocabulary.
 pub(crate) struct SentencePiecePipeline<'t> {
     pub added: Vec<AddedSpec>,
     pub bpe: &'t BPE,
-    /// Whether the normalizer prepends "▁" to each stretch.
-    pub prepend: bool,
+    pub prepend: Prepend,
+    /// What writes spaces as "▁" and prepends one, as the engine line says it.
+    pub spaces: String,
+}
+
+/// Which stretches between added tokens get a "▁" in front.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Prepend {
+    /// Every stretch: a Prepend normalizer (Llama 2, Mistral 7B).
+    Always,
+    /// Every stretch that does not already start with a space or "▁": a Metaspace
+    /// pre-tokenizer with `prepend_scheme` "always".
+    UnlessThere,
+    /// The stretch that starts the document, unless it starts with a space or "▁": a Metaspace
+    /// pre-tokenizer with `prepend_scheme` "first" (Mistral 7B v0.3's and other files that
+    /// recent `transformers` write).
+    FirstUnlessThere,
+    /// None: a Replace normalizer alone (Gemma, Yi, InternLM2), or Metaspace with "never".
+    Never,
 }
 
 /// The metaspace character SentencePiece writes for a space.
 pub(crate) const METASPACE: char = '\u{2581}';
 
-/// The normalizers the SentencePiece-style fast path reproduces, as a refusal names them.
-const SENTENCEPIECE_NORMALIZERS: &str = "[Prepend \"▁\", Replace \" \" → \"▁\"] (Llama 2, Mistral \
-                                         7B) or Replace \" \" → \"▁\" alone or in a Sequence of one \
-                                         (Gemma, Yi, InternLM2)";
+/// What writes spaces as "▁" in the SentencePiece-style pipelines the fast path reproduces, as
+/// a refusal names them.
+const SENTENCEPIECE_SPACES: &str = "the normalizer [Prepend \"▁\", Replace \" \" → \"▁\"] (Llama 2, \
+                                    Mistral 7B), Replace \" \" → \"▁\" alone or in a Sequence of one \
+                                    (Gemma, Yi, InternLM2), or no normalizer and a Metaspace \
+                                    pre-tokenizer that does not split";
 
-/// Whether the normalizer prepends "▁" (`Some(true)`), only writes spaces as "▁"
-/// (`Some(false)`), or is not one the fast path reproduces (`None`).
-fn sentencepiece_normalizer(normalizer: Option<&NormalizerWrapper>) -> Option<bool> {
+/// Whether the normalizer prepends "▁" ([`Prepend::Always`]), only writes spaces as "▁"
+/// ([`Prepend::Never`]), or is not one the fast path reproduces (`None`).
+fn sentencepiece_normalizer(normalizer: &NormalizerWrapper) -> Option<Prepend> {
     let metaspace = METASPACE.to_string();
     let spaces_to_metaspace = |r: &NormalizerWrapper| {
         let NormalizerWrapper::Replace(r) = r else {
@@ -175,22 +195,21 @@ fn sentencepiece_normalizer(normalizer: Option<&NormalizerWrapper>) -> Option<bo
         let replace = serde_json::to_value(r).unwrap_or_default();
         replace["pattern"]["String"] == " " && replace["content"] == metaspace.as_str()
     };
-    match normalizer? {
-        one @ NormalizerWrapper::Replace(_) => spaces_to_metaspace(one).then_some(false),
+    match normalizer {
+        one @ NormalizerWrapper::Replace(_) => spaces_to_metaspace(one).then_some(Prepend::Never),
         NormalizerWrapper::Sequence(seq) => match seq.as_ref() {
             [NormalizerWrapper::Prepend(p), r] => {
-                (p.prepend == metaspace && spaces_to_metaspace(r)).then_some(true)
+                (p.prepend == metaspace && spaces_to_metaspace(r)).then_some(Prepend::Always)
             }
-            [r] => spaces_to_metaspace(r).then_some(false),
+            [r] => spaces_to_metaspace(r).then_some(Prepend::Never),
             _ => None,
         },
         _ => None,
     }
 }
 
-/// A pre-tokenizer that cuts nothing here: none, or a `Split` on a literal string with a space
-/// in it (Gemma 3 splits on " "), which the normalizer has written as "▁" before HF pre-tokenizes,
-/// so that it never matches.
+/// A pre-tokenizer that cuts nothing after the normalizer wrote spaces as "▁": none, or a
+/// `Split` on a literal string with a space in it (Gemma 3 splits on " "), which never matches.
 fn cuts_nothing_after_spaces_are_metaspace(pre: Option<&PreTokenizerWrapper>) -> bool {
     match pre {
         None => true,
@@ -200,6 +219,47 @@ fn cuts_nothing_after_spaces_are_metaspace(pre: Option<&PreTokenizerWrapper>) ->
         }
         Some(_) => false,
     }
+}
+
+/// How spaces become "▁" and which stretches get one in front (and how the engine line says
+/// so), or why the fast path does not reproduce this file's way.
+fn sentencepiece_spaces(tokenizer: &Tokenizer) -> Result<(Prepend, String), Refusal> {
+    let shown = |json: Option<String>| json.unwrap_or_else(|| "none".to_string());
+    let (normalizer, pre) = (tokenizer.get_normalizer(), tokenizer.get_pre_tokenizer());
+    if let (None, Some(PreTokenizerWrapper::Metaspace(m))) = (normalizer, pre) {
+        // HF's Metaspace writes each space as the replacement, then prepends one as its scheme
+        // says; with `split` it would also cut before every replacement.
+        if m.get_replacement() == METASPACE && !m.get_split() {
+            let (prepend, scheme) = match m.get_prepend_scheme() {
+                PrependScheme::Always => (Prepend::UnlessThere, "always"),
+                PrependScheme::First => (Prepend::FirstUnlessThere, "first"),
+                PrependScheme::Never => (Prepend::Never, "never"),
+            };
+            let spaces = format!("pre-tokenizer Metaspace (prepend_scheme {scheme})");
+            return Ok((prepend, spaces));
+        }
+    }
+    let Some(prepend) = normalizer.and_then(sentencepiece_normalizer) else {
+        return Err(Refusal::new(format!(
+            "SentencePiece-style BPE: the fast path reproduces spaces written as \"▁\" by \
+             {SENTENCEPIECE_SPACES}; not the normalizer {} with the pre-tokenizer {}",
+            shown(normalizer.and_then(|n| serde_json::to_string(n).ok())),
+            shown(pre.and_then(|p| serde_json::to_string(p).ok())),
+        )));
+    };
+    if !cuts_nothing_after_spaces_are_metaspace(pre) {
+        return Err(Refusal::new(format!(
+            "SentencePiece-style BPE with pre-tokenizer {} is not reproduced by the fast \
+             path (it reproduces none, or a Split on a string with a space in it, which the \
+             normalizer's \"▁\" leaves nothing to match)",
+            shown(pre.and_then(|p| serde_json::to_string(p).ok())),
+        )));
+    }
+    let spaces = match prepend {
+        Prepend::Always => "normalizer Prepend \"▁\" + Replace \" \" → \"▁\"",
+        _ => "normalizer Replace \" \" → \"▁\"",
+    };
+    Ok((prepend, spaces.to_string()))
 }
 
 pub(crate) fn analyse_sentencepiece(
@@ -213,26 +273,7 @@ pub(crate) fn analyse_sentencepiece(
              path does not reproduce",
         ));
     }
-    let Some(prepend) = sentencepiece_normalizer(tokenizer.get_normalizer()) else {
-        let shown = tokenizer.get_normalizer().map_or("none".to_string(), |n| {
-            serde_json::to_string(n).unwrap_or_else(|_| type_name(n))
-        });
-        return Err(Refusal::new(format!(
-            "SentencePiece-style BPE: the fast path reproduces the normalizer \
-             {SENTENCEPIECE_NORMALIZERS}, not {shown}"
-        )));
-    };
-    let pre = tokenizer.get_pre_tokenizer();
-    if !cuts_nothing_after_spaces_are_metaspace(pre) {
-        let shown = pre.map_or("?".to_string(), |p| {
-            serde_json::to_string(p).unwrap_or_else(|_| type_name(p))
-        });
-        return Err(Refusal::new(format!(
-            "SentencePiece-style BPE with pre-tokenizer {shown} is not reproduced by the fast \
-             path (it reproduces none, or a Split on a string with a space in it, which the \
-             normalizer's \"▁\" leaves nothing to match)"
-        )));
-    }
+    let (prepend, spaces) = sentencepiece_spaces(tokenizer)?;
     if let Some(post) = tokenizer.get_post_processor() {
         check_post_processor(post)?;
     }
@@ -248,6 +289,7 @@ pub(crate) fn analyse_sentencepiece(
         added,
         bpe,
         prepend,
+        spaces,
     })
 }
 

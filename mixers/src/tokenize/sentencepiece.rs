@@ -1,10 +1,12 @@
 //! The fast path for SentencePiece-style BPE with byte fallback (Llama 2, Mistral 7B, Gemma,
-//! Yi, InternLM2).
+//! Yi, InternLM2, and such files with a Metaspace pre-tokenizer).
 //!
 //! HF runs such a `tokenizer.json` as: added tokens found in the raw text; each stretch between
-//! them normalized to the stretch with every space written "▁" (with a "▁" prepended, for Llama 2
-//! and Mistral; Gemma, Yi and InternLM2 prepend nothing); that whole stretch one BPE word: its characters looked up (a character outside the vocabulary becomes its UTF-8 bytes'
-//! `<0xNN>` tokens), then merged by HF's merge loop. A document is one word, so HF's word cache
+//! them with every space written "▁" and, as [`Prepend`] says, a "▁" in front (Llama 2 and
+//! Mistral prepend one to each stretch, Gemma, Yi and InternLM2 none, files with a Metaspace
+//! pre-tokenizer to the first); that whole stretch one BPE word: its characters looked up (a
+//! character outside the vocabulary becomes its UTF-8 bytes' `<0xNN>` tokens), then merged by
+//! HF's merge loop. A document is one word, so HF's word cache
 //! never hits and every document pays the merge loop over its whole length.
 //!
 //! This engine cuts the stretch into pieces and merges each alone, which gives the same ids when
@@ -35,7 +37,7 @@ use super::byte_vocab::{merge_table, serialized_merges};
 use super::merges::Merges;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, AddedSpec, METASPACE, Refusal};
+use super::pipeline::{self, AddedSpec, METASPACE, Prepend, Refusal};
 use super::whole_tokens::WholeTokens;
 
 /// No token for a character.
@@ -79,8 +81,8 @@ pub(crate) struct SentencePieceBpe {
     cut_ascii: [u128; 128],
     /// The pieces that are one token whole, keyed as the piece cache keys them.
     whole: WholeTokens,
-    /// Whether the normalizer prepends "▁" to each stretch between added tokens.
-    prepend: bool,
+    /// Which stretches between added tokens get a "▁" in front.
+    prepend: Prepend,
     cache_owner: u64,
     description: String,
 }
@@ -103,8 +105,10 @@ pub(crate) struct SentencePieceTables {
     merges: Vec<(u32, u32, u32)>,
     /// See [`Joins`]: each merge's left token's last character and right token's first.
     joined: Vec<(char, char)>,
-    /// Whether the normalizer prepends "▁" to each stretch between added tokens.
-    prepend: bool,
+    /// Which stretches between added tokens get a "▁" in front.
+    prepend: Prepend,
+    /// What writes spaces as "▁" and prepends one, as the engine line says it.
+    spaces: String,
     /// The pieces that are one token whole ([`SentencePieceBpe::merging_to_themselves`]), keyed
     /// as the piece cache keys pieces, with their ids. In the engine cache as bytes after the
     /// JSON.
@@ -186,6 +190,7 @@ impl SentencePieceBpe {
                 pairs
             },
             prepend: pipeline.prepend,
+            spaces: pipeline.spaces,
             whole: Vec::new(),
             num_tokens: vocab.len(),
         };
@@ -231,17 +236,13 @@ impl SentencePieceBpe {
         let whole = WholeTokens::new(&tables.whole);
         let description = format!(
             "fast path: dsprep's SentencePiece-style BPE with byte fallback, HF's merge loop over \
-             HF's merges ({} tokens, {} merges, {} tokens looked up whole; normalizer {}Replace \
-             \" \" → \"▁\"; {} added tokens; pieces cut between two characters no merge joins \
-             (the merges join {} pairs); piece cache {} KiB per thread)",
+             HF's merges ({} tokens, {} merges, {} tokens looked up whole; {}; {} added tokens; \
+             pieces cut between two characters no merge joins (the merges join {} pairs); piece \
+             cache {} KiB per thread)",
             tables.num_tokens,
             merges.len(),
             whole.len(),
-            if tables.prepend {
-                "Prepend \"▁\" + "
-            } else {
-                ""
-            },
+            tables.spaces,
             tables.added.len(),
             joins.pairs.len(),
             piece_cache::CACHE_BYTES >> 10,
@@ -289,14 +290,33 @@ impl SentencePieceBpe {
     /// Append the ids HF's `encode(text, add_special_tokens=False)` gives to `out`.
     pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
         piece_cache::with_cache(self.cache_owner, |cache| {
+            // Whether the next segment starts the document (no added token before it).
+            let mut at_start = true;
             self.added.split(text, |segment| {
                 match segment {
                     Segment::Added(id) => out.push(id),
-                    Segment::Text(raw) => self.encode_stretch(raw, cache, out),
+                    Segment::Text(raw) => {
+                        let prepended = self.prepends(raw, at_start);
+                        self.encode_stretch(raw, prepended, cache, out);
+                    }
                 }
+                at_start = false;
                 Ok::<(), String>(())
             })
         })
+    }
+
+    /// Whether `raw`, a stretch between added tokens (the document's first, if `at_start`), gets
+    /// a "▁" in front. HF's Metaspace asks whether the stretch starts with "▁" once spaces are
+    /// "▁": a space or a "▁" in the text.
+    fn prepends(&self, raw: &str, at_start: bool) -> bool {
+        let there = raw.starts_with(' ') || raw.starts_with(METASPACE);
+        match self.prepend {
+            Prepend::Always => true,
+            Prepend::UnlessThere => !there,
+            Prepend::FirstUnlessThere => at_start && !there,
+            Prepend::Never => false,
+        }
     }
 
     /// May a piece end between `a` and `b`, whose tokens are `a_in` and `b_in` (else their
@@ -309,13 +329,17 @@ impl SentencePieceBpe {
         self.joins.may_cut_between(a, a_in, b, b_in)
     }
 
-    /// One stretch between added tokens ("▁" + the stretch, where the normalizer prepends it),
-    /// cut into pieces.
-    fn encode_stretch(&self, raw: &str, cache: &mut PieceCache, out: &mut Vec<u32>) {
+    /// One stretch between added tokens (after a "▁" if `prepended`), cut into pieces.
+    fn encode_stretch(
+        &self,
+        raw: &str,
+        mut prepended: bool,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) {
         let bytes = raw.as_bytes();
         let mut piece_start = 0;
-        // Whether the next piece has the prepended "▁" in front: the first, if any is prepended.
-        let mut prepended = self.prepend;
+        // `prepended` from here: whether the next piece has the prepended "▁" in front.
         // The character before `at` and whether it has a token: none before the first (the
         // prepended "▁" may not end a piece alone).
         let mut before: Option<(char, bool)> = None;
