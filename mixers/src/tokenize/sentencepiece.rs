@@ -6,8 +6,8 @@
 //! Mistral prepend one to each stretch, Gemma, Yi and InternLM2 none, files with a Metaspace
 //! pre-tokenizer to the first); that whole stretch one BPE word: its characters looked up (a
 //! character outside the vocabulary becomes its UTF-8 bytes' `<0xNN>` tokens), then merged by
-//! HF's merge loop. A document is one word, so HF's word cache
-//! never hits and every document pays the merge loop over its whole length.
+//! HF's merge loop. A document is one word, so HF's word cache never hits and every document
+//! pays the merge loop over its whole length.
 //!
 //! This engine cuts the stretch into pieces and merges each alone, which gives the same ids when
 //! no merge can join the two sides of a cut. It cuts between two characters `a` and `b` only
@@ -367,7 +367,7 @@ impl SentencePieceBpe {
     }
 
     /// One piece (raw bytes, a space standing for "▁"); `prepended`: the stretch's first piece,
-    /// with the normalizer's prepended "▁" in front, which a leading space stands for in the key.
+    /// with the prepended "▁" in front, which a leading space stands for in the key.
     fn encode_piece(
         &self,
         piece: &[u8],
