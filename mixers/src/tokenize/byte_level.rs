@@ -57,6 +57,13 @@ impl Scanner {
     }
 }
 
+/// [`REGEX_COPIES`] compiled copies of a pre-tokenizer pattern, with HF's own regex type.
+fn regex_copies(pattern: &str) -> Result<Vec<SysRegex>, String> {
+    (0..REGEX_COPIES)
+        .map(|_| SysRegex::new(pattern).map_err(|e| e.to_string()))
+        .collect()
+}
+
 /// A split HF applies before the last (DeepSeek V3's digit groups and CJK runs): its regex, in
 /// copies, and what it keeps.
 struct OuterSplit {
@@ -250,35 +257,27 @@ impl ByteLevelBpe {
         let raw_added = AddedSplitter::new(&tables.added, false)?;
         let normalized_added = AddedSplitter::new(&tables.added, true)?;
         // The regex copies compile while the vocabulary's tables fill.
-        let (regexes, vocab) = build_beside::join(
+        // Every split's regex copies compile while the vocabulary's tables fill.
+        let (compiled, vocab) = build_beside::join(
             || {
-                (0..REGEX_COPIES)
-                    .map(|_| SysRegex::new(&tables.pattern))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| e.to_string())
+                let outer = tables
+                    .outer
+                    .iter()
+                    .map(|split| {
+                        Ok(OuterSplit {
+                            regexes: regex_copies(&split.pattern)?,
+                            keep_matches: split.keep_matches,
+                            keep_gaps: split.keep_gaps,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok::<_, String>((outer, regex_copies(&tables.pattern)?))
             },
             || ByteVocab::from_tables(&tables.vocab),
         );
-        let regexes = regexes
+        let (outer, regexes) = compiled
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
         let vocab = vocab?;
-        let outer = tables
-            .outer
-            .iter()
-            .map(|split| {
-                let regexes = (0..REGEX_COPIES)
-                    .map(|_| SysRegex::new(&split.pattern))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| {
-                        Refusal::new(format!("pre-tokenizer regex does not compile: {e}"))
-                    })?;
-                Ok(OuterSplit {
-                    regexes,
-                    keep_matches: split.keep_matches,
-                    keep_gaps: split.keep_gaps,
-                })
-            })
-            .collect::<Result<Vec<_>, Refusal>>()?;
         let outer_patterns: String = tables
             .outer
             .iter()

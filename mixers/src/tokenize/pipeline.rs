@@ -69,6 +69,13 @@ fn type_name<T: serde::Serialize>(component: &T) -> String {
         .unwrap_or_else(|| "?".to_string())
 }
 
+/// A component as a refusal shows it: its JSON (its `type` if that fails), or "none".
+fn shown<T: serde::Serialize>(component: Option<&T>) -> String {
+    component.map_or("none".to_string(), |c| {
+        serde_json::to_string(c).unwrap_or_else(|_| type_name(c))
+    })
+}
+
 /// Truncation and padding change what `encode` returns; neither engine of the fast path has them.
 fn check_no_truncation_or_padding(tokenizer: &Tokenizer) -> Result<(), Refusal> {
     if tokenizer.get_truncation().is_some() {
@@ -224,7 +231,6 @@ fn cuts_nothing_after_spaces_are_metaspace(pre: Option<&PreTokenizerWrapper>) ->
 /// How spaces become "▁" and which stretches get one in front (and how the engine line says
 /// so), or why the fast path does not reproduce this file's way.
 fn sentencepiece_spaces(tokenizer: &Tokenizer) -> Result<(Prepend, String), Refusal> {
-    let shown = |json: Option<String>| json.unwrap_or_else(|| "none".to_string());
     let (normalizer, pre) = (tokenizer.get_normalizer(), tokenizer.get_pre_tokenizer());
     if let (None, Some(PreTokenizerWrapper::Metaspace(m))) = (normalizer, pre) {
         // HF's Metaspace writes each space as the replacement, then prepends one as its scheme
@@ -243,8 +249,8 @@ fn sentencepiece_spaces(tokenizer: &Tokenizer) -> Result<(Prepend, String), Refu
         return Err(Refusal::new(format!(
             "SentencePiece-style BPE: the fast path reproduces spaces written as \"▁\" by \
              {SENTENCEPIECE_SPACES}; not the normalizer {} with the pre-tokenizer {}",
-            shown(normalizer.and_then(|n| serde_json::to_string(n).ok())),
-            shown(pre.and_then(|p| serde_json::to_string(p).ok())),
+            shown(normalizer),
+            shown(pre),
         )));
     };
     if !cuts_nothing_after_spaces_are_metaspace(pre) {
@@ -252,7 +258,7 @@ fn sentencepiece_spaces(tokenizer: &Tokenizer) -> Result<(Prepend, String), Refu
             "SentencePiece-style BPE with pre-tokenizer {} is not reproduced by the fast \
              path (it reproduces none, or a Split on a string with a space in it, which the \
              normalizer's \"▁\" leaves nothing to match)",
-            shown(pre.and_then(|p| serde_json::to_string(p).ok())),
+            shown(pre),
         )));
     }
     let spaces = match prepend {
