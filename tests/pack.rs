@@ -771,13 +771,13 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(llama2) = fetched_tokenizer("llama2") {
         tokenizers.push(("llama2", llama2, "</s>", "SentencePiece-style BPE"));
     }
-    // Three regex Splits one after another, the last without a scanner (DeepSeek V3).
+    // Three regex Splits one after another, all three cut by one scanner (DeepSeek V3).
     if let Some(deepseek) = fetched_tokenizer("deepseek_v3") {
         tokenizers.push((
             "deepseek_v3",
             deepseek,
             "<｜end▁of▁sentence｜>",
-            "\" then \"",
+            "DeepSeek V3 scanner",
         ));
     }
     // Mistral 7B's file as recent `transformers` writes it: a Metaspace pre-tokenizer instead of

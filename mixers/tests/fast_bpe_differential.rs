@@ -293,6 +293,8 @@ fn edge_cases(added: &[String]) -> Vec<(String, String)> {
         "café cafe\u{301} CAFÉ CAFE\u{301} \u{212b} A\u{30a} \u{1e9b}\u{323} q\u{307}\u{323}"
             .into(),
         "\u{1100}\u{1161}\u{11a8} 각 \u{ac00}\u{11a8}".into(),
+        "カタカナ・ひらがな゛゜゠ー ２０２４年3月15日 〇一二三 .NET's e.g. U.S.A. (x)->y «z» ‹w›"
+            .into(),
         "e\u{301}<|endoftext|>\u{301}x".into(),
         "\u{0}\u{1}\u{7f} zero\u{200d}width \u{feff}bom \u{200b}".into(),
         "aGVsbG8gd29ybGQgdGhpcyBpcyBiYXNlNjQ=".repeat(50),
@@ -474,6 +476,17 @@ fn fragment() -> impl Strategy<Value = String> {
         "日本語",
         "Привет",
         "١٢",
+        // DeepSeek V3's cuts: kana and its punctuation, symbols in the CJK class, a punctuation
+        // character before ASCII letters.
+        "カタカナ",
+        "ひらがな",
+        "・",
+        "ー",
+        "゛",
+        "゠",
+        "〇",
+        ".NET",
+        "-x",
     ]);
     prop_oneof![
         4 => fixed.prop_map(str::to_string),

@@ -23,6 +23,7 @@ use super::build_beside;
 use super::byte_vocab::{self, ByteVocab, VocabTables};
 use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
+use super::deepseek_split::DeepSeekSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
@@ -32,19 +33,29 @@ use super::pipeline::{self, AddedSpec, PieceSplit, Refusal};
 /// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
 const REGEX_COPIES: usize = 8;
 
-/// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex.
+/// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex (GPT-2's, the
+/// cl100k family's), or as all its splits one after another (DeepSeek V3's).
 enum Scanner {
     Gpt2(Gpt2Splitter),
     Cl100k(Cl100kSplitter),
+    DeepSeek(DeepSeekSplitter),
 }
 
 impl Scanner {
-    /// The scanner for `pattern`, if there is one.
-    fn for_pattern(pattern: &str) -> Result<Option<Self>, String> {
-        if pattern == GPT2_PATTERN {
+    /// The scanner for the splits before the last, `outer`, and the last, if there is one.
+    fn for_splits(outer: &[PieceSplit], last: &PieceSplit) -> Result<Option<Self>, String> {
+        let splits: Vec<_> = outer
+            .iter()
+            .chain([last])
+            .map(|s| (s.pattern.as_str(), s.keep_matches, s.keep_gaps))
+            .collect();
+        if let Some(scanner) = DeepSeekSplitter::for_splits(&splits) {
+            return scanner.map(|s| Some(Self::DeepSeek(s)));
+        }
+        if last.pattern == GPT2_PATTERN {
             return Gpt2Splitter::new().map(|s| Some(Self::Gpt2(s)));
         }
-        Cl100kSplitter::for_pattern(pattern)
+        Cl100kSplitter::for_pattern(&last.pattern)
             .transpose()
             .map(|s| s.map(Self::Cl100k))
     }
@@ -53,6 +64,7 @@ impl Scanner {
         match self {
             Self::Gpt2(_) => "GPT-2",
             Self::Cl100k(_) => "cl100k-family",
+            Self::DeepSeek(_) => "DeepSeek V3",
         }
     }
 }
@@ -283,7 +295,12 @@ impl ByteLevelBpe {
             .iter()
             .map(|split| format!("{:?} then ", split.pattern))
             .collect();
-        let scanner = Scanner::for_pattern(&tables.pattern)
+        let last = PieceSplit {
+            pattern: tables.pattern.clone(),
+            keep_matches: tables.keep_matches,
+            keep_gaps: tables.keep_gaps,
+        };
+        let scanner = Scanner::for_splits(&tables.outer, &last)
             .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
@@ -357,10 +374,30 @@ impl ByteLevelBpe {
                             out.push(id);
                             Ok(())
                         }
-                        Segment::Text(between) => self.encode_outer(0, regex, between, cache, out),
+                        Segment::Text(between) => self.encode_split(regex, between, cache, out),
                     })
             }
         })
+    }
+
+    /// HF's pre-tokenizer and BPE on a text between added tokens: all its splits at once where a
+    /// scanner does them all (DeepSeek V3's), else split after split. A scanner that hands the
+    /// text back has its ids taken back, and the regexes cut the text.
+    fn encode_split(
+        &self,
+        regex: &SysRegex,
+        text: &str,
+        cache: &mut PieceCache,
+        out: &mut Vec<u32>,
+    ) -> Result<(), String> {
+        if let Some(Scanner::DeepSeek(scanner)) = &self.scanner {
+            let mark = out.len();
+            match self.encode_matches(text, scanner.find_iter(text), cache, out) {
+                Err(Cut::HandBack) => out.truncate(mark),
+                other => return other.map_err(Cut::into_message),
+            }
+        }
+        self.encode_outer(0, regex, text, cache, out)
     }
 
     /// The splits before the last, from `level` on: each kept piece of `self.outer[level]`'s cut
@@ -424,7 +461,10 @@ impl ByteLevelBpe {
             Some(Scanner::Cl100k(scanner)) => {
                 self.encode_matches(text, scanner.find_iter(text), cache, out)
             }
-            None => self.encode_matches(text, from_regex(), cache, out),
+            // DeepSeek V3's scanner cuts whole texts in `encode_split`, not pieces here.
+            Some(Scanner::DeepSeek(_)) | None => {
+                self.encode_matches(text, from_regex(), cache, out)
+            }
         };
         match scanned {
             Err(Cut::HandBack) => {

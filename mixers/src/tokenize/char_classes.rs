@@ -198,7 +198,7 @@ fn ascii_spaces_end(bytes: &[u8], mut at: usize) -> usize {
 }
 
 /// The end of the run of ASCII letters from byte `at` of `bytes`, 8 bytes at a time.
-fn ascii_letters_end(bytes: &[u8], mut at: usize) -> usize {
+pub(crate) fn ascii_letters_end(bytes: &[u8], mut at: usize) -> usize {
     while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
         let stops = non_letters(u64::from_le_bytes(*chunk));
         if stops != 0 {

@@ -15,6 +15,7 @@ mod byte_level;
 mod byte_vocab;
 mod char_classes;
 mod cl100k_split;
+mod deepseek_split;
 mod engine_cache;
 mod engine_slot;
 mod gpt2_split;
