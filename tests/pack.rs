@@ -763,9 +763,9 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(cl100k) = fetched_tokenizer("cl100k") {
         tokenizers.push(("cl100k", cl100k, "<|endoftext|>", "cl100k-family scanner"));
     }
-    // o200k's pattern has no scanner: its fast path cuts pieces with HF's regex.
+    // o200k's pattern, which cuts words by case, on its own scanner.
     if let Some(o200k) = fetched_tokenizer("o200k") {
-        tokenizers.push(("o200k", o200k, "<|endoftext|>", "fast path"));
+        tokenizers.push(("o200k", o200k, "<|endoftext|>", "o200k scanner"));
     }
     // SentencePiece-style BPE with byte fallback (Mistral 7B's file): its own fast path.
     if let Some(llama2) = fetched_tokenizer("llama2") {

@@ -139,7 +139,7 @@ static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("cl100k")
         .map(|path| pair("cl100k", &path.to_string_lossy(), GPT2_EOS))
 });
-/// OpenAI's o200k_base: its pattern (case-aware letter runs) has no scanner; fancy-regex cuts.
+/// OpenAI's o200k_base: its pattern cuts words by case (its own scanner).
 static O200K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("o200k").map(|path| pair("o200k", &path.to_string_lossy(), GPT2_EOS))
 });
@@ -294,6 +294,8 @@ fn edge_cases(added: &[String]) -> Vec<(String, String)> {
             .into(),
         "\u{1100}\u{1161}\u{11a8} 각 \u{ac00}\u{11a8}".into(),
         "カタカナ・ひらがな゛゜゠ー ２０２４年3月15日 〇一二三 .NET's e.g. U.S.A. (x)->y «z» ‹w›"
+            .into(),
+        "McDonald's HTTPServer iPhone XMLHttpRequest DON'T Don't \u{301}ABC! ǅungla ʰA Aʰb a//b !\n/"
             .into(),
         "e\u{301}<|endoftext|>\u{301}x".into(),
         "\u{0}\u{1}\u{7f} zero\u{200d}width \u{feff}bom \u{200b}".into(),
@@ -487,6 +489,16 @@ fn fragment() -> impl Strategy<Value = String> {
         "〇",
         ".NET",
         "-x",
+        // o200k's cuts by case: upper runs keep the lower letters after them, a lower letter
+        // before an upper one ends a word.
+        "McDonald",
+        "HTTPServer",
+        "iPhone",
+        "DON'T",
+        "ǅ",
+        "ʰ",
+        "/",
+        "\n/",
     ]);
     prop_oneof![
         4 => fixed.prop_map(str::to_string),

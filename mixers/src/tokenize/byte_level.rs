@@ -1,11 +1,12 @@
-//! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen): HF's pipeline
-//! step for step, built only when [`super::pipeline`] finds a configuration it reproduces.
+//! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen, o200k, DeepSeek
+//! V3): HF's pipeline step for step, built only when [`super::pipeline`] finds a configuration it
+//! reproduces.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
 //! trie crate ([`super::added`]); NFC is HF's NFC crate; pieces come from HF's own regex type
 //! (`tokenizers::utils::SysRegex`, which also stops where HF stops on a regex error), or, for
-//! GPT-2's and the cl100k family's patterns, from a scanner with the same matches that hands a
-//! text back to that regex wherever the regex could give up; a piece's ids come from HF's merge
+//! GPT-2's, the cl100k family's and o200k's patterns and DeepSeek V3's splits, from a scanner
+//! with the same pieces that hands a text back to the regexes wherever a regex could give up; a piece's ids come from HF's merge
 //! loop over HF's merges ([`super::merges`]), from the thread's [`super::piece_cache`] when
 //! the same bytes were merged before, or from [`super::whole_tokens`] when the piece is one token
 //! whole.
@@ -25,6 +26,7 @@ use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
 use super::deepseek_split::DeepSeekSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
+use super::o200k_split::O200kSplitter;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, AddedSpec, PieceSplit, Refusal};
@@ -34,10 +36,11 @@ use super::pipeline::{self, AddedSpec, PieceSplit, Refusal};
 const REGEX_COPIES: usize = 8;
 
 /// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex (GPT-2's, the
-/// cl100k family's), or as all its splits one after another (DeepSeek V3's).
+/// cl100k family's, o200k's), or as all its splits one after another (DeepSeek V3's).
 enum Scanner {
     Gpt2(Gpt2Splitter),
     Cl100k(Cl100kSplitter),
+    O200k(O200kSplitter),
     DeepSeek(DeepSeekSplitter),
 }
 
@@ -55,6 +58,9 @@ impl Scanner {
         if last.pattern == GPT2_PATTERN {
             return Gpt2Splitter::new().map(|s| Some(Self::Gpt2(s)));
         }
+        if let Some(scanner) = O200kSplitter::for_pattern(&last.pattern) {
+            return scanner.map(|s| Some(Self::O200k(s)));
+        }
         Cl100kSplitter::for_pattern(&last.pattern)
             .transpose()
             .map(|s| s.map(Self::Cl100k))
@@ -64,6 +70,7 @@ impl Scanner {
         match self {
             Self::Gpt2(_) => "GPT-2",
             Self::Cl100k(_) => "cl100k-family",
+            Self::O200k(_) => "o200k",
             Self::DeepSeek(_) => "DeepSeek V3",
         }
     }
@@ -459,6 +466,9 @@ impl ByteLevelBpe {
                 self.encode_matches(text, scanner.find_iter(text), cache, out)
             }
             Some(Scanner::Cl100k(scanner)) => {
+                self.encode_matches(text, scanner.find_iter(text), cache, out)
+            }
+            Some(Scanner::O200k(scanner)) => {
                 self.encode_matches(text, scanner.find_iter(text), cache, out)
             }
             // DeepSeek V3's scanner cuts whole texts in `encode_split`, not pieces here.

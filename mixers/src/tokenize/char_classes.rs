@@ -156,6 +156,27 @@ impl CharClasses {
         }
     }
 
+    /// The end of the match at `start` (a whitespace character) of `\s*[\r\n]+|\s+(?!\S)|\s+`,
+    /// the alternatives the cl100k family's, DeepSeek V3's and o200k's patterns end with. The
+    /// regex walks the whole run for these, so past [`SCANNED_RUN_LIMIT`] the text is handed back.
+    pub(crate) fn newline_or_spaces_end(
+        &self,
+        text: &str,
+        start: usize,
+    ) -> Result<usize, HandBack> {
+        let (end, newline_end) = self.spaces_end(text, start);
+        if end - start > SCANNED_RUN_LIMIT {
+            return Err(HandBack);
+        }
+        // \s*[\r\n]+ : \s* gives back characters until a CR or LF can follow, so the match ends
+        // just after the run's last CR or LF (no CR or LF follows it inside the run).
+        if let Some(newline_end) = newline_end {
+            return Ok(newline_end);
+        }
+        // \s+(?!\S)|\s+ over the run.
+        Ok(spaces_before_word_end(text, start, end))
+    }
+
     /// [`Self::run_end`] for letters, whose ASCII stretches are tested 8 bytes at a time.
     #[inline]
     pub(crate) fn letters_end(&self, text: &str, at: usize) -> usize {
@@ -169,7 +190,8 @@ impl CharClasses {
 
 /// `0x01` in every byte of a `u64`.
 const ONES: u64 = u64::from_ne_bytes([1; 8]);
-const HIGH_BITS: u64 = ONES * 0x80;
+/// The high bit of every byte of a `u64`.
+pub(crate) const HIGH_BITS: u64 = ONES * 0x80;
 
 /// The high bit of each byte of `chunk` that is not an ASCII letter, and of no other byte.
 fn non_letters(chunk: u64) -> u64 {
@@ -181,36 +203,52 @@ fn non_letters(chunk: u64) -> u64 {
     !(from_a & !past_z & !chunk) & HIGH_BITS
 }
 
-/// The end of the run of U+0020 from byte `at` of `bytes`, 8 bytes at a time.
-fn ascii_spaces_end(bytes: &[u8], mut at: usize) -> usize {
+/// The high bit of each byte of `chunk` that is an ASCII character in `lo..=hi`, and of no
+/// other byte.
+#[inline]
+pub(crate) fn ascii_in_range(chunk: u64, lo: u8, hi: u8) -> u64 {
+    // Each byte less its high bit, plus 0x80 − lo (at most 0xff: no carry into the next byte):
+    // the sum's high bit says the byte is at least `lo`; plus 0x80 − hi − 1, past `hi`.
+    let low = chunk & !HIGH_BITS;
+    let from_lo = low + ONES * (0x80 - u64::from(lo));
+    let past_hi = low + ONES * (0x80 - u64::from(hi) - 1);
+    from_lo & !past_hi & !chunk & HIGH_BITS
+}
+
+/// The end of a run from byte `at` of `bytes`, 8 bytes at a time: `stops` gives, of a
+/// little-endian chunk, a word with bits set in the bytes that end the run and in no other (the
+/// high bit, or any), `keeps` says of one byte (for the tail) whether it goes on.
+#[inline(always)]
+pub(crate) fn ascii_run_end(
+    bytes: &[u8],
+    mut at: usize,
+    stops: impl Fn(u64) -> u64,
+    keeps: impl Fn(u8) -> bool,
+) -> usize {
     while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        // Zero in each byte that is a space: the lowest set bit is in the first that is not.
-        let others = u64::from_le_bytes(*chunk) ^ (ONES * u64::from(b' '));
-        if others != 0 {
-            return at + (others.trailing_zeros() / 8) as usize;
+        let stopped = stops(u64::from_le_bytes(*chunk));
+        if stopped != 0 {
+            // The lowest set bit is in the first byte (little-endian) that ends the run.
+            return at + (stopped.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
-    while bytes.get(at) == Some(&b' ') {
+    while bytes.get(at).is_some_and(|&b| keeps(b)) {
         at += 1;
     }
     at
 }
 
+/// The end of the run of U+0020 from byte `at` of `bytes`, 8 bytes at a time.
+fn ascii_spaces_end(bytes: &[u8], at: usize) -> usize {
+    // Zero in each byte that is a space.
+    let others = |chunk: u64| chunk ^ (ONES * u64::from(b' '));
+    ascii_run_end(bytes, at, others, |b| b == b' ')
+}
+
 /// The end of the run of ASCII letters from byte `at` of `bytes`, 8 bytes at a time.
-pub(crate) fn ascii_letters_end(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let stops = non_letters(u64::from_le_bytes(*chunk));
-        if stops != 0 {
-            // The lowest set bit is in the first byte (little-endian) that is no ASCII letter.
-            return at + (stops.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while bytes.get(at).is_some_and(u8::is_ascii_alphabetic) {
-        at += 1;
-    }
-    at
+pub(crate) fn ascii_letters_end(bytes: &[u8], at: usize) -> usize {
+    ascii_run_end(bytes, at, non_letters, |b| b.is_ascii_alphabetic())
 }
 
 /// The end of the match at `start` of GPT-2's and cl100k's `\s+(?!\S)|\s+` over the whitespace

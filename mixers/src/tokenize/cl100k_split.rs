@@ -11,44 +11,24 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
-use super::char_classes::{
-    CharClasses, HandBack, Kind, SCANNED_RUN_LIMIT, contains, ranges, spaces_before_word_end, tile,
-};
+use super::char_classes::{CharClasses, HandBack, Kind, tile};
+use super::contractions::Contractions;
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
 pub(crate) const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// The Qwen2/2.5/3 pattern: one number character per match.
 pub(crate) const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// The contractions of the first alternative, in its order (none is a prefix of a later one).
-const CONTRACTIONS: [&str; 7] = ["s", "t", "re", "ve", "m", "ll", "d"];
-
 pub(crate) struct Cl100kSplitter {
     classes: CharClasses,
     /// Most number characters in one match: 3 for cl100k and Llama 3, 1 for Qwen.
     max_digits: usize,
-    /// For each contraction, per letter, the characters `(?i:x)` matches (e.g. `s`: s, S, ſ).
-    contractions: Vec<Vec<Vec<(u32, u32)>>>,
-    /// Per ASCII character, the one contraction whose first letter it is, if any.
-    contraction_by_first: Box<[Option<u8>; 128]>,
+    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)`
+    contractions: Contractions,
 }
 
 fn is_cr_or_lf(b: u8) -> bool {
     b == b'\r' || b == b'\n'
-}
-
-/// The end of `letters` (a character class per letter) spelled from byte `at` of `text`, if they
-/// are.
-fn spelled_end(text: &str, at: usize, letters: &[Vec<(u32, u32)>]) -> Option<usize> {
-    let mut end = at;
-    for class in letters {
-        let c = text.get(end..)?.chars().next()?;
-        if !contains(class, u32::from(c)) {
-            return None;
-        }
-        end += c.len_utf8();
-    }
-    Some(end)
 }
 
 impl Cl100kSplitter {
@@ -63,47 +43,11 @@ impl Cl100kSplitter {
     }
 
     fn new(max_digits: usize) -> Result<Self, String> {
-        let contractions = CONTRACTIONS
-            .iter()
-            .map(|suffix| {
-                suffix
-                    .chars()
-                    .map(|letter| ranges(&format!("(?i:{letter})")))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut contraction_by_first = Box::new([None; 128]);
-        for (index, letters) in (0u8..).zip(&contractions) {
-            let first = letters.first().ok_or("a contraction without letters")?;
-            for b in 0..128u8 {
-                if contains(first, u32::from(b))
-                    && contraction_by_first[usize::from(b)]
-                        .replace(index)
-                        .is_some()
-                {
-                    return Err(format!("two contractions start with {:?}", char::from(b)));
-                }
-            }
-        }
         Ok(Self {
             classes: CharClasses::new()?,
             max_digits,
-            contractions,
-            contraction_by_first,
+            contractions: Contractions::new()?,
         })
-    }
-
-    /// The end (byte offset) of the contraction (after an apostrophe) that starts at byte `at`
-    /// of `text`, if any. After an ASCII character only the one contraction it starts is tried.
-    fn contraction(&self, text: &str, at: usize) -> Option<usize> {
-        let &b = text.as_bytes().get(at)?;
-        if b.is_ascii() {
-            let index = self.contraction_by_first[usize::from(b)]?;
-            return spelled_end(text, at, self.contractions.get(usize::from(index))?);
-        }
-        self.contractions
-            .iter()
-            .find_map(|letters| spelled_end(text, at, letters))
     }
 
     /// The end of the `\p{N}{1,3}` (or `\p{N}`) match at `start`, whose first character is a
@@ -157,7 +101,7 @@ impl Cl100kSplitter {
         let first = bytes[start];
         // (?i:'s|'t|'re|'ve|'m|'ll|'d)
         if first == b'\''
-            && let Some(end) = self.contraction(text, start + 1)
+            && let Some(end) = self.contractions.after_apostrophe(text, start + 1)
         {
             return Ok(end);
         }
@@ -178,29 +122,14 @@ impl Cl100kSplitter {
         let body = match next {
             Some((Kind::Other, _)) if first == b' ' => start + 1,
             _ if kind == Kind::Other => start,
-            _ => return self.whitespace_end(text, start),
+            // \s*[\r\n]+|\s+(?!\S)|\s+ : a whitespace character starts the match.
+            _ => return classes.newline_or_spaces_end(text, start),
         };
         let mut end = classes.run_end(text, body, Kind::Other);
         while bytes.get(end).is_some_and(|&b| is_cr_or_lf(b)) {
             end += 1;
         }
         Ok(end)
-    }
-
-    /// The end of the match at `start` where none of the alternatives before `\s*[\r\n]+`
-    /// matches: a whitespace character starts it. The regex walks the whole run for these.
-    fn whitespace_end(&self, text: &str, start: usize) -> Result<usize, HandBack> {
-        let (end, newline_end) = self.classes.spaces_end(text, start);
-        if end - start > SCANNED_RUN_LIMIT {
-            return Err(HandBack);
-        }
-        // \s*[\r\n]+ : \s* gives back characters until a CR or LF can follow, so the match ends
-        // just after the run's last CR or LF (no CR or LF follows it inside the run).
-        if let Some(newline_end) = newline_end {
-            return Ok(newline_end);
-        }
-        // \s+(?!\S)|\s+ over the run.
-        Ok(spaces_before_word_end(text, start, end))
     }
 
     /// The matches of the pattern in `text`, as HF's regex would report them: `(start, end)` byte
@@ -215,6 +144,7 @@ impl Cl100kSplitter {
 
 #[cfg(test)]
 mod tests {
+    use super::super::char_classes::SCANNED_RUN_LIMIT;
     use super::*;
     use proptest::prelude::*;
     use tokenizers::utils::SysRegex;

@@ -18,8 +18,9 @@
 //! against HF's own regex type, split after split, check the two agree.
 
 use super::char_classes::{
-    CharClasses, HandBack, SCANNED_RUN_LIMIT, ascii_letters_end, ranges, spaces_before_word_end,
+    CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_letters_end, ascii_run_end, ranges,
 };
+use super::class_table::ClassTable;
 
 /// The first split: groups of up to three number characters.
 pub(crate) const DEEPSEEK_DIGITS: &str = r"\p{N}{1,3}";
@@ -79,48 +80,19 @@ fn segment_of(class: u8) -> Segment {
     }
 }
 
-/// `0x01` in every byte of a `u64`.
-const ONES: u64 = u64::from_ne_bytes([1; 8]);
-const HIGH_BITS: u64 = ONES * 0x80;
-
 /// The end of the run of ASCII characters other than digits from byte `at` of `bytes`, 8 bytes
 /// at a time.
-fn ascii_non_digits_end(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let chunk = u64::from_le_bytes(*chunk);
-        // Each byte less its high bit plus 0x50 (no carry into the next byte): the high bit of
-        // the sum says the byte is at least '0'; plus 0x46, at least ':'.
-        let low = chunk & !HIGH_BITS;
-        let digits = (low + ONES * (0x80 - u64::from(b'0')))
-            & !(low + ONES * (0x80 - u64::from(b'9') - 1))
-            & HIGH_BITS;
-        let stops = (chunk & HIGH_BITS) | digits;
-        if stops != 0 {
-            // The lowest set bit is in the first byte (little-endian) that stops the run.
-            return at + (stops.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while bytes
-        .get(at)
-        .is_some_and(|b| b.is_ascii() && !b.is_ascii_digit())
-    {
-        at += 1;
-    }
-    at
+fn ascii_non_digits_end(bytes: &[u8], at: usize) -> usize {
+    let stops = |chunk: u64| (chunk & HIGH_BITS) | ascii_in_range(chunk, b'0', b'9');
+    ascii_run_end(bytes, at, stops, |b| b.is_ascii() && !b.is_ascii_digit())
 }
 
 pub(crate) struct DeepSeekSplitter {
-    /// The class byte of every code point below U+10000 (ASCII included).
-    bmp: Box<[u8]>,
-    /// Sorted, disjoint ranges of code points from U+10000 with a class other than `Other`.
-    astral: Vec<(u32, u32, u8)>,
+    /// Each character's [`Kind`], with [`CJK`] added.
+    classes: ClassTable,
     /// For whitespace runs (`\s` from the same tables).
     spaces: CharClasses,
 }
-
-/// The number of code points below U+10000.
-const BMP: u32 = 0x1_0000;
 
 impl DeepSeekSplitter {
     /// The scanner for these splits (each: pattern, keeps matches, keeps gaps), if they are
@@ -131,55 +103,31 @@ impl DeepSeekSplitter {
     }
 
     fn new() -> Result<Self, String> {
-        let mut bmp = vec![Kind::Other as u8; BMP as usize].into_boxed_slice();
-        let mut astral = Vec::new();
-        for (class, kind) in [
-            (r"[\p{L}\p{M}]", Kind::Word),
-            (r"[\p{P}\p{S}]", Kind::Punct),
-            (r"\s", Kind::Space),
-            (r"\p{N}", Kind::Number),
-        ] {
-            for (lo, hi) in ranges(class)? {
-                for c in lo..=hi.min(BMP - 1) {
-                    let slot = &mut bmp[c as usize];
-                    if *slot != Kind::Other as u8 {
-                        return Err(format!("{class} overlaps another class at U+{c:04X}"));
-                    }
-                    *slot = kind as u8;
-                }
-                if hi >= BMP {
-                    astral.push((lo.max(BMP), hi, kind as u8));
-                }
-            }
-        }
+        let mut classes = ClassTable::new(&[
+            (r"[\p{L}\p{M}]", Kind::Word as u8),
+            (r"[\p{P}\p{S}]", Kind::Punct as u8),
+            (r"\s", Kind::Space as u8),
+            (r"\p{N}", Kind::Number as u8),
+        ])?;
         // The first alternative's class, ASCII punctuation, is the ASCII part of the third
         // class: `match_end` tells the two apart by the table.
         if let Some(b) = (0..128u8)
-            .find(|&b| (bmp[usize::from(b)] == Kind::Punct as u8) != b.is_ascii_punctuation())
+            .find(|&b| (classes.ascii(b) == Kind::Punct as u8) != b.is_ascii_punctuation())
         {
             return Err(format!(
                 "[\\p{{P}}\\p{{S}}] and ASCII punctuation disagree on {b:#04x}"
             ));
         }
-        astral.sort_unstable();
-        if let Some(pair) = astral.windows(2).find(|pair| pair[0].1 >= pair[1].0) {
-            return Err(format!("classes overlap at U+{:04X}", pair[1].0));
-        }
         let cjk_class = &DEEPSEEK_CJK[..DEEPSEEK_CJK.len() - 1];
-        for (lo, hi) in ranges(cjk_class)? {
-            for c in lo..=hi {
-                let slot = bmp
-                    .get_mut(c as usize)
-                    .ok_or_else(|| format!("{cjk_class} reaches past U+FFFF"))?;
-                if *slot == Kind::Number as u8 {
-                    return Err(format!("{cjk_class} holds the number U+{c:04X}"));
-                }
-                *slot |= CJK;
+        classes.add_flag(cjk_class, CJK)?;
+        for c in ranges(cjk_class)?.into_iter().flat_map(|(lo, hi)| lo..=hi) {
+            let c = char::from_u32(c).ok_or("a class holds a surrogate")?;
+            if kind_of(classes.of(c)) == Kind::Number {
+                return Err(format!("{cjk_class} holds the number {c:?}"));
             }
         }
         Ok(Self {
-            bmp,
-            astral,
+            classes,
             spaces: CharClasses::new()?,
         })
     }
@@ -188,33 +136,7 @@ impl DeepSeekSplitter {
     /// boundary), or `None` at the end.
     #[inline]
     fn class_at(&self, text: &str, at: usize) -> Option<(u8, usize)> {
-        let &b = text.as_bytes().get(at)?;
-        if b.is_ascii() {
-            return Some((self.bmp[usize::from(b)], 1));
-        }
-        self.wide_class_at(text, at)
-    }
-
-    #[inline(never)]
-    fn wide_class_at(&self, text: &str, at: usize) -> Option<(u8, usize)> {
-        let c = text.get(at..)?.chars().next()?;
-        let code = u32::from(c);
-        let class = match self.bmp.get(code as usize) {
-            Some(&class) => class,
-            None => self
-                .astral
-                .binary_search_by(|&(lo, hi, _)| {
-                    if hi < code {
-                        std::cmp::Ordering::Less
-                    } else if lo > code {
-                        std::cmp::Ordering::Greater
-                    } else {
-                        std::cmp::Ordering::Equal
-                    }
-                })
-                .map_or(Kind::Other as u8, |i| self.astral[i].2),
-        };
-        Some((class, c.len_utf8()))
+        self.classes.at(text, at)
     }
 
     fn kind_at(&self, text: &str, at: usize) -> Option<(Kind, usize)> {
@@ -288,7 +210,7 @@ impl DeepSeekSplitter {
         if b.is_ascii() && bytes.get(start + 1).is_some_and(u8::is_ascii_alphabetic) {
             // An ASCII character before an ASCII letter: punctuation starts the first
             // alternative; anything else but CR and LF (a space, a control) the second.
-            if kind_of(self.bmp[usize::from(b)]) == Kind::Punct {
+            if kind_of(self.classes.ascii(b)) == Kind::Punct {
                 return Ok(Some(ascii_letters_end(bytes, start + 2)));
             }
             if b != b'\r' && b != b'\n' {
@@ -336,19 +258,9 @@ impl DeepSeekSplitter {
             return Ok(Some(end));
         }
         if kind == Kind::Space {
-            return self.whitespace_end(segment, start).map(Some);
+            return self.spaces.newline_or_spaces_end(segment, start).map(Some);
         }
         Ok(None)
-    }
-
-    /// `\s*[\r\n]+|\s+(?!\S)|\s+` over the whitespace run at `start`, as in the cl100k family's
-    /// scanner; the regex walks the whole run for these.
-    fn whitespace_end(&self, segment: &str, start: usize) -> Result<usize, HandBack> {
-        let (end, newline_end) = self.spaces.spaces_end(segment, start);
-        if end - start > SCANNED_RUN_LIMIT {
-            return Err(HandBack);
-        }
-        Ok(newline_end.unwrap_or_else(|| spaces_before_word_end(segment, start, end)))
     }
 
     /// Every piece of `text` the three splits make, in order: `(start, end)` byte ranges that tile
@@ -431,6 +343,7 @@ impl Iterator for Pieces<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::char_classes::SCANNED_RUN_LIMIT;
     use super::*;
     use proptest::prelude::*;
     use tokenizers::utils::SysRegex;
