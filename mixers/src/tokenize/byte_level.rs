@@ -29,7 +29,7 @@ use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::o200k_split::O200kSplitter;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, AddedSpec, PieceSplit, Refusal};
+use super::pipeline::{self, AddedSpec, OuterCut, PieceSplit, Refusal};
 
 /// fancy-regex searches take scratch space from a pool inside the regex; threads sharing one
 /// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
@@ -45,14 +45,21 @@ enum Scanner {
 }
 
 impl Scanner {
-    /// The scanner for the splits before the last, `outer`, and the last, if there is one.
-    fn for_splits(outer: &[PieceSplit], last: &PieceSplit) -> Result<Option<Self>, String> {
-        let splits: Vec<_> = outer
+    /// The scanner for the cuts before the last, `outer`, and the last split, if there is one.
+    fn for_splits(outer: &[OuterCut], last: &PieceSplit) -> Result<Option<Self>, String> {
+        let regex_splits: Option<Vec<_>> = outer
             .iter()
-            .chain([last])
-            .map(|s| (s.pattern.as_str(), s.keep_matches, s.keep_gaps))
+            .map(|cut| match cut {
+                OuterCut::Regex(split) => Some(split),
+                OuterCut::Numbers { .. } => None,
+            })
+            .chain([Some(last)])
+            .map(|s| s.map(|s| (s.pattern.as_str(), s.keep_matches, s.keep_gaps)))
             .collect();
-        if let Some(scanner) = DeepSeekSplitter::for_splits(&splits) {
+        if let Some(scanner) = regex_splits
+            .as_deref()
+            .and_then(DeepSeekSplitter::for_splits)
+        {
             return scanner.map(|s| Some(Self::DeepSeek(s)));
         }
         if last.pattern == GPT2_PATTERN {
@@ -83,12 +90,41 @@ fn regex_copies(pattern: &str) -> Result<Vec<SysRegex>, String> {
         .collect()
 }
 
-/// A split HF applies before the last (DeepSeek V3's digit groups and CJK runs): its regex, in
-/// copies, and what it keeps.
-struct OuterSplit {
-    regexes: Vec<SysRegex>,
-    keep_matches: bool,
-    keep_gaps: bool,
+/// A cut HF makes before the last split: a regex Split (DeepSeek V3's digit groups and CJK runs),
+/// its regex in copies and what it keeps, or `Digits` (Command R+'s).
+enum OuterSplit {
+    Regex {
+        regexes: Vec<SysRegex>,
+        keep_matches: bool,
+        keep_gaps: bool,
+    },
+    Numbers {
+        individual: bool,
+    },
+}
+
+/// HF's `Digits` over `text`: every piece, in order, to `next`. HF cuts with its char-predicate
+/// pattern: each character `char::is_numeric` holds for is a match (a run of them one match when
+/// not `individual`), the stretches between are kept too.
+fn cut_numbers(
+    text: &str,
+    individual: bool,
+    mut next: impl FnMut(usize, usize) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut start = 0;
+    let mut in_number = false;
+    for (at, c) in text.char_indices() {
+        let numeric = c.is_numeric();
+        if at > start && (numeric != in_number || (numeric && individual)) {
+            next(start, at)?;
+            start = at;
+        }
+        in_number = numeric;
+    }
+    if start < text.len() {
+        next(start, text.len())?;
+    }
+    Ok(())
 }
 
 pub(crate) struct ByteLevelBpe {
@@ -226,8 +262,8 @@ impl Cut {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ByteLevelTables {
     nfc: bool,
-    /// The pre-tokenizer's splits before the last (none but for a Sequence of several).
-    outer: Vec<PieceSplit>,
+    /// The pre-tokenizer's cuts before the last split (none but for a Sequence of several).
+    outer: Vec<OuterCut>,
     pattern: String,
     keep_matches: bool,
     keep_gaps: bool,
@@ -275,19 +311,19 @@ impl ByteLevelBpe {
     pub fn from_tables(tables: &ByteLevelTables) -> Result<Self, Refusal> {
         let raw_added = AddedSplitter::new(&tables.added, false)?;
         let normalized_added = AddedSplitter::new(&tables.added, true)?;
-        // The regex copies compile while the vocabulary's tables fill.
         // Every split's regex copies compile while the vocabulary's tables fill.
         let (compiled, vocab) = build_beside::join(
             || {
                 let outer = tables
                     .outer
                     .iter()
-                    .map(|split| {
-                        Ok(OuterSplit {
+                    .map(|cut| match cut {
+                        OuterCut::Regex(split) => Ok(OuterSplit::Regex {
                             regexes: regex_copies(&split.pattern)?,
                             keep_matches: split.keep_matches,
                             keep_gaps: split.keep_gaps,
-                        })
+                        }),
+                        &OuterCut::Numbers { individual } => Ok(OuterSplit::Numbers { individual }),
                     })
                     .collect::<Result<Vec<_>, String>>()?;
                 Ok::<_, String>((outer, regex_copies(&tables.pattern)?))
@@ -300,7 +336,11 @@ impl ByteLevelBpe {
         let outer_patterns: String = tables
             .outer
             .iter()
-            .map(|split| format!("{:?} then ", split.pattern))
+            .map(|cut| match cut {
+                OuterCut::Regex(split) => format!("{:?} then ", split.pattern),
+                OuterCut::Numbers { individual: true } => "Digits (each) then ".to_string(),
+                OuterCut::Numbers { individual: false } => "Digits (runs) then ".to_string(),
+            })
             .collect();
         let last = PieceSplit {
             pattern: tables.pattern.clone(),
@@ -421,8 +461,6 @@ impl ByteLevelBpe {
         let Some(split) = self.outer.get(level) else {
             return self.encode_pieces(regex, text, cache, out);
         };
-        let outer_regex = &split.regexes[thread_slot() % split.regexes.len()];
-        let mut previous = 0;
         let mut next = |start: usize, end: usize| {
             check_range(text, start, end).map_err(Cut::into_message)?;
             match text.get(start..end) {
@@ -433,16 +471,25 @@ impl ByteLevelBpe {
                 )),
             }
         };
-        for (start, end) in outer_regex.find_iter(text) {
-            if split.keep_gaps {
+        let (regexes, keep_matches, keep_gaps) = match split {
+            &OuterSplit::Numbers { individual } => return cut_numbers(text, individual, next),
+            OuterSplit::Regex {
+                regexes,
+                keep_matches,
+                keep_gaps,
+            } => (regexes, *keep_matches, *keep_gaps),
+        };
+        let mut previous = 0;
+        for (start, end) in regexes[thread_slot() % regexes.len()].find_iter(text) {
+            if keep_gaps {
                 next(previous, start)?;
             }
-            if split.keep_matches {
+            if keep_matches {
                 next(start, end)?;
             }
             previous = end;
         }
-        if split.keep_gaps {
+        if keep_gaps {
             next(previous, text.len())?;
         }
         Ok(())
@@ -639,6 +686,65 @@ mod tests {
             tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf)
                 .expect("nfc");
             prop_assert_eq!(nfc(&text), hf.get());
+        }
+    }
+
+    /// HF's `Digits` pre-tokenizer's pieces, by byte offsets.
+    fn hf_digits(text: &str, individual: bool) -> Vec<(usize, usize)> {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let mut pre = PreTokenizedString::from(text);
+        tokenizers::pre_tokenizers::digits::Digits::new(individual)
+            .pre_tokenize(&mut pre)
+            .expect("Digits");
+        pre.get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(_, offsets, _)| offsets)
+            .collect()
+    }
+
+    fn ours_digits(text: &str, individual: bool) -> Vec<(usize, usize)> {
+        let mut pieces = Vec::new();
+        cut_numbers(text, individual, |start, end| {
+            pieces.push((start, end));
+            Ok(())
+        })
+        .expect("never fails");
+        pieces
+    }
+
+    #[test]
+    fn digits_are_cut_as_hf_cuts_them() {
+        // U+11DE0.. and U+16FF4..: digits `char::is_numeric` knows and the regex tables of this
+        // build do not (a `\p{N}` split would keep them in the text).
+        for text in [
+            "",
+            "1",
+            "12a",
+            "a12",
+            "x1\u{11DE0}\u{11DE1}y \u{16FF4}½²Ⅻ٣ 𝟙z",
+            "abc",
+        ] {
+            for individual in [true, false] {
+                assert_eq!(
+                    ours_digits(text, individual),
+                    hf_digits(text, individual),
+                    "{text:?}"
+                );
+            }
+        }
+        assert_eq!(ours_digits("a\u{11DE0}", true), [(0, 1), (1, 5)]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        #[test]
+        fn digits_are_cut_as_hf_cuts_random_text(text in proptest::collection::vec(prop_oneof![
+            prop::sample::select(vec!['1', '٣', '²', 'Ⅻ', '½', '\u{11DE0}', '\u{16FF4}', 'a', ' ']),
+            any::<char>(),
+        ], 0..24).prop_map(|cs| cs.into_iter().collect::<String>())) {
+            for individual in [true, false] {
+                prop_assert_eq!(ours_digits(&text, individual), hf_digits(&text, individual));
+            }
         }
     }
 

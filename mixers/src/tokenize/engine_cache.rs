@@ -3,7 +3,7 @@
 //! worked out once per file on a machine, not once per process. The caller keeps the bytes (the
 //! daemon in files: `daemon/src/tokenizer_cache.rs`); this module only writes and checks them.
 //!
-//! An entry is one header line, `dsprep-engine-cache/6 <sha256 of the payload>`, then the payload:
+//! An entry is one header line, `dsprep-engine-cache/7 <sha256 of the payload>`, then the payload:
 //! a head line (JSON: the tokenizer file's sha256, the build that wrote it, the vocabulary's
 //! extent and added tokens), the engine's tables (JSON, one line) and their two large tables as
 //! little-endian words (`packed_tables.rs`). It is used only when the payload's
@@ -25,7 +25,7 @@ use super::packed_tables;
 use super::sentencepiece::SentencePieceTables;
 
 /// The first word of an entry; bump the number when the entry's layout changes.
-const FORMAT: &str = "dsprep-engine-cache/6";
+const FORMAT: &str = "dsprep-engine-cache/7";
 
 /// The `tokenizers` release whose parse the tables follow (a test checks it against Cargo.lock).
 pub(crate) const TOKENIZERS_VERSION: &str = "0.23.2";

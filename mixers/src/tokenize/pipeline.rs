@@ -40,6 +40,16 @@ pub(crate) struct PieceSplit {
     pub keep_gaps: bool,
 }
 
+/// A cut HF makes before the last split, each piece it keeps going on to the next.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) enum OuterCut {
+    /// A regex `Split`.
+    Regex(PieceSplit),
+    /// `Digits`: HF cuts where `char::is_numeric` holds, each such character a piece of its own
+    /// (`individual_digits`) or each run of them one piece, and keeps the stretches between.
+    Numbers { individual: bool },
+}
+
 /// An added token as the fast path matches it: `pattern` is what HF's tries hold (normalized
 /// content for `normalized` tokens), `skip` mirrors HF's `encode_special_tokens`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -53,9 +63,10 @@ pub(crate) struct AddedSpec {
 /// A pipeline the fast path reproduces.
 pub(crate) struct Pipeline<'t> {
     pub nfc: bool,
-    /// Splits HF applies before `split`, in order, each to every piece the one before kept
-    /// (DeepSeek V3 isolates digit groups, then CJK runs, then cuts by its pattern).
-    pub outer: Vec<PieceSplit>,
+    /// Cuts HF applies before `split`, in order, each to every piece the one before kept
+    /// (DeepSeek V3 isolates digit groups, then CJK runs, then cuts by its pattern; Command R+
+    /// isolates each digit, then cuts by GPT-2's).
+    pub outer: Vec<OuterCut>,
     pub split: PieceSplit,
     pub added: Vec<AddedSpec>,
     pub bpe: &'t BPE,
@@ -306,12 +317,11 @@ fn flatten<'a>(pre: &'a PreTokenizerWrapper, steps: &mut Vec<&'a PreTokenizerWra
     }
 }
 
-/// Byte-level pre-tokenization the fast path reproduces: `ByteLevel` with its own regex, or
-/// regex `Split`s followed by `ByteLevel` without one (HF applies each Split to every piece the
-/// one before kept). Both without `add_prefix_space`. The splits before the last, then the last.
-fn piece_splits(
-    pre: Option<&PreTokenizerWrapper>,
-) -> Result<(Vec<PieceSplit>, PieceSplit), Refusal> {
+/// Byte-level pre-tokenization the fast path reproduces: regex `Split`s and `Digits` (HF applies
+/// each to every piece the one before kept), then `ByteLevel`, with its own regex (GPT-2's) or,
+/// after a regex Split, without one; never with `add_prefix_space`. The cuts before the last,
+/// then the last.
+fn piece_splits(pre: Option<&PreTokenizerWrapper>) -> Result<(Vec<OuterCut>, PieceSplit), Refusal> {
     let Some(pre) = pre else {
         return Err(Refusal::new(
             "no pre-tokenizer: the fast path needs byte-level pre-tokenization",
@@ -327,25 +337,32 @@ fn piece_splits(
         ))
     };
     match steps.as_slice() {
-        [PreTokenizerWrapper::ByteLevel(b)] if b.use_regex && !b.add_prefix_space => Ok((
-            Vec::new(),
-            PieceSplit {
-                pattern: GPT2_PATTERN.to_string(),
-                keep_matches: true,
-                keep_gaps: true,
-            },
-        )),
         [splits @ .., PreTokenizerWrapper::ByteLevel(b)]
-            if !splits.is_empty() && !b.use_regex && !b.add_prefix_space =>
+            if !b.add_prefix_space && (b.use_regex || !splits.is_empty()) =>
         {
             let mut splits = splits
                 .iter()
                 .map(|step| match step {
-                    PreTokenizerWrapper::Split(split) => regex_split(split),
+                    PreTokenizerWrapper::Split(split) => regex_split(split).map(OuterCut::Regex),
+                    PreTokenizerWrapper::Digits(digits) => Ok(OuterCut::Numbers {
+                        individual: digits.individual_digits,
+                    }),
                     _ => Err(refuse()),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let last = splits.pop().ok_or_else(refuse)?;
+            let last = if b.use_regex {
+                PieceSplit {
+                    pattern: GPT2_PATTERN.to_string(),
+                    keep_matches: true,
+                    keep_gaps: true,
+                }
+            } else {
+                // Without ByteLevel's regex the last cut must be a regex Split.
+                match splits.pop() {
+                    Some(OuterCut::Regex(last)) => last,
+                    _ => return Err(refuse()),
+                }
+            };
             Ok((splits, last))
         }
         _ => Err(refuse()),
