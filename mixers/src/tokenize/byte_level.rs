@@ -3,21 +3,19 @@
 //! reproduces.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
-//! trie crate ([`super::added`]); NFC is HF's NFC crate; pieces come from HF's own regex type
-//! (`tokenizers::utils::SysRegex`, which also stops where HF stops on a regex error), or, for
-//! GPT-2's, the cl100k family's and o200k's patterns and DeepSeek V3's splits, from a scanner
-//! with the same pieces that hands a text back to the regexes wherever a regex could give up; a piece's ids come from HF's merge
-//! loop over HF's merges ([`super::merges`]), from the thread's [`super::piece_cache`] when
-//! the same bytes were merged before, or from [`super::whole_tokens`] when the piece is one token
-//! whole.
+//! trie crate ([`super::added`]); NFC and NFKC with HF's crate ([`super::normalization`]); pieces
+//! come from HF's own regex type (`tokenizers::utils::SysRegex`, which also stops where HF stops
+//! on a regex error), or, for GPT-2's, the cl100k family's and o200k's patterns and DeepSeek V3's
+//! splits, from a scanner with the same pieces that hands a text back to the regexes wherever a
+//! regex could give up; a piece's ids come from HF's merge loop over HF's merges
+//! ([`super::merges`]), from the thread's [`super::piece_cache`] when the same bytes were merged
+//! before, or from [`super::whole_tokens`] when the piece is one token whole.
 
-use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 use tokenizers::utils::SysRegex;
-use unicode_normalization_alignments::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 use super::added::{AddedSplitter, Segment};
 use super::build_beside;
@@ -26,6 +24,7 @@ use super::char_classes::HandBack;
 use super::cl100k_split::Cl100kSplitter;
 use super::deepseek_split::DeepSeekSplitter;
 use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
+use super::normalization::Normalization;
 use super::o200k_split::O200kSplitter;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
@@ -131,7 +130,7 @@ pub(crate) struct ByteLevelBpe {
     /// Added tokens matched in the raw text, then those matched in the normalized text.
     raw_added: AddedSplitter,
     normalized_added: AddedSplitter,
-    nfc: bool,
+    normalization: Normalization,
     /// The splits before the last, in order; each cuts every piece the one before kept.
     outer: Vec<OuterSplit>,
     regexes: Vec<SysRegex>,
@@ -143,62 +142,6 @@ pub(crate) struct ByteLevelBpe {
     /// Names this engine's entries in the per-thread piece caches.
     cache_owner: u64,
     description: String,
-}
-
-/// HF's NFC: `unicode-normalization-alignments` (Unicode 9 tables), which HF's
-/// `NormalizedString::nfc` collects the characters of. A text the same crate's quick check
-/// (UAX #15) finds in NFC is its own NFC, which most text is: ASCII, and any text without
-/// combining marks or characters NFC replaces.
-pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
-    if is_nfc_by_runs(text) {
-        Cow::Borrowed(text)
-    } else {
-        Cow::Owned(text.nfc().map(|(c, _)| c).collect())
-    }
-}
-
-/// The crate's quick check of `text`, run only over its stretches of non-ASCII characters: the
-/// check passes over an ASCII character and starts afresh after it (ASCII is in NFC and has
-/// combining class 0), so the stretches' checks together are the text's. Most of a text's bytes
-/// are ASCII, skipped eight at a time.
-fn is_nfc_by_runs(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let mut at = 0;
-    loop {
-        at = next_non_ascii(bytes, at);
-        if at >= bytes.len() {
-            return true;
-        }
-        let end = bytes[at..]
-            .iter()
-            .position(u8::is_ascii)
-            .map_or(bytes.len(), |n| at + n);
-        // Both ends are character boundaries: ASCII bytes, or the text's ends.
-        let Some(run) = text.get(at..end) else {
-            return false;
-        };
-        if is_nfc_quick(run.chars()) != IsNormalized::Yes {
-            return false;
-        }
-        at = end;
-    }
-}
-
-/// The first byte at or after `at` that is not ASCII (`bytes.len()` if none).
-fn next_non_ascii(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(word) = bytes.get(at..at + 8) {
-        let mut eight = [0u8; 8];
-        eight.copy_from_slice(word);
-        let high = u64::from_le_bytes(eight) & 0x8080_8080_8080_8080;
-        if high != 0 {
-            return at + (high.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    bytes[at.min(bytes.len())..]
-        .iter()
-        .position(|b| !b.is_ascii())
-        .map_or(bytes.len(), |n| at + n)
 }
 
 fn thread_slot() -> usize {
@@ -261,7 +204,7 @@ impl Cut {
 /// [`ByteLevelBpe::learn`]: plain data, the form the engine cache ([`super::engine_cache`]) keeps.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ByteLevelTables {
-    nfc: bool,
+    normalization: Normalization,
     /// The pre-tokenizer's cuts before the last split (none but for a Sequence of several).
     outer: Vec<OuterCut>,
     pattern: String,
@@ -297,7 +240,7 @@ impl ByteLevelBpe {
         // The cheap configuration checks first; the vocabulary is read last.
         let pipeline = pipeline::analyse(tokenizer)?;
         Ok(ByteLevelTables {
-            nfc: pipeline.nfc,
+            normalization: pipeline.normalization,
             outer: pipeline.outer,
             pattern: pipeline.split.pattern,
             keep_matches: pipeline.split.keep_matches,
@@ -361,7 +304,7 @@ impl ByteLevelBpe {
                 ""
             },
             vocab.whole.len(),
-            if tables.nfc { "NFC" } else { "none" },
+            tables.normalization.name(),
             tables.added.len(),
             outer_patterns,
             tables.pattern,
@@ -374,7 +317,7 @@ impl ByteLevelBpe {
         Ok(Self {
             raw_added,
             normalized_added,
-            nfc: tables.nfc,
+            normalization: tables.normalization,
             outer,
             regexes,
             scanner,
@@ -410,11 +353,7 @@ impl ByteLevelBpe {
                 Ok(())
             }
             Segment::Text(raw) => {
-                let normalized = if self.nfc {
-                    nfc(raw)
-                } else {
-                    Cow::Borrowed(raw)
-                };
+                let normalized = self.normalization.apply(raw);
                 self.normalized_added
                     .split(&normalized, |segment| match segment {
                         Segment::Added(id) => {
@@ -670,25 +609,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-        /// NFC by stretches between ASCII characters is HF's NFC of the whole text.
-        #[test]
-        fn nfc_is_hfs_on_random_text(text in proptest::collection::vec(prop_oneof![
-            prop::sample::select(vec![
-                'a', 'e', ' ', '1', '.', '\u{301}', '\u{302}', '\u{323}', '\u{308}', '\u{e9}',
-                '\u{212b}', '\u{2126}', '\u{1100}', '\u{1161}', '\u{11a8}', '\u{3000}',
-                '\u{5d0}', '\u{5b7}', '\u{5bc}'
-            ]),
-            any::<char>(),
-        ], 0..40).prop_map(|cs| cs.into_iter().collect::<String>())) {
-            let mut hf = tokenizers::NormalizedString::from(text.as_str());
-            tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf)
-                .expect("nfc");
-            prop_assert_eq!(nfc(&text), hf.get());
-        }
-    }
-
     /// HF's `Digits` pre-tokenizer's pieces, by byte offsets.
     fn hf_digits(text: &str, individual: bool) -> Vec<(usize, usize)> {
         use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
@@ -746,58 +666,5 @@ mod tests {
                 prop_assert_eq!(ours_digits(&text, individual), hf_digits(&text, individual));
             }
         }
-    }
-
-    #[test]
-    fn the_first_non_ascii_byte_is_found_at_every_offset() {
-        for len in 0..20 {
-            for at in 0..=len {
-                let mut bytes = vec![b'a'; len];
-                if at < len {
-                    bytes[at] = 0xC3;
-                }
-                for from in 0..=len {
-                    let want = if at < len && from <= at { at } else { len };
-                    assert_eq!(next_non_ascii(&bytes, from), want, "{len} {at} {from}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn nfc_composes_like_hf() {
-        assert_eq!(nfc("e\u{301}"), "\u{e9}");
-        assert!(matches!(nfc("plain ascii"), Cow::Borrowed(_)));
-        assert!(matches!(
-            nfc("caf\u{e9} \u{201c}quoted\u{201d} \u{4e2d}"),
-            Cow::Borrowed(_)
-        ));
-        // Singletons NFC replaces (Ohm, Angstrom, EN QUAD), a mark to compose, marks to reorder.
-        for (text, composed) in [
-            ("\u{2126}", "\u{3a9}"),
-            ("\u{212b}", "\u{c5}"),
-            ("\u{2000}", "\u{2002}"),
-            ("a\u{308}", "\u{e4}"),
-            ("a\u{323}\u{302}", "\u{1ead}"),
-            ("a\u{302}\u{323}", "\u{1ead}"),
-        ] {
-            assert_eq!(nfc(text), composed, "{text:?}");
-        }
-        // Stretches between ASCII characters: a mark after a space composes with nothing, a mark
-        // out of order after ASCII, long ASCII before and after.
-        for text in [
-            "word \u{301} word",
-            "a\u{323}\u{302} and 12345678 then a\u{302}\u{323}",
-            "plain ascii for more than eight bytes \u{e9}\u{301}",
-            "\u{e9}",
-            "ascii\u{2126}",
-        ] {
-            let mut hf = tokenizers::NormalizedString::from(text);
-            tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf).expect("nfc");
-            assert_eq!(nfc(text), hf.get(), "{text:?}");
-        }
-        let mut hf = tokenizers::NormalizedString::from("Cafe\u{301} \u{212b} \u{1100}\u{1161}");
-        tokenizers::Normalizer::normalize(&tokenizers::normalizers::NFC, &mut hf).expect("nfc");
-        assert_eq!(nfc("Cafe\u{301} \u{212b} \u{1100}\u{1161}"), hf.get());
     }
 }

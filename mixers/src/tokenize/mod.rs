@@ -22,6 +22,7 @@ mod engine_cache;
 mod engine_slot;
 mod gpt2_split;
 mod merges;
+mod normalization;
 mod o200k_split;
 mod packed_tables;
 mod piece_cache;

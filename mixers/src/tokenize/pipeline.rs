@@ -14,6 +14,7 @@ use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
 use super::gpt2_split::GPT2_PATTERN;
+use super::normalization::Normalization;
 
 /// Why the fast path is not used; shown in `engine_description()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +63,7 @@ pub(crate) struct AddedSpec {
 
 /// A pipeline the fast path reproduces.
 pub(crate) struct Pipeline<'t> {
-    pub nfc: bool,
+    pub normalization: Normalization,
     /// Cuts HF applies before `split`, in order, each to every piece the one before kept
     /// (DeepSeek V3 isolates digit groups, then CJK runs, then cuts by its pattern; Command R+
     /// isolates each digit, then cuts by GPT-2's).
@@ -112,15 +113,19 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
             "BPE byte_fallback is SentencePiece-style BPE, not byte-level",
         ));
     }
-    let nfc = match tokenizer.get_normalizer() {
-        None => false,
-        Some(NormalizerWrapper::NFC(_)) => true,
-        // A Sequence of nothing, or of NFC alone, is that (DeepSeek V3 writes an empty one).
-        Some(NormalizerWrapper::Sequence(seq))
-            if matches!(seq.as_ref(), [] | [NormalizerWrapper::NFC(_)]) =>
-        {
-            !seq.as_ref().is_empty()
-        }
+    // A Sequence of nothing, or of one normalizer, is that (DeepSeek V3 writes an empty one).
+    let normalizer = match tokenizer.get_normalizer() {
+        Some(NormalizerWrapper::Sequence(seq)) => match seq.as_ref() {
+            [] => None,
+            [one] => Some(one),
+            _ => tokenizer.get_normalizer(),
+        },
+        other => other,
+    };
+    let normalization = match normalizer {
+        None => Normalization::None,
+        Some(NormalizerWrapper::NFC(_)) => Normalization::Nfc,
+        Some(NormalizerWrapper::NFKC(_)) => Normalization::Nfkc,
         Some(other) => {
             return Err(Refusal::new(format!(
                 "normalizer {} is not reproduced by the fast path",
@@ -132,9 +137,9 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
     if let Some(post) = tokenizer.get_post_processor() {
         check_post_processor(post)?;
     }
-    let added = added_tokens(tokenizer, nfc)?;
+    let added = added_tokens(tokenizer, normalization)?;
     Ok(Pipeline {
-        nfc,
+        normalization,
         outer,
         split,
         added,
@@ -294,7 +299,7 @@ pub(crate) fn analyse_sentencepiece(
     if let Some(post) = tokenizer.get_post_processor() {
         check_post_processor(post)?;
     }
-    let added = added_tokens(tokenizer, false)?;
+    let added = added_tokens(tokenizer, Normalization::None)?;
     if let Some(token) = added.iter().find(|a| a.normalized) {
         return Err(Refusal::new(format!(
             "added token {:?} is matched after normalization, not reproduced by the \
@@ -413,7 +418,10 @@ fn check_post_processor(post: &PostProcessorWrapper) -> Result<(), Refusal> {
 /// HF finds added tokens before anything else, even with `add_special_tokens = false`: the
 /// non-normalized ones in the raw text, the normalized ones (by their normalized content) in the
 /// normalized text between those. The whitespace/word flags are not reproduced.
-fn added_tokens(tokenizer: &Tokenizer, nfc: bool) -> Result<Vec<AddedSpec>, Refusal> {
+fn added_tokens(
+    tokenizer: &Tokenizer,
+    normalization: Normalization,
+) -> Result<Vec<AddedSpec>, Refusal> {
     let vocabulary = tokenizer.get_added_vocabulary();
     let skip_special = vocabulary.get_encode_special_tokens();
     let mut added = Vec::new();
@@ -424,8 +432,8 @@ fn added_tokens(tokenizer: &Tokenizer, nfc: bool) -> Result<Vec<AddedSpec>, Refu
                 token.content
             )));
         }
-        let pattern = if token.normalized && nfc {
-            super::byte_level::nfc(&token.content).into_owned()
+        let pattern = if token.normalized {
+            normalization.apply(&token.content).into_owned()
         } else {
             token.content.clone()
         };
