@@ -298,16 +298,78 @@ pub(crate) fn tile<'a>(
     })
 }
 
-/// For the scanners' property tests: ASCII stretches long enough for the 8-byte steps.
+/// What the scanners' differential tests share: texts to draw, and the check of long runs.
 #[cfg(test)]
-pub(crate) fn ascii_stretch() -> impl proptest::strategy::Strategy<Value = String> {
-    proptest::prop_oneof![
-        "[a-zA-Z]{1,20}",
-        "[0-9]{1,12}",
-        " {1,12}",
-        "[ \t\r\n]{1,6}",
-        "[ -~]{1,24}",
-    ]
+pub(crate) mod scanner_checks {
+    use super::{HandBack, SCANNED_RUN_LIMIT};
+    use proptest::prelude::*;
+
+    /// ASCII stretches long enough for the 8-byte steps.
+    pub(crate) fn ascii_stretch() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z]{1,20}",
+            "[0-9]{1,12}",
+            " {1,12}",
+            "[ \t\r\n]{1,6}",
+            "[ -~]{1,24}",
+        ]
+    }
+
+    /// Whitespace of the kinds the patterns treat apart: U+0020, CR and LF, other ASCII and
+    /// Unicode spaces, line and paragraph separators.
+    pub(crate) fn whitespace() -> impl Strategy<Value = char> {
+        prop::sample::select(vec![
+            ' ', '\n', '\r', '\t', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{1680}', '\u{2003}',
+            '\u{2028}', '\u{2029}', '\u{3000}',
+        ])
+    }
+
+    /// Texts of up to 48 characters drawn from `characters`.
+    pub(crate) fn text_of(
+        characters: impl Strategy<Value = char>,
+    ) -> impl Strategy<Value = String> {
+        proptest::collection::vec(characters, 0..48).prop_map(|cs| cs.into_iter().collect())
+    }
+
+    /// Texts of up to 32 pieces: a character drawn from `characters`, or an ASCII stretch.
+    pub(crate) fn text_with_ascii_stretches(
+        characters: impl Strategy<Value = char>,
+    ) -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            3 => characters.prop_map(String::from),
+            2 => ascii_stretch(),
+        ];
+        proptest::collection::vec(piece, 0..32).prop_map(|pieces| pieces.concat())
+    }
+
+    /// The hand-back bound is safe: up to it, HF's regex never gives up on a run of any of
+    /// `units`, in the shapes that make it backtrack through the whole run (and `more_shapes`,
+    /// each a prefix and a suffix), and the scanner agrees with it there; past it, the scanner
+    /// hands a whitespace run back.
+    pub(crate) fn assert_long_runs(
+        units: &[&str],
+        more_shapes: &[(&str, &str)],
+        ours: impl Fn(&str) -> Vec<Result<(usize, usize), HandBack>>,
+        hf: impl Fn(&str) -> Vec<(usize, usize)>,
+    ) {
+        let shapes = [("", "x"), ("\n", "x"), ("x", ""), ("!", "1")];
+        for unit in units {
+            let run = unit.repeat((SCANNED_RUN_LIMIT - 1) / unit.len());
+            for (prefix, suffix) in shapes.iter().chain(more_shapes) {
+                let text = format!("{prefix}{run}{suffix}");
+                let expected = hf(&text);
+                let covered: usize = expected.iter().map(|(s, e)| e - s).sum();
+                assert_eq!(covered, text.len(), "HF's regex gave up on {unit:?}");
+                let found: Vec<_> = ours(&text)
+                    .into_iter()
+                    .map(|m| m.expect("no hand-back"))
+                    .collect();
+                assert_eq!(found, expected, "{unit:?} after {prefix:?}");
+            }
+        }
+        let text = format!("a{}b", " ".repeat(SCANNED_RUN_LIMIT + 1));
+        assert_eq!(ours(&text), [Ok((0, 1)), Err(HandBack)]);
+    }
 }
 
 #[cfg(test)]

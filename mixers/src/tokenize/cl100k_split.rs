@@ -144,7 +144,7 @@ impl Cl100kSplitter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::char_classes::SCANNED_RUN_LIMIT;
+    use super::super::char_classes::{SCANNED_RUN_LIMIT, scanner_checks};
     use super::*;
     use proptest::prelude::*;
     use tokenizers::utils::SysRegex;
@@ -286,20 +286,10 @@ mod tests {
         ]
     }
 
-    /// Single characters, and ASCII stretches long enough for the scanner's 8-byte steps.
-    fn piece() -> impl Strategy<Value = String> {
-        prop_oneof![
-            3 => character().prop_map(String::from),
-            2 => super::super::char_classes::ascii_stretch(),
-        ]
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3000))]
         #[test]
-        fn matches_hf_on_random_text(text in proptest::collection::vec(character(), 0..48)
-            .prop_map(|cs| cs.into_iter().collect::<String>()))
-        {
+        fn matches_hf_on_random_text(text in scanner_checks::text_of(character())) {
             for pattern in [CL100K_PATTERN, QWEN2_PATTERN] {
                 prop_assert_eq!(ours(pattern, &text), hf(pattern, &text));
             }
@@ -307,7 +297,7 @@ mod tests {
 
         #[test]
         fn matches_hf_on_text_with_ascii_stretches(
-            text in proptest::collection::vec(piece(), 0..32).prop_map(|pieces| pieces.concat()))
+            text in scanner_checks::text_with_ascii_stretches(character()))
         {
             for pattern in [CL100K_PATTERN, QWEN2_PATTERN] {
                 prop_assert_eq!(ours(pattern, &text), hf(pattern, &text));

@@ -99,6 +99,7 @@ impl Gpt2Splitter {
 
 #[cfg(test)]
 mod tests {
+    use super::super::char_classes::scanner_checks;
     use super::*;
     use proptest::prelude::*;
     use tokenizers::utils::SysRegex;
@@ -152,26 +153,22 @@ mod tests {
         }
     }
 
-    /// Single characters of every kind, and ASCII stretches long enough for the scanner's
-    /// 8-byte steps.
-    fn piece() -> impl Strategy<Value = String> {
+    /// Single characters of every kind.
+    fn character() -> impl Strategy<Value = char> {
         prop_oneof![
-            3 => prop_oneof![
-                Just(' '), Just('\n'), Just('\t'), Just('\r'), Just('\u{a0}'), Just('\u{3000}'),
-                Just('\''), Just('s'), Just('l'), Just('d'), Just('A'), Just('é'), Just('日'),
-                Just('7'), Just('²'), Just('Ⅻ'), Just('.'), Just('!'), Just('\u{301}'), Just('😀'),
-                Just('×'), Just('\u{85}'), Just('\u{2003}'), any::<char>(),
-            ]
-            .prop_map(String::from),
-            2 => super::super::char_classes::ascii_stretch(),
+            scanner_checks::whitespace(),
+            prop::sample::select(vec![
+                '\'', 's', 'l', 'd', 'A', 'é', '日', '7', '²', 'Ⅻ', '.', '!', '\u{301}', '😀', '×',
+            ]),
+            any::<char>(),
         ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3000))]
         #[test]
-        fn matches_hf_on_random_text(text in proptest::collection::vec(piece(), 0..32)
-            .prop_map(|pieces| pieces.concat()))
+        fn matches_hf_on_random_text(
+            text in scanner_checks::text_with_ascii_stretches(character()))
         {
             prop_assert_eq!(ours(&text), hf(&text));
         }

@@ -298,7 +298,7 @@ impl O200kSplitter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::char_classes::SCANNED_RUN_LIMIT;
+    use super::super::char_classes::scanner_checks;
     use super::*;
     use proptest::prelude::*;
     use tokenizers::utils::SysRegex;
@@ -391,35 +391,19 @@ mod tests {
         assert!(O200kSplitter::for_pattern(super::super::cl100k_split::CL100K_PATTERN).is_none());
     }
 
-    /// The hand-back bound is safe: up to it, HF's regex never gives up on a run, in the shapes
-    /// that make it backtrack through the whole run; past it the scanner hands the text back.
     #[test]
     fn long_runs_match_hf_up_to_the_limit_and_are_handed_back_past_it() {
-        for unit in [" ", "\t", "\u{a0}", "A", "a", "\u{301}", "ʰ", "!", "/", "1"] {
-            let run = unit.repeat((SCANNED_RUN_LIMIT - 1) / unit.len());
-            for text in [
-                format!("{run}x"),
-                format!("\n{run}x"),
-                format!("x{run}"),
-                format!("!{run}1"),
-                format!("A{run}!"),
-            ] {
-                let covered: usize = hf(&text).iter().map(|(s, e)| e - s).sum();
-                assert_eq!(covered, text.len(), "HF's regex gave up on {unit:?}");
-                assert_eq!(ours(&text), hf(&text), "{unit:?}");
-            }
-        }
-        let text = format!("a{}b", " ".repeat(SCANNED_RUN_LIMIT + 1));
-        let found: Vec<_> = SCANNER.find_iter(&text).collect();
-        assert_eq!(found, [Ok((0, 1)), Err(HandBack)]);
+        scanner_checks::assert_long_runs(
+            &[" ", "\t", "\u{a0}", "A", "a", "\u{301}", "ʰ", "!", "/", "1"],
+            &[("A", "!")],
+            |text| SCANNER.find_iter(text).collect(),
+            hf,
+        );
     }
 
     fn character() -> impl Strategy<Value = char> {
         prop_oneof![
-            prop::sample::select(vec![
-                ' ', '\n', '\r', '\t', '\u{b}', '\u{85}', '\u{a0}', '\u{2003}', '\u{2028}',
-                '\u{3000}'
-            ]),
+            scanner_checks::whitespace(),
             // Apostrophes and the letters of the contractions, in every case (and ſ, K).
             prop::sample::select(vec![
                 '\'', '\'', 's', 'S', 'ſ', 't', 'T', 'r', 'R', 'e', 'E', 'v', 'V', 'm', 'M', 'l',
@@ -435,26 +419,26 @@ mod tests {
         ]
     }
 
-    fn piece() -> impl Strategy<Value = String> {
-        prop_oneof![
-            3 => character().prop_map(String::from),
-            2 => super::super::char_classes::ascii_stretch(),
-            1 => "[A-Z]{1,12}[a-z]{0,12}",
-        ]
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3000))]
         #[test]
-        fn matches_hf_on_random_text(text in proptest::collection::vec(character(), 0..48)
-            .prop_map(|cs| cs.into_iter().collect::<String>()))
-        {
+        fn matches_hf_on_random_text(text in scanner_checks::text_of(character())) {
             prop_assert_eq!(ours(&text), hf(&text));
         }
 
         #[test]
         fn matches_hf_on_text_with_ascii_stretches(
-            text in proptest::collection::vec(piece(), 0..32).prop_map(|pieces| pieces.concat()))
+            text in scanner_checks::text_with_ascii_stretches(character()))
+        {
+            prop_assert_eq!(ours(&text), hf(&text));
+        }
+
+        /// Upper-case runs and the lower-case letters after them, ASCII and not.
+        #[test]
+        fn matches_hf_on_cased_words(text in proptest::collection::vec(prop_oneof![
+            "[A-Z]{1,12}[a-z]{0,12}",
+            character().prop_map(String::from),
+        ], 0..16).prop_map(|pieces| pieces.concat()))
         {
             prop_assert_eq!(ours(&text), hf(&text));
         }
