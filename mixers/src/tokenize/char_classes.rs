@@ -51,8 +51,19 @@ pub(crate) fn ranges(class: &str) -> Result<Vec<(u32, u32)>, String> {
 }
 
 pub(crate) fn contains(ranges: &[(u32, u32)], c: u32) -> bool {
+    range_holding(ranges, c, |&range| range).is_some()
+}
+
+/// The index of the range of `ranges` (sorted, disjoint; `bounds` gives each one's first and last
+/// code point) that holds `c`, if one does.
+pub(crate) fn range_holding<T>(
+    ranges: &[T],
+    c: u32,
+    bounds: impl Fn(&T) -> (u32, u32),
+) -> Option<usize> {
     ranges
-        .binary_search_by(|&(lo, hi)| {
+        .binary_search_by(|range| {
+            let (lo, hi) = bounds(range);
             if hi < c {
                 std::cmp::Ordering::Less
             } else if lo > c {
@@ -61,7 +72,7 @@ pub(crate) fn contains(ranges: &[(u32, u32)], c: u32) -> bool {
                 std::cmp::Ordering::Equal
             }
         })
-        .is_ok()
+        .ok()
 }
 
 impl CharClasses {

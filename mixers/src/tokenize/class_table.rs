@@ -3,7 +3,7 @@
 //! looked up in a table of every code point below U+10000 (64 KiB) or in sorted ranges above it,
 //! built from `regex-syntax`'s Unicode tables, the ones fancy-regex compiles HF's patterns with.
 
-use super::char_classes::ranges;
+use super::char_classes::{range_holding, ranges};
 
 pub(crate) struct ClassTable {
     /// The byte of every code point below U+10000 (ASCII included).
@@ -70,17 +70,7 @@ impl ClassTable {
         if let Some(&byte) = self.bmp.get(code as usize) {
             return byte;
         }
-        self.astral
-            .binary_search_by(|&(lo, hi, _)| {
-                if hi < code {
-                    std::cmp::Ordering::Less
-                } else if lo > code {
-                    std::cmp::Ordering::Greater
-                } else {
-                    std::cmp::Ordering::Equal
-                }
-            })
-            .map_or(0, |i| self.astral[i].2)
+        range_holding(&self.astral, code, |&(lo, hi, _)| (lo, hi)).map_or(0, |i| self.astral[i].2)
     }
 
     /// The byte and byte width of the character at byte `at` of `text` (a char boundary), or

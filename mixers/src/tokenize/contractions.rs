@@ -1,6 +1,6 @@
 //! The contractions `(?i:'s|'t|'re|'ve|'m|'ll|'d)` of the cl100k family's and o200k's
 //! pre-tokenizer patterns, matched as fancy-regex matches them: case-insensitively by Unicode's
-//! simple case folding (so `'ſ` is `'s` and `'K` is no contraction), the letters' classes taken
+//! simple case folding (so `'ſ` is `'s`, as `'S` is), the letters' classes taken
 //! from `regex-syntax`.
 
 use super::char_classes::{contains, ranges};

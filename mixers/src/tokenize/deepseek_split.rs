@@ -196,8 +196,9 @@ impl DeepSeekSplitter {
     }
 
     /// The end of the third pattern's match that starts at byte `start` of `segment` (a char
-    /// boundary before its end), `None` if none starts there. The commonest shapes, ASCII `word`,
-    /// ` word` and `.word`, take a short way.
+    /// boundary before its end), `None` if none starts there. The first alternative (ASCII only)
+    /// and the commonest shapes, ASCII `word` and ` word`, take a short way; [`Self::any_match_end`]
+    /// takes every other shape.
     #[inline]
     fn match_end(&self, segment: &str, start: usize) -> Result<Option<usize>, HandBack> {
         let bytes = segment.as_bytes();
@@ -228,11 +229,7 @@ impl DeepSeekSplitter {
         };
         let first = bytes[start];
         let next = self.kind_at(segment, start + width);
-        // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
-        if first.is_ascii_punctuation() && bytes.get(start + 1).is_some_and(u8::is_ascii_alphabetic)
-        {
-            return Ok(Some(ascii_letters_end(bytes, start + 2)));
-        }
+        // The first alternative, ASCII punctuation before ASCII letters, `match_end` has taken.
         // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+ : from a letter or mark the run is the same with
         // or without it taken as the optional character.
         if kind == Kind::Word {
