@@ -771,9 +771,13 @@ fn fast_and_hf_tokenizer_engines_pack_identical_bytes() {
     if let Some(claude) = fetched_tokenizer("claude") {
         tokenizers.push(("claude", claude, "<EOT>", "normalizer NFKC"));
     }
-    // o200k's pattern, which cuts words by case, on its own scanner.
+    // o200k's pattern, which cuts words by case, on its own scanner; Tekken's (Mistral NeMo) on
+    // the same, without contractions and a digit at a time.
     if let Some(o200k) = fetched_tokenizer("o200k") {
-        tokenizers.push(("o200k", o200k, "<|endoftext|>", "o200k scanner"));
+        tokenizers.push(("o200k", o200k, "<|endoftext|>", "o200k-family scanner"));
+    }
+    if let Some(tekken) = fetched_tokenizer("tekken") {
+        tokenizers.push(("tekken", tekken, "</s>", "o200k-family scanner"));
     }
     // SentencePiece-style BPE with byte fallback (Mistral 7B's file): its own fast path.
     if let Some(llama2) = fetched_tokenizer("llama2") {

