@@ -10,13 +10,13 @@
 //! (one line in the file), and Mistral's Tekken (Mistral NeMo, Small 3, Pixtral) with the same
 //! pattern without the two contractions and with `\p{N}` for `\p{N}{1,3}`. HF runs them with
 //! fancy-regex: most of the fast path's time on these vocabularies. Call the first bracket class
-//! *upper* and the second *lower*; modifier and other
-//! letters and marks are in both. A word is cut where a lower letter is followed by an upper one
-//! ("McDonald" is "Mc", "Donald"), and a run of upper letters keeps the lower ones after it
-//! ("HTTPServer" is "HTTPServer"). The scanner gives the same matches, leftmost-first, alternative
-//! by alternative, backtracking where the regex backtracks (each step names the alternative it
-//! stands for). Every character starts a match of some alternative, so the matches tile the
-//! text. Differential tests against HF's own regex type check the two agree.
+//! *upper* and the second *lower*; modifier and other letters and marks are in both. A word is
+//! cut where a lower letter is followed by an upper one ("McDonald" is "Mc", "Donald"), and a
+//! run of upper letters keeps the lower ones after it ("HTTPServer" is "HTTPServer"). The
+//! scanner gives the same matches, leftmost-first, alternative by alternative, backtracking where
+//! the regex backtracks (each step names the alternative it stands for). Every character starts
+//! a match of some alternative, so the matches tile the text. Differential tests against HF's
+//! own regex type check the two agree.
 
 use super::char_classes::{CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_run_end, tile};
 use super::class_table::ClassTable;
