@@ -95,6 +95,32 @@ fn ascii_lower_end(bytes: &[u8], at: usize) -> usize {
     ascii_run_end(bytes, at, stops, |b| b.is_ascii_lowercase())
 }
 
+/// ` ?[^\s\p{L}\p{N}]+[\r\n/]*` from byte `start` where the run is ASCII punctuation, after one
+/// space or not, and ends at ASCII: the commonest shape in code after words and whitespace ("(",
+/// "):", " =", " {"). `None` wherever the general path must decide: the run ends at a character
+/// that is not ASCII or is a control (either could carry it on), or one punctuation character is
+/// followed by a letter (it may start a word, `[^\r\n\p{L}\p{N}]?` taken).
+#[inline]
+fn ascii_punctuation_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let body = start + usize::from(bytes.get(start) == Some(&b' '));
+    if !bytes.get(body)?.is_ascii_punctuation() {
+        return None;
+    }
+    let mut end = body + 1;
+    while bytes.get(end).is_some_and(u8::is_ascii_punctuation) {
+        end += 1;
+    }
+    match bytes.get(end) {
+        Some(b) if b.is_ascii_alphabetic() && end == start + 1 => return None,
+        Some(b) if !(b.is_ascii_alphanumeric() || b.is_ascii_whitespace()) => return None,
+        _ => {}
+    }
+    while matches!(bytes.get(end), Some(b'\r' | b'\n' | b'/')) {
+        end += 1;
+    }
+    Some(end)
+}
+
 impl O200kSplitter {
     /// The scanner for `pattern` if it is one of the family's patterns.
     pub(crate) fn for_pattern(pattern: &str) -> Option<Result<Self, String>> {
@@ -236,7 +262,10 @@ impl O200kSplitter {
             {
                 Ok(self.lower_then_contraction_end(text, at + 2))
             }
-            _ => self.any_match_end(text, start),
+            _ => match ascii_punctuation_end(bytes, start) {
+                Some(end) => Ok(end),
+                None => self.any_match_end(text, start),
+            },
         }
     }
 
@@ -386,6 +415,7 @@ mod tests {
         "\u{301}ABC! \u{301}abc \u{301}\u{301} A\u{301}B \u{301}Ab",
         "ǅungla ǅ ß ʰ ʰA Aʰ AʰB ʰa 日A A日 A日b 한국어 ا ক্ষ",
         "path/to/file.txt a//b !\n/ x/\r\n/y <br/>\n",
+        "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) {\r\n/ y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1",
         " ' '' ''s 's' '123 (hello .com (Hello (HELLO",
         "tab\t!\n?  ?",
         "end with spaces   ",
