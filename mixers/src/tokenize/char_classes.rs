@@ -262,6 +262,38 @@ pub(crate) fn ascii_letters_end(bytes: &[u8], at: usize) -> usize {
     ascii_run_end(bytes, at, non_letters, |b| b.is_ascii_alphabetic())
 }
 
+/// The end of the cl100k and o200k families' ` ?[^\s\p{L}\p{N}]+` and what `trailing` takes
+/// after it (`[\r\n]*`, `[\r\n/]*`) from byte `start`, where the run is ASCII punctuation,
+/// after one space or not, and ends at ASCII: the commonest shape in code after words and
+/// whitespace (" =", "):", "("). `None` wherever the scanner's general path must decide: the run
+/// ends at a character that is not ASCII or is a control (either could carry it on), or one
+/// punctuation character is followed by a letter (it may start a word, `[^\r\n\p{L}\p{N}]?`
+/// taken, or be a contraction's apostrophe).
+#[inline]
+pub(crate) fn ascii_punctuation_end(
+    bytes: &[u8],
+    start: usize,
+    trailing: impl Fn(u8) -> bool,
+) -> Option<usize> {
+    let body = start + usize::from(bytes.get(start) == Some(&b' '));
+    if !bytes.get(body)?.is_ascii_punctuation() {
+        return None;
+    }
+    let mut end = body + 1;
+    while bytes.get(end).is_some_and(u8::is_ascii_punctuation) {
+        end += 1;
+    }
+    match bytes.get(end) {
+        Some(b) if b.is_ascii_alphabetic() && end == start + 1 => return None,
+        Some(b) if !(b.is_ascii_alphanumeric() || b.is_ascii_whitespace()) => return None,
+        _ => {}
+    }
+    while bytes.get(end).is_some_and(|&b| trailing(b)) {
+        end += 1;
+    }
+    Some(end)
+}
+
 /// The end of the match at `start` of GPT-2's and cl100k's `\s+(?!\S)|\s+` over the whitespace
 /// run `start..end`: the run less its last character when a non-space follows (the run does not
 /// end the text) and that leaves at least one character; else the whole run (at the text's end)

@@ -11,7 +11,7 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, tile};
+use super::char_classes::{CharClasses, HandBack, Kind, ascii_punctuation_end, tile};
 use super::contractions::Contractions;
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
@@ -77,7 +77,10 @@ impl Cl100kSplitter {
             {
                 Ok(self.classes.letters_end(text, start + 2))
             }
-            _ => self.any_match_end(text, start),
+            _ => match ascii_punctuation_end(bytes, start, is_cr_or_lf) {
+                Some(end) => Ok(end),
+                None => self.any_match_end(text, start),
+            },
         }
     }
 
@@ -198,6 +201,7 @@ mod tests {
         "a \n\n  b",
         "x  \n  \t\n y",
         "!!!\n\n\nword",
+        "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) {\r\n y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1 '' ''s 's, ',\n",
         " !!!\r\nword",
         "\u{85}\u{2028}\u{2029}x \u{b}\u{c}y",
         "\u{301}abc \u{301}\u{301}",

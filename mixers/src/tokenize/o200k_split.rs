@@ -18,7 +18,9 @@
 //! a match of some alternative, so the matches tile the text. Differential tests against HF's
 //! own regex type check the two agree.
 
-use super::char_classes::{CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_run_end, tile};
+use super::char_classes::{
+    CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_punctuation_end, ascii_run_end, tile,
+};
 use super::class_table::ClassTable;
 use super::contractions::Contractions;
 
@@ -93,32 +95,6 @@ pub(crate) struct O200kSplitter {
 fn ascii_lower_end(bytes: &[u8], at: usize) -> usize {
     let stops = |chunk: u64| !ascii_in_range(chunk, b'a', b'z') & HIGH_BITS;
     ascii_run_end(bytes, at, stops, |b| b.is_ascii_lowercase())
-}
-
-/// ` ?[^\s\p{L}\p{N}]+[\r\n/]*` from byte `start` where the run is ASCII punctuation, after one
-/// space or not, and ends at ASCII: the commonest shape in code after words and whitespace ("(",
-/// "):", " =", " {"). `None` wherever the general path must decide: the run ends at a character
-/// that is not ASCII or is a control (either could carry it on), or one punctuation character is
-/// followed by a letter (it may start a word, `[^\r\n\p{L}\p{N}]?` taken).
-#[inline]
-fn ascii_punctuation_end(bytes: &[u8], start: usize) -> Option<usize> {
-    let body = start + usize::from(bytes.get(start) == Some(&b' '));
-    if !bytes.get(body)?.is_ascii_punctuation() {
-        return None;
-    }
-    let mut end = body + 1;
-    while bytes.get(end).is_some_and(u8::is_ascii_punctuation) {
-        end += 1;
-    }
-    match bytes.get(end) {
-        Some(b) if b.is_ascii_alphabetic() && end == start + 1 => return None,
-        Some(b) if !(b.is_ascii_alphanumeric() || b.is_ascii_whitespace()) => return None,
-        _ => {}
-    }
-    while matches!(bytes.get(end), Some(b'\r' | b'\n' | b'/')) {
-        end += 1;
-    }
-    Some(end)
 }
 
 impl O200kSplitter {
@@ -262,7 +238,7 @@ impl O200kSplitter {
             {
                 Ok(self.lower_then_contraction_end(text, at + 2))
             }
-            _ => match ascii_punctuation_end(bytes, start) {
+            _ => match ascii_punctuation_end(bytes, start, |b| matches!(b, b'\r' | b'\n' | b'/')) {
                 Some(end) => Ok(end),
                 None => self.any_match_end(text, start),
             },
