@@ -1,6 +1,6 @@
 //! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen, o200k, Mistral's
-//! Tekken, DeepSeek V3): HF's pipeline step for step, built only when [`super::pipeline`] finds a configuration it
-//! reproduces.
+//! Tekken, DeepSeek V3): HF's pipeline step for step, built only when [`super::pipeline`] finds a
+//! configuration it reproduces.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
 //! trie crate ([`super::added`]); NFC and NFKC with HF's crate ([`super::normalization`]); pieces

@@ -347,6 +347,12 @@ pub(crate) mod scanner_checks {
     use super::{HandBack, SCANNED_RUN_LIMIT};
     use proptest::prelude::*;
 
+    /// Punctuation runs as code has them, and every way [`super::ascii_punctuation_end`] hands
+    /// one back: before a letter ("(A", "(a", "'s"), at a character that is not ASCII (".\u{301}",
+    /// "!é", ",日") or at a control ("\u{b}", "\u{1f}"); `/` and CR LF after a run.
+    pub(crate) const PUNCTUATION_RUNS: &str = "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) \
+        {\r\n/ y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1 '' ''s 's, ',\n !/\n/";
+
     /// ASCII stretches long enough for the 8-byte steps.
     pub(crate) fn ascii_stretch() -> impl Strategy<Value = String> {
         prop_oneof![

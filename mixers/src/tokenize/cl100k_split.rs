@@ -201,7 +201,7 @@ mod tests {
         "a \n\n  b",
         "x  \n  \t\n y",
         "!!!\n\n\nword",
-        "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) {\r\n y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1 '' ''s 's, ',\n",
+        scanner_checks::PUNCTUATION_RUNS,
         " !!!\r\nword",
         "\u{85}\u{2028}\u{2029}x \u{b}\u{c}y",
         "\u{301}abc \u{301}\u{301}",

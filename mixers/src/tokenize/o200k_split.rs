@@ -391,7 +391,7 @@ mod tests {
         "\u{301}ABC! \u{301}abc \u{301}\u{301} A\u{301}B \u{301}Ab",
         "ǅungla ǅ ß ʰ ʰA Aʰ AʰB ʰa 日A A日 A日b 한국어 ا ক্ষ",
         "path/to/file.txt a//b !\n/ x/\r\n/y <br/>\n",
-        "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) {\r\n/ y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1",
+        scanner_checks::PUNCTUATION_RUNS,
         " ' '' ''s 's' '123 (hello .com (Hello (HELLO",
         "tab\t!\n?  ?",
         "end with spaces   ",
