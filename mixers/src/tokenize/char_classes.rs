@@ -262,8 +262,9 @@ pub(crate) fn ascii_letters_end(bytes: &[u8], at: usize) -> usize {
     ascii_run_end(bytes, at, non_letters, |b| b.is_ascii_alphabetic())
 }
 
-/// The end of the cl100k and o200k families' ` ?[^\s\p{L}\p{N}]+` and what `trailing` takes
-/// after it (`[\r\n]*`, `[\r\n/]*`) from byte `start`, where the run is ASCII punctuation,
+/// The end of the cl100k and o200k families' ` ?[^\s\p{L}\p{N}]+` (DeepSeek V3's
+/// ` ?[\p{P}\p{S}]+`, the same over ASCII) and what `trailing` takes after it (`[\r\n]*`,
+/// `[\r\n/]*`) from byte `start`, where the run is ASCII punctuation,
 /// after one space or not, and ends at ASCII: the commonest shape in code after words and
 /// whitespace (" =", "):", "("). `None` wherever the scanner's general path must decide: the run
 /// ends at a character that is not ASCII or is a control (either could carry it on), or one
@@ -349,9 +350,10 @@ pub(crate) mod scanner_checks {
 
     /// Punctuation runs as code has them, and every way [`super::ascii_punctuation_end`] hands
     /// one back: before a letter ("(A", "(a", "'s"), at a character that is not ASCII (".\u{301}",
-    /// "!é", ",日") or at a control ("\u{b}", "\u{1f}"); `/` and CR LF after a run.
+    /// "!é", ",日", and punctuation or symbols the run goes on into: "!«", "+€", ")」") or at a
+    /// control ("\u{b}", "\u{1f}"); `/` and CR LF after a run.
     pub(crate) const PUNCTUATION_RUNS: &str = "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) \
-        {\r\n/ y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1 '' ''s 's, ',\n !/\n/";
+        {\r\n/ y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1 '' ''s 's, ',\n !/\n/ !«x» +€5 )」";
 
     /// ASCII stretches long enough for the 8-byte steps.
     pub(crate) fn ascii_stretch() -> impl Strategy<Value = String> {

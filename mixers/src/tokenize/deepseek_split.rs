@@ -18,7 +18,8 @@
 //! against HF's own regex type, split after split, check the two agree.
 
 use super::char_classes::{
-    CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_letters_end, ascii_run_end, ranges,
+    CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_letters_end, ascii_punctuation_end,
+    ascii_run_end, ranges,
 };
 use super::class_table::ClassTable;
 
@@ -196,9 +197,9 @@ impl DeepSeekSplitter {
     }
 
     /// The end of the third pattern's match that starts at byte `start` of `segment` (a char
-    /// boundary before its end), `None` if none starts there. The first alternative (ASCII only)
-    /// and the commonest shapes, ASCII `word` and ` word`, take a short way; [`Self::any_match_end`]
-    /// takes every other shape.
+    /// boundary before its end), `None` if none starts there. The first alternative (ASCII only),
+    /// the commonest shapes, ASCII `word` and ` word`, and runs of ASCII punctuation take a short
+    /// way; [`Self::any_match_end`] takes every other shape.
     #[inline]
     fn match_end(&self, segment: &str, start: usize) -> Result<Option<usize>, HandBack> {
         let bytes = segment.as_bytes();
@@ -217,6 +218,10 @@ impl DeepSeekSplitter {
             if b != b'\r' && b != b'\n' {
                 return Ok(Some(self.word_end(segment, start + 2)));
             }
+        }
+        // ` ?[\p{P}\p{S}]+[\r\n]*` over ASCII (runs in code: " =", "):", "(").
+        if let Some(end) = ascii_punctuation_end(bytes, start, |b| matches!(b, b'\r' | b'\n')) {
+            return Ok(Some(end));
         }
         self.any_match_end(segment, start)
     }
@@ -405,6 +410,7 @@ mod tests {
         "日本語のテキスト、カタカナ・ひらがな。ー゛゜゠ 漢字123かな abc日本",
         "中文文本，包含标点。「引号」和数字２０２４年 龥龦 㐀 〇",
         " ' '' ''s 's' '123 (hello .com",
+        scanner_checks::PUNCTUATION_RUNS,
         "tab\t!\n?  ?",
         "end with spaces   ",
         "\n",
