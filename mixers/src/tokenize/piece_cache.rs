@@ -9,13 +9,14 @@
 //! the one there to the second, and a hit in the second slot moves it back to the first, so a
 //! bucket keeps the two pieces it saw most recently. Longer pieces (up to [`MAX_KEY`] bytes and
 //! [`MAX_IDS`] ids) have a direct-mapped table of 64-byte slots. Longer ones still (up to
-//! [`LONG_KEY`] bytes), and pieces of 16 to 32 bytes with more ids than a 64-byte slot holds
-//! (up to [`LONG_IDS`]), have a small direct-mapped table of their own: in code they are mostly
-//! comment rules ("////…", "# ----…", "=====\n\n") and deep indentation met again and again,
-//! and a miss costs the merge loop's heap. Pieces past that, and short pieces of more than
-//! [`SHORT_IDS`] ids, are not cached (rare). The ids
-//! never depend on the cache: it only holds what the merge loop gave for the same bytes, for the
-//! one engine that owns it (a thread that switches engines clears it first).
+//! [`LONG_KEY`] bytes), pieces of 16 to 32 bytes with more ids than a 64-byte slot holds, and
+//! short pieces of more than [`SHORT_IDS`] ids (up to [`LONG_IDS`]; their short slot says where
+//! they are) have a small direct-mapped table of their own: in code they are mostly comment
+//! rules ("////…", "# ----…", "=====\n\n") and indentation met again and again ("\n" and seven
+//! spaces are eight GPT-2 tokens), and a miss costs the merge loop. Pieces past that are not
+//! cached (rare). The ids never depend on the cache: it only holds what the merge loop gave for
+//! the same bytes, for the one engine that owns it (a thread that switches engines clears it
+//! first).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +49,15 @@ pub(crate) const CACHE_BYTES: usize = (1 << SHORT_BITS) * std::mem::size_of::<Bu
 /// The bits of a short key's top byte that hold its id count (its low bits hold the length).
 const COUNT_SHIFT: u32 = 124;
 const COUNT_BITS: u128 = 0xF << COUNT_SHIFT;
+/// The id count of a short slot whose piece has more than [`SHORT_IDS`] ids: they are in the
+/// table for the longest pieces.
+const OVERFLOW: u128 = 0xF;
+
+/// A short key's piece: its bytes (the first `len` of the 16) and `len`.
+#[inline]
+fn short_bytes(key: u128) -> ([u8; 16], usize) {
+    (key.to_le_bytes(), ((key >> 120) & 0xF) as usize)
+}
 
 /// A piece of 1 to [`SHORT_KEY`] bytes as one number: its bytes little-endian, zero above them,
 /// and its length in the top byte (so no piece's key is 0, the free slots' key).
@@ -237,6 +247,15 @@ fn long_slot_of(key: &[u8]) -> usize {
     (h >> (64 - LONG_BITS)) as usize
 }
 
+/// The ids of a short piece of more than [`SHORT_IDS`] ids, kept in `long`, the table for the
+/// longest pieces (`None` if another piece took its slot there).
+#[cold]
+#[inline(never)]
+fn get_many(long: &[LongSlot], key: u128) -> Option<&[u32]> {
+    let (bytes, len) = short_bytes(key);
+    long[long_slot_of(&bytes[..len])].ids(&padded(&bytes[..len]), len)
+}
+
 impl PieceCache {
     fn new(owner: u64) -> Self {
         Self {
@@ -263,20 +282,30 @@ impl PieceCache {
         let count = |slot: &ShortSlot| (slot.key >> COUNT_SHIFT) as usize;
         if bucket.0[0].key & !COUNT_BITS == key {
             let slot = &bucket.0[0];
-            return Some(&slot.ids[..count(slot)]);
+            if count(slot) <= SHORT_IDS {
+                return Some(&slot.ids[..count(slot)]);
+            }
+            return get_many(&self.long, key);
         }
         if bucket.0[1].key & !COUNT_BITS == key {
             bucket.0.swap(0, 1);
             let slot = &bucket.0[0];
-            return Some(&slot.ids[..count(slot)]);
+            if count(slot) <= SHORT_IDS {
+                return Some(&slot.ids[..count(slot)]);
+            }
+            return get_many(&self.long, key);
         }
         None
     }
 
-    /// Remember `ids` for the short piece `key` (nothing happens past [`SHORT_IDS`] ids).
+    /// Remember `ids` for the short piece `key` (nothing happens past [`LONG_IDS`] ids). A piece
+    /// of more than [`SHORT_IDS`] ids (a run of spaces in code, where every space is a token of
+    /// its own: "\n" and seven spaces are eight GPT-2 tokens) is kept in the table for the
+    /// longest pieces, its bucket's slot marked [`OVERFLOW`].
     #[inline]
     pub fn insert_short(&mut self, key: u128, hash: u64, ids: &[u32]) {
         if ids.len() > SHORT_IDS {
+            self.insert_many(key, hash, ids);
             return;
         }
         let bucket = &mut self.short[(hash >> (64 - SHORT_BITS)) as usize];
@@ -284,6 +313,20 @@ impl PieceCache {
         let slot = &mut bucket.0[0];
         slot.key = key | ((ids.len() as u128) << COUNT_SHIFT);
         slot.ids[..ids.len()].copy_from_slice(ids);
+    }
+
+    /// [`Self::insert_short`] for a piece of more than [`SHORT_IDS`] ids.
+    #[cold]
+    #[inline(never)]
+    fn insert_many(&mut self, key: u128, hash: u64, ids: &[u32]) {
+        if ids.len() > LONG_IDS {
+            return;
+        }
+        let (bytes, len) = short_bytes(key);
+        self.long[long_slot_of(&bytes[..len])].set(padded(&bytes[..len]), len, ids);
+        let bucket = &mut self.short[(hash >> (64 - SHORT_BITS)) as usize];
+        bucket.0[1] = bucket.0[0];
+        bucket.0[0].key = key | (OVERFLOW << COUNT_SHIFT);
     }
 
     /// The ids cached for `key`.
@@ -316,7 +359,6 @@ impl PieceCache {
             return;
         }
         if key.len() <= SHORT_KEY {
-            // A short piece of more ids than a short slot holds is not cached (rare).
             let wanted = short_key(key);
             self.insert_short(wanted, short_hash(wanted), ids);
             return;
@@ -376,7 +418,7 @@ mod tests {
         cache.insert(b"seventeen bytes..", &[1; LONG_IDS + 1]);
         assert_eq!(cache.get(b"seventeen bytes.."), None);
         cache.insert(b"many", &[1; MAX_IDS + 1]);
-        assert_eq!(cache.get(b"many"), None);
+        assert_eq!(cache.get(b"many"), Some(&[1; MAX_IDS + 1][..]));
         cache.insert(b"seventeen bytes!!", &[7; MAX_IDS]);
         assert_eq!(cache.get(b"seventeen bytes!!"), Some(&[7; MAX_IDS][..]));
         cache.insert(b"sixteen bytes!!!", &[4]);
@@ -390,8 +432,16 @@ mod tests {
             Some(&[1, 2, 3, 4][..]),
             "length is part of the key"
         );
+        // Short pieces of more ids: kept with the longest pieces, up to LONG_IDS.
         cache.insert(b"five ids", &[1, 2, 3, 4, 5]);
-        assert_eq!(cache.get(b"five ids"), None);
+        assert_eq!(cache.get(b"five ids"), Some(&[1, 2, 3, 4, 5][..]));
+        let spaces = b"\n              ";
+        let ids: Vec<u32> = (0..15).collect();
+        cache.insert(spaces, &ids);
+        assert_eq!(cache.get(spaces), Some(&ids[..]));
+        assert_eq!(cache.get(&spaces[..14]), None, "length is part of the key");
+        cache.insert(b"too many", &[1; LONG_IDS + 1]);
+        assert_eq!(cache.get(b"too many"), None);
         cache.insert(b"fifteen bytes!!", &[9, 8]);
         assert_eq!(cache.get(b"fifteen bytes!!"), Some(&[9, 8][..]));
     }
@@ -434,6 +484,24 @@ mod tests {
         assert_eq!(cache.get_short(b, short_hash(b)), None);
         assert_eq!(cache.get_short(a, short_hash(a)), Some(&[1][..]));
         assert_eq!(cache.get_short(c, short_hash(c)), Some(&[3][..]));
+    }
+
+    /// A short piece of many ids whose entry in the table for the longest pieces was taken by
+    /// another piece is a miss, never that piece's ids.
+    #[test]
+    fn a_short_piece_of_many_ids_evicted_from_the_long_table_is_a_miss() {
+        let mut cache = PieceCache::new(1);
+        let spaces = b"\n       ";
+        cache.insert(spaces, &[198, 220, 220, 220, 220, 220, 220, 220]);
+        let rival = (0u32..)
+            .map(|i| format!("{i:0>40}"))
+            .find(|rule| long_slot_of(rule.as_bytes()) == long_slot_of(spaces))
+            .expect("some rule shares the slot");
+        cache.insert(rival.as_bytes(), &[7; 10]);
+        assert_eq!(cache.get(spaces), None);
+        assert_eq!(cache.get(rival.as_bytes()), Some(&[7; 10][..]));
+        cache.insert(spaces, &[1, 2, 3, 4, 5]);
+        assert_eq!(cache.get(spaces), Some(&[1, 2, 3, 4, 5][..]));
     }
 
     #[test]
