@@ -325,7 +325,11 @@ impl PieceCache {
         let (bytes, len) = short_bytes(key);
         self.long[long_slot_of(&bytes[..len])].set(padded(&bytes[..len]), len, ids);
         let bucket = &mut self.short[(hash >> (64 - SHORT_BITS)) as usize];
-        bucket.0[1] = bucket.0[0];
+        // A piece whose entry in the long table was taken is still marked first in its bucket
+        // (the lookup that missed moved it there): mark it again rather than twice.
+        if bucket.0[0].key & !COUNT_BITS != key {
+            bucket.0[1] = bucket.0[0];
+        }
         bucket.0[0].key = key | (OVERFLOW << COUNT_SHIFT);
     }
 
@@ -502,6 +506,9 @@ mod tests {
         assert_eq!(cache.get(rival.as_bytes()), Some(&[7; 10][..]));
         cache.insert(spaces, &[1, 2, 3, 4, 5]);
         assert_eq!(cache.get(spaces), Some(&[1, 2, 3, 4, 5][..]));
+        // Marked again, not twice: the bucket's other slot is not taken by a second mark.
+        let bucket = &cache.short[(short_hash(short_key(spaces)) >> (64 - SHORT_BITS)) as usize];
+        assert_ne!(bucket.0[0].key & !COUNT_BITS, bucket.0[1].key & !COUNT_BITS);
     }
 
     #[test]
