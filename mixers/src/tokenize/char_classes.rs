@@ -262,6 +262,12 @@ pub(crate) fn ascii_letters_end(bytes: &[u8], at: usize) -> usize {
     ascii_run_end(bytes, at, non_letters, |b| b.is_ascii_alphabetic())
 }
 
+/// `[\r\n]`, the patterns' line ends.
+#[inline]
+pub(crate) fn is_cr_or_lf(b: u8) -> bool {
+    b == b'\r' || b == b'\n'
+}
+
 /// The end of the cl100k and o200k families' ` ?[^\s\p{L}\p{N}]+` (DeepSeek V3's
 /// ` ?[\p{P}\p{S}]+`, the same over ASCII) and what `trailing` takes after it (`[\r\n]*`,
 /// `[\r\n/]*`) from byte `start`, where the run is ASCII punctuation,

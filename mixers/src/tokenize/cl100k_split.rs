@@ -11,7 +11,7 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. Differential tests against HF's own regex type check the two agree.
 
-use super::char_classes::{CharClasses, HandBack, Kind, ascii_punctuation_end, tile};
+use super::char_classes::{CharClasses, HandBack, Kind, ascii_punctuation_end, is_cr_or_lf, tile};
 use super::contractions::Contractions;
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
@@ -25,10 +25,6 @@ pub(crate) struct Cl100kSplitter {
     max_digits: usize,
     /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)`
     contractions: Contractions,
-}
-
-fn is_cr_or_lf(b: u8) -> bool {
-    b == b'\r' || b == b'\n'
 }
 
 impl Cl100kSplitter {

@@ -19,7 +19,7 @@
 
 use super::char_classes::{
     CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_letters_end, ascii_punctuation_end,
-    ascii_run_end, ranges,
+    ascii_run_end, is_cr_or_lf, ranges,
 };
 use super::class_table::ClassTable;
 
@@ -220,7 +220,7 @@ impl DeepSeekSplitter {
             }
         }
         // ` ?[\p{P}\p{S}]+[\r\n]*` over ASCII (runs in code: " =", "):", "(").
-        if let Some(end) = ascii_punctuation_end(bytes, start, |b| matches!(b, b'\r' | b'\n')) {
+        if let Some(end) = ascii_punctuation_end(bytes, start, is_cr_or_lf) {
             return Ok(Some(end));
         }
         self.any_match_end(segment, start)
@@ -242,7 +242,7 @@ impl DeepSeekSplitter {
         }
         if let Some((Kind::Word, next_width)) = next
             && kind != Kind::Punct
-            && !matches!(first, b'\r' | b'\n')
+            && !is_cr_or_lf(first)
         {
             return Ok(Some(self.word_end(segment, start + width + next_width)));
         }
@@ -254,7 +254,7 @@ impl DeepSeekSplitter {
         };
         if let Some(body) = body {
             let mut end = self.punct_end(segment, body);
-            while matches!(bytes.get(end), Some(b'\r' | b'\n')) {
+            while bytes.get(end).is_some_and(|&b| is_cr_or_lf(b)) {
                 end += 1;
             }
             return Ok(Some(end));

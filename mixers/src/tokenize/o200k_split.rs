@@ -19,7 +19,8 @@
 //! own regex type check the two agree.
 
 use super::char_classes::{
-    CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_punctuation_end, ascii_run_end, tile,
+    CharClasses, HIGH_BITS, HandBack, ascii_in_range, ascii_punctuation_end, ascii_run_end,
+    is_cr_or_lf, tile,
 };
 use super::class_table::ClassTable;
 use super::contractions::Contractions;
@@ -225,7 +226,7 @@ impl O200kSplitter {
         if let Some(&b) = bytes.get(at)
             && !b.is_ascii_alphanumeric()
             && b.is_ascii()
-            && !matches!(b, b'\r' | b'\n')
+            && !is_cr_or_lf(b)
             && bytes.get(at + 1).is_some_and(u8::is_ascii_alphabetic)
         {
             at += 1;
@@ -258,8 +259,8 @@ impl O200kSplitter {
         let after = start + width;
         let next = self.kind_at(text, after);
         let starts_word = |kind: Kind| kind.is_upper() || kind.is_lower();
-        let optional = matches!(kind, Kind::Other | Kind::Mark | Kind::Space)
-            && !matches!(first, b'\r' | b'\n');
+        let optional =
+            matches!(kind, Kind::Other | Kind::Mark | Kind::Space) && !is_cr_or_lf(first);
         let word_end = if starts_word(kind) {
             // A mark is both: taken as the optional character first. Without it the first
             // alternative always matches a mark, so the second is tried only after a letter.
