@@ -53,7 +53,7 @@ fn spec(eos: &str, bos: Option<TokenRef>) -> TokenizerSpec {
 
 fn stage(json: &[u8], spec: &TokenizerSpec, cache: Option<&Arc<MemoryCache>>) -> TokenizeStage {
     TokenizeStage::from_json_bytes_cached(
-        json,
+        Arc::new(json.to_vec()),
         spec,
         "test",
         EngineChoice::Auto,
@@ -347,7 +347,7 @@ fn tokens_the_entry_cannot_resolve_go_to_hf() {
     );
     let unknown = spec("<|no such token|>", None);
     let cached = TokenizeStage::from_json_bytes_cached(
-        &json,
+        Arc::new(json.clone()),
         &unknown,
         "test",
         EngineChoice::Auto,

@@ -24,7 +24,7 @@ pub struct LoadedRecipe {
     pub recipe: Recipe,
     /// The recipe file's folder: relative paths in it are resolved from here.
     pub base: PathBuf,
-    pub tokenizer_json: Vec<u8>,
+    pub tokenizer_json: Arc<Vec<u8>>,
     pub stage: Arc<TokenizeStage>,
     /// The frozen plan the run was given (`--plan`): sources' shards come from it, not listed.
     pub plan: Option<Arc<FrozenPlan>>,
@@ -63,17 +63,19 @@ pub fn load_recipe_with(
     let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let tokenizer_path = base.join(&recipe.tokenizer.path);
-    let tokenizer_json = std::fs::read(&tokenizer_path).with_context(|| {
-        format!(
-            "recipe {}: tokenizer.path: cannot read {}",
-            path.display(),
-            tokenizer_path.display()
-        )
-    })?;
+    let tokenizer_json = std::fs::read(&tokenizer_path)
+        .map(Arc::new)
+        .with_context(|| {
+            format!(
+                "recipe {}: tokenizer.path: cannot read {}",
+                path.display(),
+                tokenizer_path.display()
+            )
+        })?;
     // The fast engine's tables come from the engine cache when it holds this file's.
     let engine_cache = EngineCacheDir::from_env().map(|c| Arc::new(c) as SharedEngineCache);
     let stage = TokenizeStage::from_json_bytes_cached(
-        &tokenizer_json,
+        Arc::clone(&tokenizer_json),
         &recipe.tokenizer,
         &tokenizer_path.display().to_string(),
         engine,

@@ -11,11 +11,8 @@
 //! ([`super::merges`]), from the thread's [`super::piece_cache`] when the same bytes were merged
 //! before, or from [`super::whole_tokens`] when the piece is one token whole.
 
-use std::hash::{Hash, Hasher};
-
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
-use tokenizers::utils::SysRegex;
 
 use super::added::{AddedSplitter, Segment};
 use super::build_beside;
@@ -29,10 +26,8 @@ use super::o200k_split::O200kSplitter;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, AddedSpec, OuterCut, PieceSplit, Refusal};
-
-/// fancy-regex searches take scratch space from a pool inside the regex; threads sharing one
-/// regex contend for it (tiktoken's performance notes), so threads spread over a few copies.
-const REGEX_COPIES: usize = 8;
+use super::regex_copies::RegexCopies;
+use super::token_list::TokenList;
 
 /// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex (GPT-2's, the
 /// cl100k family's, the o200k family's), or as all its splits one after another (DeepSeek V3's).
@@ -82,18 +77,11 @@ impl Scanner {
     }
 }
 
-/// [`REGEX_COPIES`] compiled copies of a pre-tokenizer pattern, with HF's own regex type.
-fn regex_copies(pattern: &str) -> Result<Vec<SysRegex>, String> {
-    (0..REGEX_COPIES)
-        .map(|_| SysRegex::new(pattern).map_err(|e| e.to_string()))
-        .collect()
-}
-
 /// A cut HF makes before the last split: a regex Split (DeepSeek V3's digit groups and CJK runs),
 /// its regex in copies and what it keeps, or `Digits` (Command R+'s).
 enum OuterSplit {
     Regex {
-        regexes: Vec<SysRegex>,
+        regexes: RegexCopies,
         keep_matches: bool,
         keep_gaps: bool,
     },
@@ -133,7 +121,7 @@ pub(crate) struct ByteLevelBpe {
     normalization: Normalization,
     /// The splits before the last, in order; each cuts every piece the one before kept.
     outer: Vec<OuterSplit>,
-    regexes: Vec<SysRegex>,
+    regexes: RegexCopies,
     /// The pattern scanned by hand instead of by fancy-regex (same matches), where it can be.
     scanner: Option<Scanner>,
     keep_matches: bool,
@@ -142,12 +130,6 @@ pub(crate) struct ByteLevelBpe {
     /// Names this engine's entries in the per-thread piece caches.
     cache_owner: u64,
     description: String,
-}
-
-fn thread_slot() -> usize {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    std::thread::current().id().hash(&mut hasher);
-    (hasher.finish() % REGEX_COPIES as u64) as usize
 }
 
 /// That `start..end` is a range of `text` (ordered, inside it), as an error rather than a panic if
@@ -224,11 +206,7 @@ impl ByteLevelTables {
     }
 
     /// The tables [`Self::large_tables`] gave, read back.
-    pub(crate) fn set_large_tables(
-        &mut self,
-        merges: Vec<(u32, u32, u32)>,
-        whole: Vec<(Vec<u8>, u32)>,
-    ) {
+    pub(crate) fn set_large_tables(&mut self, merges: Vec<(u32, u32, u32)>, whole: TokenList) {
         self.vocab.merges = merges;
         self.vocab.whole = whole;
     }
@@ -262,14 +240,14 @@ impl ByteLevelBpe {
                     .iter()
                     .map(|cut| match cut {
                         OuterCut::Regex(split) => Ok(OuterSplit::Regex {
-                            regexes: regex_copies(&split.pattern)?,
+                            regexes: RegexCopies::new(&split.pattern)?,
                             keep_matches: split.keep_matches,
                             keep_gaps: split.keep_gaps,
                         }),
                         &OuterCut::Numbers { individual } => Ok(OuterSplit::Numbers { individual }),
                     })
                     .collect::<Result<Vec<_>, String>>()?;
-                Ok::<_, String>((outer, regex_copies(&tables.pattern)?))
+                Ok::<_, String>((outer, RegexCopies::new(&tables.pattern)?))
             },
             || ByteVocab::from_tables(&tables.vocab),
         );
@@ -344,7 +322,7 @@ impl ByteLevelBpe {
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
-        let regex = &self.regexes[thread_slot() % self.regexes.len()];
+        let regex = &self.regexes;
         // HF: non-normalized added tokens in the raw text; normalize what lies between them;
         // normalized added tokens in that; pre-tokenize and BPE what lies between those.
         self.raw_added.split(text, |segment| match segment {
@@ -371,7 +349,7 @@ impl ByteLevelBpe {
     /// text back has its ids taken back, and the regexes cut the text.
     fn encode_split(
         &self,
-        regex: &SysRegex,
+        regex: &RegexCopies,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
@@ -392,7 +370,7 @@ impl ByteLevelBpe {
     fn encode_outer(
         &self,
         level: usize,
-        regex: &SysRegex,
+        regex: &RegexCopies,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
@@ -419,7 +397,7 @@ impl ByteLevelBpe {
             } => (regexes, *keep_matches, *keep_gaps),
         };
         let mut previous = 0;
-        for (start, end) in regexes[thread_slot() % regexes.len()].find_iter(text) {
+        for (start, end) in regexes.for_this_thread().find_iter(text) {
             if keep_gaps {
                 next(previous, start)?;
             }
@@ -440,12 +418,12 @@ impl ByteLevelBpe {
     /// and the regex cuts the text.
     fn encode_pieces(
         &self,
-        regex: &SysRegex,
+        regex: &RegexCopies,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
-        let from_regex = || regex.find_iter(text).map(Ok);
+        let from_regex = || regex.for_this_thread().find_iter(text).map(Ok);
         let mark = out.len();
         let scanned = match &self.scanner {
             Some(Scanner::Gpt2(scanner)) => {

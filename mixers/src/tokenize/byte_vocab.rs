@@ -12,6 +12,7 @@ use tokenizers::models::bpe::BPE;
 use super::build_beside;
 use super::merges::{BytePairs, Merges};
 use super::pipeline::Refusal;
+use super::token_list::TokenList;
 use super::whole_tokens::WholeTokens;
 
 /// What the byte-level engine needs of the vocabulary.
@@ -34,7 +35,7 @@ pub(crate) struct VocabTables {
     /// every token, else the tokens whose bytes the merge loop merges back into them. In the
     /// engine cache as bytes after the JSON (`packed_tables.rs`).
     #[serde(skip)]
-    pub whole: Vec<(Vec<u8>, u32)>,
+    pub whole: TokenList,
     /// The 256 bytes' ids.
     pub byte_ids: Vec<u32>,
     /// The merges in rank order: left id, right id, merged id. In the engine cache as bytes
@@ -129,7 +130,7 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
     }
     let merges = merge_table(bpe, &vocab)?;
     let whole = if bpe.ignore_merges {
-        tokens
+        tokens.into_iter().collect()
     } else {
         merging_to_themselves(tokens, &merges, &byte_ids)?
     };
@@ -147,7 +148,7 @@ fn merging_to_themselves(
     tokens: Vec<(Vec<u8>, u32)>,
     merges: &[(u32, u32, u32)],
     byte_ids: &[u32],
-) -> Result<Vec<(Vec<u8>, u32)>, Refusal> {
+) -> Result<TokenList, Refusal> {
     let byte_ids: [u32; 256] = byte_ids
         .try_into()
         .map_err(|_| Refusal::new("the byte ids are not 256".to_string()))?;

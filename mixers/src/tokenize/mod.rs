@@ -28,7 +28,9 @@ mod packed_tables;
 mod piece_cache;
 mod pipeline;
 mod prefetch;
+mod regex_copies;
 mod sentencepiece;
+mod token_list;
 mod whole_tokens;
 
 use std::sync::{Arc, OnceLock};
@@ -118,8 +120,9 @@ pub struct TokenizeStage {
     /// came from the engine cache, and then only for `decode` (or a BOS/EOS the cache cannot
     /// resolve).
     hf: OnceLock<Tokenizer>,
-    /// The file's bytes while `hf` is not parsed (emptied once it is).
-    json: Vec<u8>,
+    /// The file's bytes, for HF's parse when it is first needed (empty when it was parsed with
+    /// the stage); shared with the caller that read them ([`Self::from_json_bytes_cached`]).
+    json: Arc<Vec<u8>>,
     origin: String,
     /// The engine that encodes: built with the stage, or, from an engine-cache entry, on a
     /// thread of its own while the run starts.
@@ -179,15 +182,30 @@ impl TokenizeStage {
         origin: &str,
         choice: EngineChoice,
     ) -> Result<Self, TokenizeError> {
-        Self::from_json_bytes_cached(json, spec, origin, choice, None)
+        Self::build(json, None, spec, origin, choice, None)
     }
 
     /// As [`Self::from_json_bytes_with`], reading the fast engine's tables from `cache` when it
     /// holds a sound entry for this file, and keeping them there when it does not. The ids are
     /// the same either way; the engine line says which it was. From an entry, the engine is
     /// built on a thread of its own and the first document encoded waits for it.
+    ///
+    /// The stage keeps `json` (shared, not copied) until it parses HF's tokenizer, if ever.
     pub fn from_json_bytes_cached(
+        json: Arc<Vec<u8>>,
+        spec: &TokenizerSpec,
+        origin: &str,
+        choice: EngineChoice,
+        cache: Option<SharedEngineCache>,
+    ) -> Result<Self, TokenizeError> {
+        Self::build(&json, Some(&json), spec, origin, choice, cache)
+    }
+
+    /// The stage from `json`, which is `shared` when the caller shares its bytes; else a stage
+    /// built from an engine-cache entry keeps a copy.
+    fn build(
         json: &[u8],
+        shared: Option<&Arc<Vec<u8>>>,
         spec: &TokenizerSpec,
         origin: &str,
         choice: EngineChoice,
@@ -199,7 +217,8 @@ impl TokenizeStage {
         if let Some(cache) = &cache
             && let Some(bytes) = cache.load(&sha256)
         {
-            match Self::from_cache_entry(bytes, json, spec, origin, &sha256, cache) {
+            let kept = || shared.map_or_else(|| Arc::new(json.to_vec()), Arc::clone);
+            match Self::from_cache_entry(bytes, kept, spec, origin, &sha256, cache) {
                 Ok(Some(stage)) => return Ok(stage),
                 Ok(None) => {}
                 Err(why) => ignored = Some(why),
@@ -235,7 +254,7 @@ impl TokenizeStage {
         Ok(Self {
             hf: OnceLock::from(hf),
             // HF's tokenizer is parsed: the file's bytes (megabytes) are not needed again.
-            json: Vec::new(),
+            json: Arc::default(),
             origin: origin.to_string(),
             engine: EngineSlot::ready(engine),
             bos,
@@ -251,7 +270,7 @@ impl TokenizeStage {
     /// (build as usual), `Err` why it is ignored.
     fn from_cache_entry(
         bytes: Vec<u8>,
-        json: &[u8],
+        json: impl FnOnce() -> Arc<Vec<u8>>,
         spec: &TokenizerSpec,
         origin: &str,
         sha256: &str,
@@ -277,7 +296,7 @@ impl TokenizeStage {
         });
         Ok(Some(Self {
             hf: OnceLock::new(),
-            json: json.to_vec(),
+            json: json(),
             origin: origin.to_string(),
             engine,
             bos: bos.flatten(),

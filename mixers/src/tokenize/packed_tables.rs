@@ -8,13 +8,14 @@
 //! count, then each token's id, its length in bytes and its bytes. Every number a `u32`.
 
 use super::engine_cache::EngineTables;
+use super::token_list::TokenList;
 
 /// The two tables, as each engine's tables hold them (the byte-level and the SentencePiece-style
 /// engine alike): the merges in rank order (left, right, merged id) and the pieces that are one
 /// token whole (bytes, id).
 pub(crate) struct LargeTables<'a> {
     pub merges: &'a [(u32, u32, u32)],
-    pub whole: &'a [(Vec<u8>, u32)],
+    pub whole: &'a TokenList,
 }
 
 fn large_tables(tables: &EngineTables) -> LargeTables<'_> {
@@ -35,7 +36,7 @@ pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), Stri
         }
     }
     out.extend_from_slice(&count(whole.len())?.to_le_bytes());
-    for (token, id) in whole {
+    for (token, id) in whole.iter() {
         out.extend_from_slice(&id.to_le_bytes());
         out.extend_from_slice(&count(token.len())?.to_le_bytes());
         out.extend_from_slice(token);
@@ -47,17 +48,19 @@ pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), Stri
 pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String> {
     let mut words = Words { bytes, at: 0 };
     let count = words.next("the merges' count")? as usize;
-    let mut merges = Vec::with_capacity(count.min(bytes.len() / 12));
-    for _ in 0..count {
-        let mut next = || words.next("a merge");
-        merges.push((next()?, next()?, next()?));
-    }
+    // Three words a merge, read as one run of bytes.
+    let run = words.take(count.saturating_mul(12), "the merges")?;
+    let word = |at: &[u8]| u32::from_le_bytes([at[0], at[1], at[2], at[3]]);
+    let merges: Vec<(u32, u32, u32)> = run
+        .chunks_exact(12)
+        .map(|m| (word(&m[0..4]), word(&m[4..8]), word(&m[8..12])))
+        .collect();
     let count = words.next("the whole tokens' count")? as usize;
-    let mut whole = Vec::with_capacity(count.min(bytes.len() / 8));
+    let mut whole = TokenList::with_capacity(count.min(bytes.len() / 8), bytes.len() - words.at);
     for _ in 0..count {
         let id = words.next("a whole token's id")?;
         let len = words.next("a whole token's length")? as usize;
-        whole.push((words.take(len, "a whole token's bytes")?.to_vec(), id));
+        whole.push(words.take(len, "a whole token's bytes")?, id);
     }
     if words.at < bytes.len() {
         return Err(format!(
@@ -141,7 +144,7 @@ mod tests {
         let fresh = || serde_json::from_slice::<EngineTables>(&json).expect("parses");
         let error = |bytes: &[u8]| read(&mut fresh(), bytes).expect_err("refused");
         assert_eq!(error(&[]), "cut short in the merges' count, at byte 0");
-        assert_eq!(error(&bytes[..10]), "cut short in a merge, at byte 8");
+        assert_eq!(error(&bytes[..10]), "cut short in the merges, at byte 4");
         let merges_end = 4 + 50_000 * 12;
         assert_eq!(
             error(&bytes[..merges_end + 6]),

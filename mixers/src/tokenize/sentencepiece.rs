@@ -38,6 +38,7 @@ use super::merges::Merges;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
 use super::pipeline::{self, AddedSpec, METASPACE, Prepend, Refusal};
+use super::token_list::TokenList;
 use super::whole_tokens::WholeTokens;
 
 /// No token for a character.
@@ -113,7 +114,7 @@ pub(crate) struct SentencePieceTables {
     /// as the piece cache keys pieces, with their ids. In the engine cache as bytes after the
     /// JSON.
     #[serde(skip)]
-    whole: Vec<(Vec<u8>, u32)>,
+    whole: TokenList,
     num_tokens: usize,
 }
 
@@ -127,11 +128,7 @@ impl SentencePieceTables {
     }
 
     /// The tables [`Self::large_tables`] gave, read back.
-    pub(crate) fn set_large_tables(
-        &mut self,
-        merges: Vec<(u32, u32, u32)>,
-        whole: Vec<(Vec<u8>, u32)>,
-    ) {
+    pub(crate) fn set_large_tables(&mut self, merges: Vec<(u32, u32, u32)>, whole: TokenList) {
         self.merges = merges;
         self.whole = whole;
     }
@@ -191,7 +188,7 @@ impl SentencePieceBpe {
             },
             prepend: pipeline.prepend,
             spaces: pipeline.spaces,
-            whole: Vec::new(),
+            whole: TokenList::default(),
             num_tokens: vocab.len(),
         };
         // Worked out once per tokenizer file (the engine cache keeps it), by the engine itself.
@@ -265,10 +262,7 @@ impl SentencePieceBpe {
     /// The tokens HF's merge loop gives back whole from their own text as a piece: each token's
     /// text keyed as the piece cache keys pieces (a space for "▁"), kept where
     /// [`Self::merge_piece`] over that key is that one token, so a hit is the loop's answer.
-    fn merging_to_themselves(
-        &self,
-        vocab: &std::collections::HashMap<String, u32>,
-    ) -> Vec<(Vec<u8>, u32)> {
+    fn merging_to_themselves(&self, vocab: &std::collections::HashMap<String, u32>) -> TokenList {
         let mut symbols = Vec::new();
         let mut whole: Vec<(Vec<u8>, u32)> = vocab
             .iter()
@@ -280,7 +274,7 @@ impl SentencePieceBpe {
             .collect();
         // A fixed order, so that an engine-cache entry is the same bytes on every build.
         whole.sort_unstable_by_key(|&(_, id)| id);
-        whole
+        whole.into_iter().collect()
     }
 
     pub fn description(&self) -> &str {
