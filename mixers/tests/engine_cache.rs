@@ -366,3 +366,40 @@ fn tokens_the_entry_cannot_resolve_go_to_hf() {
         "tokenizer.eos: token \"<|no such token|>\" is not in the vocabulary of test"
     );
 }
+
+/// A stage from an entry keeps the file's bytes for HF's parse, should it be needed: the caller's
+/// bytes, shared, not a copy of them (megabytes for Llama 3). A stage learnt from the file keeps
+/// none. Either way `decode` (HF's) works.
+#[test]
+fn a_stage_from_an_entry_shares_the_files_bytes() {
+    let (json, _, cache) = gpt2_cache();
+    let json = Arc::new(json);
+    let eos = spec("<|endoftext|>", None);
+    let build = |cache: Option<SharedEngineCache>| {
+        TokenizeStage::from_json_bytes_cached(
+            Arc::clone(&json),
+            &eos,
+            "test",
+            EngineChoice::Auto,
+            cache,
+        )
+        .expect("builds")
+    };
+    let cached = build(Some(cache as SharedEngineCache));
+    assert_eq!(
+        Arc::strong_count(&json),
+        2,
+        "the stage holds the caller's bytes"
+    );
+    assert_eq!(cached.decode(&[31_373]).expect("decodes"), "hello");
+    assert!(
+        cached
+            .engine_description()
+            .contains("(tables from the engine cache)")
+    );
+    drop(cached);
+    assert_eq!(Arc::strong_count(&json), 1);
+    let learnt = build(None);
+    assert_eq!(Arc::strong_count(&json), 1, "parsed at once: no bytes kept");
+    assert_eq!(learnt.decode(&[31_373]).expect("decodes"), "hello");
+}
