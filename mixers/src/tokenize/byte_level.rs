@@ -232,7 +232,7 @@ impl ByteLevelBpe {
     pub fn from_tables(tables: &ByteLevelTables) -> Result<Self, Refusal> {
         let raw_added = AddedSplitter::new(&tables.added, false)?;
         let normalized_added = AddedSplitter::new(&tables.added, true)?;
-        // Every split's regex copies compile while the vocabulary's tables fill.
+        // Every split's regex (its first copy) compiles while the vocabulary's tables fill.
         let (compiled, vocab) = build_beside::join(
             || {
                 let outer = tables
