@@ -322,7 +322,6 @@ impl ByteLevelBpe {
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
-        let regex = &self.regexes;
         // HF: non-normalized added tokens in the raw text; normalize what lies between them;
         // normalized added tokens in that; pre-tokenize and BPE what lies between those.
         self.raw_added.split(text, |segment| match segment {
@@ -338,7 +337,7 @@ impl ByteLevelBpe {
                             out.push(id);
                             Ok(())
                         }
-                        Segment::Text(between) => self.encode_split(regex, between, cache, out),
+                        Segment::Text(between) => self.encode_split(between, cache, out),
                     })
             }
         })
@@ -349,7 +348,6 @@ impl ByteLevelBpe {
     /// text back has its ids taken back, and the regexes cut the text.
     fn encode_split(
         &self,
-        regex: &RegexCopies,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
@@ -361,7 +359,7 @@ impl ByteLevelBpe {
                 other => return other.map_err(Cut::into_message),
             }
         }
-        self.encode_outer(0, regex, text, cache, out)
+        self.encode_outer(0, text, cache, out)
     }
 
     /// The splits before the last, from `level` on: each kept piece of `self.outer[level]`'s cut
@@ -370,19 +368,18 @@ impl ByteLevelBpe {
     fn encode_outer(
         &self,
         level: usize,
-        regex: &RegexCopies,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
         let Some(split) = self.outer.get(level) else {
-            return self.encode_pieces(regex, text, cache, out);
+            return self.encode_pieces(text, cache, out);
         };
         let mut next = |start: usize, end: usize| {
             check_range(text, start, end).map_err(Cut::into_message)?;
             match text.get(start..end) {
                 Some("") => Ok(()),
-                Some(piece) => self.encode_outer(level + 1, regex, piece, cache, out),
+                Some(piece) => self.encode_outer(level + 1, piece, cache, out),
                 None => Err(format!(
                     "pre-tokenizer regex reported bytes {start}..{end}, not on characters"
                 )),
@@ -418,12 +415,11 @@ impl ByteLevelBpe {
     /// and the regex cuts the text.
     fn encode_pieces(
         &self,
-        regex: &RegexCopies,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
-        let from_regex = || regex.for_this_thread().find_iter(text).map(Ok);
+        let from_regex = || self.regexes.for_this_thread().find_iter(text).map(Ok);
         let mark = out.len();
         let scanned = match &self.scanner {
             Some(Scanner::Gpt2(scanner)) => {

@@ -182,7 +182,9 @@ impl TokenizeStage {
         origin: &str,
         choice: EngineChoice,
     ) -> Result<Self, TokenizeError> {
-        Self::build(json, None, spec, origin, choice, None)
+        // A copy here costs nothing worth counting: without a cache HF parses the file at once
+        // (about a second for Llama 3) and the stage keeps no bytes.
+        Self::from_json_bytes_cached(Arc::new(json.to_vec()), spec, origin, choice, None)
     }
 
     /// As [`Self::from_json_bytes_with`], reading the fast engine's tables from `cache` when it
@@ -198,33 +200,19 @@ impl TokenizeStage {
         choice: EngineChoice,
         cache: Option<SharedEngineCache>,
     ) -> Result<Self, TokenizeError> {
-        Self::build(&json, Some(&json), spec, origin, choice, cache)
-    }
-
-    /// The stage from `json`, which is `shared` when the caller shares its bytes; else a stage
-    /// built from an engine-cache entry keeps a copy.
-    fn build(
-        json: &[u8],
-        shared: Option<&Arc<Vec<u8>>>,
-        spec: &TokenizerSpec,
-        origin: &str,
-        choice: EngineChoice,
-        cache: Option<SharedEngineCache>,
-    ) -> Result<Self, TokenizeError> {
-        let sha256 = hex::encode(Sha256::digest(json));
+        let sha256 = hex::encode(Sha256::digest(json.as_slice()));
         let cache = cache.filter(|_| choice == EngineChoice::Auto);
         let mut ignored = None;
         if let Some(cache) = &cache
             && let Some(bytes) = cache.load(&sha256)
         {
-            let kept = || shared.map_or_else(|| Arc::new(json.to_vec()), Arc::clone);
-            match Self::from_cache_entry(bytes, kept, spec, origin, &sha256, cache) {
+            match Self::from_cache_entry(bytes, &json, spec, origin, &sha256, cache) {
                 Ok(Some(stage)) => return Ok(stage),
                 Ok(None) => {}
                 Err(why) => ignored = Some(why),
             }
         }
-        let hf = parse_tokenizer(json, origin)?;
+        let hf = parse_tokenizer(&json, origin)?;
         let (vocab_size, dense_ids) = vocab_extent(&hf, origin)?;
         let (bos, eos) = resolve_specials(&Vocabulary::Hf(&hf), spec, origin)?;
         let mut engine = match choice {
@@ -270,7 +258,7 @@ impl TokenizeStage {
     /// (build as usual), `Err` why it is ignored.
     fn from_cache_entry(
         bytes: Vec<u8>,
-        json: impl FnOnce() -> Arc<Vec<u8>>,
+        json: &Arc<Vec<u8>>,
         spec: &TokenizerSpec,
         origin: &str,
         sha256: &str,
@@ -296,7 +284,7 @@ impl TokenizeStage {
         });
         Ok(Some(Self {
             hf: OnceLock::new(),
-            json: json(),
+            json: Arc::clone(json),
             origin: origin.to_string(),
             engine,
             bos: bos.flatten(),

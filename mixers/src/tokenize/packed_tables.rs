@@ -50,10 +50,9 @@ pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String
     let count = words.next("the merges' count")? as usize;
     // Three words a merge, read as one run of bytes.
     let run = words.take(count.saturating_mul(12), "the merges")?;
-    let word = |at: &[u8]| u32::from_le_bytes([at[0], at[1], at[2], at[3]]);
     let merges: Vec<(u32, u32, u32)> = run
         .chunks_exact(12)
-        .map(|m| (word(&m[0..4]), word(&m[4..8]), word(&m[8..12])))
+        .map(|m| (le_word(&m[0..4]), le_word(&m[4..8]), le_word(&m[8..12])))
         .collect();
     let count = words.next("the whole tokens' count")? as usize;
     let mut whole = TokenList::with_capacity(count.min(bytes.len() / 8), bytes.len() - words.at);
@@ -93,9 +92,13 @@ impl<'a> Words<'a> {
     }
 
     fn next(&mut self, what: &str) -> Result<u32, String> {
-        let word = self.take(4, what)?;
-        Ok(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+        self.take(4, what).map(le_word)
     }
+}
+
+/// The `u32` of four little-endian bytes.
+fn le_word(at: &[u8]) -> u32 {
+    u32::from_le_bytes([at[0], at[1], at[2], at[3]])
 }
 
 #[cfg(test)]
