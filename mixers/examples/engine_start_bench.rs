@@ -11,30 +11,16 @@
 //! its own, then one short text encoded). Prints one JSON line with each step's median and range,
 //! in milliseconds.
 
-use std::collections::HashMap;
 use std::error::Error;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
-use dsprep_mixers::tokenize::{EngineCache, EngineChoice, SharedEngineCache, TokenizeStage};
+use dsprep_mixers::tokenize::{EngineChoice, SharedEngineCache, TokenizeStage};
 
-/// Entries kept in memory, by tokenizer sha256.
-#[derive(Default)]
-struct MemoryCache(Mutex<HashMap<String, Vec<u8>>>);
-
-impl EngineCache for MemoryCache {
-    fn load(&self, tokenizer_sha256: &str) -> Option<Vec<u8>> {
-        self.0.lock().ok()?.get(tokenizer_sha256).cloned()
-    }
-
-    fn store(&self, tokenizer_sha256: &str, entry: &[u8]) {
-        if let Ok(mut entries) = self.0.lock() {
-            entries.insert(tokenizer_sha256.to_string(), entry.to_vec());
-        }
-    }
-}
+#[path = "shared/mod.rs"]
+mod shared;
+use shared::memory_cache::MemoryCache;
 
 /// Median, least and most of `values`, in milliseconds.
 fn summary(mut values: Vec<f64>) -> serde_json::Value {
@@ -60,11 +46,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let tokenizer = tokenizer.ok_or("--tokenizer PATH is required")?;
     let json = Arc::new(std::fs::read(&tokenizer)?);
     let origin = tokenizer.display().to_string();
-    let spec = TokenizerSpec {
-        path: origin.clone(),
-        eos: TokenRef::Id(0),
-        bos: None,
-    };
+    let spec = shared::tokenizer_spec(&tokenizer);
     let cache: SharedEngineCache = Arc::new(MemoryCache::default());
     let build = |cache: &SharedEngineCache| {
         let cache = Some(Arc::clone(cache));

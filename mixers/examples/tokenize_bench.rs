@@ -12,15 +12,16 @@
 //! caches), and reports the median round: for profiles longer than one pass.
 
 use std::error::Error;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
 use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
 
+#[path = "shared/mod.rs"]
+mod shared;
+use shared::local_texts;
+
 const DOC_BYTES: usize = 4096;
-const TEXT_EXTENSIONS: &[&str] = &["txt", "py", "md", "rs", "rst", "c", "h", "json"];
 
 struct Args {
     tokenizer: PathBuf,
@@ -62,58 +63,6 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         max_bytes: (max_mb * 1e6) as usize,
         rounds: rounds.max(1),
     })
-}
-
-fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if path.is_file() {
-        out.push(path.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for entry in entries {
-        if entry.is_dir() {
-            collect_files(&entry, out)?;
-        } else {
-            let name = entry.to_string_lossy();
-            let text_ext = entry
-                .extension()
-                .is_some_and(|e| TEXT_EXTENSIONS.iter().any(|t| e == *t));
-            if name.ends_with(".json.gz") || text_ext {
-                out.push(entry);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Documents from one file: gzip JSON lines by row, anything else cut at line ends.
-fn read_docs(path: &Path, docs: &mut Vec<String>) -> Result<(), Box<dyn Error>> {
-    if path.to_string_lossy().ends_with(".json.gz") {
-        let gz = flate2::read::GzDecoder::new(std::fs::File::open(path)?);
-        for (n, line) in BufReader::new(gz).lines().enumerate() {
-            let row: serde_json::Value = serde_json::from_str(&line?)?;
-            let text = row["text"].as_str().ok_or_else(|| {
-                format!("{} line {}: no string field `text`", path.display(), n + 1)
-            })?;
-            docs.push(text.to_string());
-        }
-        return Ok(());
-    }
-    let text = String::from_utf8_lossy(&std::fs::read(path)?).into_owned();
-    let mut doc = String::new();
-    for line in text.split_inclusive('\n') {
-        doc.push_str(line);
-        if doc.len() >= DOC_BYTES {
-            docs.push(std::mem::take(&mut doc));
-        }
-    }
-    if !doc.is_empty() {
-        docs.push(doc);
-    }
-    Ok(())
 }
 
 /// This thread's time on a CPU so far, in seconds (`CLOCK_THREAD_CPUTIME_ID`, what Python's
@@ -169,11 +118,7 @@ fn encode_round(
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let json = std::fs::read(&args.tokenizer)?;
-    let spec = TokenizerSpec {
-        path: args.tokenizer.display().to_string(),
-        eos: TokenRef::Id(0),
-        bos: None,
-    };
+    let spec = shared::tokenizer_spec(&args.tokenizer);
     let choice = if args.engine == "hf" {
         EngineChoice::Hf
     } else {
@@ -192,10 +137,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     let mut files = Vec::new();
-    collect_files(&args.text, &mut files)?;
+    local_texts::collect_files(&args.text, local_texts::Files::Text, &mut files)?;
     let mut docs = Vec::new();
     for file in &files {
-        read_docs(file, &mut docs)?;
+        local_texts::read_docs(file, DOC_BYTES, &mut docs)?;
         if docs.iter().map(String::len).sum::<usize>() >= args.max_bytes {
             break;
         }
