@@ -33,30 +33,33 @@ pub fn collect_files(path: &Path, files: Files, out: &mut Vec<PathBuf>) -> std::
         let kind = std::fs::symlink_metadata(&entry)?.file_type();
         if kind.is_dir() {
             collect_files(&entry, files, out)?;
-        } else if kind.is_file() && takes(&entry, files)? {
+        } else if kind.is_file() && takes(&entry, files) {
             out.push(entry);
         }
     }
     Ok(())
 }
 
-fn takes(path: &Path, files: Files) -> std::io::Result<bool> {
+fn takes(path: &Path, files: Files) -> bool {
     let name = path.to_string_lossy();
-    Ok(match files {
+    match files {
         Files::Text => {
             name.ends_with(".json.gz")
                 || path
                     .extension()
                     .is_some_and(|e| TEXT_EXTENSIONS.iter().any(|t| e == *t))
         }
-        // Compressed files look binary too: only a file named on its own is read as rows.
+        // Compressed files look binary too: only a file named on its own is read as rows. A
+        // file that cannot be read is taken, so that reading it says which and why.
         Files::All => {
             use std::io::Read;
             let mut head = [0u8; 8192];
-            let read = std::fs::File::open(path)?.read(&mut head)?;
-            !head[..read].contains(&0)
+            match std::fs::File::open(path).and_then(|mut f| f.read(&mut head)) {
+                Ok(read) => !head[..read].contains(&0),
+                Err(_) => true,
+            }
         }
-    })
+    }
 }
 
 /// Documents from one file: gzip JSON lines by row, anything else cut at line ends once a
