@@ -20,6 +20,7 @@ pub enum Files {
 }
 
 /// Every file `path` names (itself, or the files under it, in name order) that `files` takes.
+/// Links under `path` are not followed: a library folder may hold loops.
 pub fn collect_files(path: &Path, files: Files, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     if path.is_file() {
         out.push(path.to_path_buf());
