@@ -367,24 +367,21 @@ fn tokens_the_entry_cannot_resolve_go_to_hf() {
     );
 }
 
-/// A stage from an entry keeps the file's bytes for HF's parse, should it be needed: the caller's
-/// bytes, shared, not a copy of them (megabytes for Llama 3). A stage learnt from the file keeps
-/// none. Either way `decode` (HF's) works.
+/// Beside the fast engine a stage keeps the file's bytes for HF's parse, should it be needed (a
+/// `decode`, a pad), not HF's tokenizer (tens of MB for Qwen3 and Llama 3): the caller's bytes,
+/// shared, not a copy of them. That holds whether its tables came from an entry or were learnt
+/// from the file. A stage that encodes with HF keeps HF and no bytes. Every way, `decode` (HF's)
+/// works.
 #[test]
-fn a_stage_from_an_entry_shares_the_files_bytes() {
+fn a_stage_beside_the_fast_engine_shares_the_files_bytes() {
     let (json, _, cache) = gpt2_cache();
     let json = Arc::new(json);
     let eos = spec("<|endoftext|>", None);
-    let build = |cache: Option<SharedEngineCache>| {
-        TokenizeStage::from_json_bytes_cached(
-            Arc::clone(&json),
-            &eos,
-            "test",
-            EngineChoice::Auto,
-            cache,
-        )
-        .expect("builds")
+    let build_with = |cache: Option<SharedEngineCache>, choice| {
+        TokenizeStage::from_json_bytes_cached(Arc::clone(&json), &eos, "test", choice, cache)
+            .expect("builds")
     };
+    let build = |cache| build_with(cache, EngineChoice::Auto);
     let cached = build(Some(cache as SharedEngineCache));
     assert_eq!(
         Arc::strong_count(&json),
@@ -400,6 +397,15 @@ fn a_stage_from_an_entry_shares_the_files_bytes() {
     drop(cached);
     assert_eq!(Arc::strong_count(&json), 1);
     let learnt = build(None);
-    assert_eq!(Arc::strong_count(&json), 1, "parsed at once: no bytes kept");
+    assert!(!learnt.engine_description().starts_with("HF"));
+    assert_eq!(
+        Arc::strong_count(&json),
+        2,
+        "learnt: the bytes kept, HF dropped"
+    );
     assert_eq!(learnt.decode(&[31_373]).expect("decodes"), "hello");
+    drop(learnt);
+    let hf = build_with(None, EngineChoice::Hf);
+    assert_eq!(Arc::strong_count(&json), 1, "HF encodes: HF kept, no bytes");
+    assert_eq!(hf.decode(&[31_373]).expect("decodes"), "hello");
 }

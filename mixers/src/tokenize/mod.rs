@@ -116,12 +116,12 @@ impl FastEngine {
 }
 
 pub struct TokenizeStage {
-    /// HF's tokenizer, parsed from `json` when first needed: at once unless the fast engine
-    /// came from the engine cache, and then only for `decode` (or a BOS/EOS the cache cannot
+    /// HF's tokenizer when it encodes; beside the fast engine, parsed from `json` only when
+    /// first needed (`decode`, a `best_fit` pad, or a BOS/EOS an engine-cache entry cannot
     /// resolve).
     hf: OnceLock<Tokenizer>,
-    /// The file's bytes, for HF's parse when it is first needed (empty when it was parsed with
-    /// the stage); shared with the caller that read them ([`Self::from_json_bytes_cached`]).
+    /// The file's bytes, for HF's parse when it is first needed (empty when HF encodes);
+    /// shared with the caller that read them ([`Self::from_json_bytes_cached`]).
     json: Arc<Vec<u8>>,
     origin: String,
     /// The engine that encodes: built with the stage, or, from an engine-cache entry, on a
@@ -183,7 +183,7 @@ impl TokenizeStage {
         choice: EngineChoice,
     ) -> Result<Self, TokenizeError> {
         // A copy here costs nothing worth counting: without a cache HF parses the file at once
-        // (about a second for Llama 3) and the stage keeps no bytes.
+        // (about a second for Llama 3). The stage keeps it beside the fast engine only.
         Self::from_json_bytes_cached(Arc::new(json.to_vec()), spec, origin, choice, None)
     }
 
@@ -239,10 +239,17 @@ impl TokenizeStage {
                 .description
                 .push_str(&format!("; engine cache entry ignored: {why}"));
         }
+        // HF's tokenizer is kept only when it is the engine. Beside the fast engine it would
+        // hold tens of MB for the whole run (Qwen3 and Llama 3's vocabularies and merges) for a
+        // `decode` or a pad that may never come: the file's bytes (a few MB, shared with the
+        // caller) parse it again then, as after an engine-cache entry.
+        let (hf, json) = match engine.fast {
+            Some(_) => (OnceLock::new(), json),
+            None => (OnceLock::from(hf), Arc::default()),
+        };
         Ok(Self {
-            hf: OnceLock::from(hf),
-            // HF's tokenizer is parsed: the file's bytes (megabytes) are not needed again.
-            json: Arc::default(),
+            hf,
+            json,
             origin: origin.to_string(),
             engine: EngineSlot::ready(engine),
             bos,
