@@ -82,13 +82,13 @@ pub fn load_recipe_with(
         engine_cache,
     )
     .with_context(|| format!("recipe {}", path.display()))?;
-    release_freed_heap();
     let pad_id = match recipe.packing.strategy {
         PackStrategy::Concat => stage.eos_id(),
         PackStrategy::BestFit => stage
             .resolve_pad(recipe.packing.pad.as_ref())
             .map_err(|e| anyhow!("recipe {}: {e}", path.display()))?,
     };
+    release_freed_heap();
     let mut loaded = LoadedRecipe {
         recipe,
         base,
@@ -257,7 +257,8 @@ impl Locator {
 
 /// Hands the heap's free pages back to the system. Learning the fast engine from the file (no
 /// engine-cache entry yet, or `DSPREP_ENGINE_CACHE=off`) parses HF's tokenizer and proves the
-/// tables on this thread: hundreds of thousands of small allocations, freed by now, that glibc
+/// tables on this thread, and a `best_fit` pad is looked up in HF's parse: hundreds of
+/// thousands of small allocations, freed by now, that glibc
 /// would otherwise keep in this thread's arena for the whole run, where the other threads'
 /// allocations never reuse them (GPT-2: 20–30 MB of RSS over a run from an entry). Elsewhere a
 /// no-op.

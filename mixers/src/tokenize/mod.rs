@@ -394,7 +394,15 @@ impl TokenizeStage {
         let Some(pad) = pad else {
             return Ok(self.eos);
         };
-        let hf = self.hf().map_err(|e| e.to_string())?;
+        // Asked once, before the run: HF parsed for it is dropped after, not kept for the run.
+        let parsed;
+        let hf = match self.hf.get() {
+            Some(hf) => hf,
+            None => {
+                parsed = parse_tokenizer(&self.json, &self.origin).map_err(|e| e.to_string())?;
+                &parsed
+            }
+        };
         let id = match pad {
             TokenRef::Id(id) => hf.id_to_token(*id).map(|_| *id).ok_or_else(|| {
                 format!(
