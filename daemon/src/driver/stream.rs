@@ -258,10 +258,9 @@ impl Locator {
 /// Hands the heap's free pages back to the system. Learning the fast engine from the file (no
 /// engine-cache entry yet, or `DSPREP_ENGINE_CACHE=off`) parses HF's tokenizer and proves the
 /// tables on this thread, and a `best_fit` pad is looked up in HF's parse: hundreds of
-/// thousands of small allocations, freed by now, that glibc
-/// would otherwise keep in this thread's arena for the whole run, where the other threads'
-/// allocations never reuse them (GPT-2: 20–30 MB of RSS over a run from an entry). Elsewhere a
-/// no-op.
+/// thousands of small allocations, freed by now, that glibc would otherwise keep in this
+/// thread's arena for the whole run, where the other threads' allocations never reuse them
+/// (GPT-2: 20–30 MB of RSS over a run from an entry). Elsewhere a no-op.
 fn release_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)] // glibc's call: no argument to get wrong, it only frees free pages

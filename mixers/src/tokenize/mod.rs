@@ -116,9 +116,8 @@ impl FastEngine {
 }
 
 pub struct TokenizeStage {
-    /// HF's tokenizer when it encodes; beside the fast engine, parsed from `json` only when
-    /// first needed (`decode`, a `best_fit` pad, or a BOS/EOS an engine-cache entry cannot
-    /// resolve).
+    /// HF's tokenizer when it encodes; beside the fast engine, parsed from `json` only for a
+    /// `decode` (a `best_fit` pad is looked up in a parse that is not kept).
     hf: OnceLock<Tokenizer>,
     /// The file's bytes, for HF's parse when it is first needed (empty when HF encodes);
     /// shared with the caller that read them ([`Self::from_json_bytes_cached`]).
