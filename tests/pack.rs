@@ -25,6 +25,7 @@ fn pack_quickstart(out: &std::path::Path, threads: usize, shard_bytes: u64) -> p
         checkpoint_secs: 60,
         fresh: false,
         plan: None,
+        lineage: None,
     };
     pack::pack(&options).expect("the quickstart packs")
 }
@@ -636,6 +637,7 @@ fn pack_fixture(
         checkpoint_secs: 60,
         fresh: false,
         plan: None,
+        lineage: None,
     };
     (pack::pack(&options).unwrap(), load_recipe(&recipe).unwrap())
 }

@@ -126,6 +126,20 @@ pub struct Manifest {
     /// How `best_fit` packed (v5; absent with `concat`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packing: Option<PackingStats>,
+    /// A pack of a lineage (`dsprep pack --lineage`): where each recipe took over. Absent in
+    /// a pack of one recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<Vec<LineageSegment>>,
+}
+
+/// One recipe of a packed lineage, and the step, window and document from which it holds.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LineageSegment {
+    pub recipe_hash: String,
+    pub from_step: u64,
+    pub from_window: u64,
+    pub from_documents: u64,
+    pub global_batch: u64,
 }
 
 /// What `best_fit` did, in the manifest (v5).

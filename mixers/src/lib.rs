@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod doc;
 pub mod lanes;
 pub mod ledger;
+pub mod lineage;
 pub mod mixer;
 pub mod packer;
 pub mod recipe;

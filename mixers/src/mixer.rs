@@ -284,7 +284,7 @@ impl<S: DocSource> Mixer<S> {
     }
 
     /// Whether input `i` is read at all (weight > 0 in some phase).
-    fn is_active(&self, i: usize) -> bool {
+    pub fn is_active(&self, i: usize) -> bool {
         self.opened[i]
     }
 
@@ -674,6 +674,26 @@ impl<S: DocSource> Mixer<S> {
         self.phase = state.phase;
         self.started = state.started;
         self.done = state.done;
+        // A source a change of course added, or one that ended the mix before the change made
+        // it go on (its next pass): its next document, read now (a started mixer holds one for
+        // every source it draws from).
+        for i in 0..n {
+            if self.started && !self.done && self.is_active(i) && self.peeked[i].is_none() {
+                if self.exhausted[i] {
+                    let input = &mut self.inputs[i];
+                    input.source.restart().map_err(|error| MixError::Source {
+                        name: input.name.clone(),
+                        error,
+                    })?;
+                }
+                self.peeked[i] = self.read(i)?;
+                if self.peeked[i].is_none() {
+                    return Err(MixError::EmptySource {
+                        name: self.inputs[i].name.clone(),
+                    });
+                }
+            }
+        }
         Ok(())
     }
 }

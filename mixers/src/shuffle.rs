@@ -68,14 +68,22 @@ impl<T> Shuffler<T> {
         u64::try_from(self.rng.word_pos()).expect("2^64 random words are never drawn")
     }
 
-    /// Take over a state taken with [`Shuffler::residents`] and [`Shuffler::rng_word_pos`].
+    /// Take over a state taken with [`Shuffler::residents`] and [`Shuffler::rng_word_pos`]. A
+    /// buffer made smaller at a change of course may take more residents than it has slots:
+    /// [`Shuffler::shrink_one`] lets them out first.
     pub fn restore(&mut self, rng_word_pos: u64, residents: Vec<T>) {
-        assert!(
-            residents.len() <= self.capacity,
-            "more residents than slots"
-        );
         self.rng.set_word_pos(u128::from(rng_word_pos));
         self.buffer = residents;
+    }
+
+    /// While the buffer holds more residents than it has slots (it was made smaller at a change
+    /// of course): one resident, uniformly drawn, taken out without a new one coming in.
+    pub fn shrink_one(&mut self) -> Option<T> {
+        if self.buffer.len() <= self.capacity {
+            return None;
+        }
+        let slot = self.rng.below(self.buffer.len() as u64) as usize;
+        Some(self.buffer.swap_remove(slot))
     }
 }
 
@@ -113,6 +121,20 @@ mod tests {
         assert_eq!(s.push(3), None);
         assert!(s.push(4).is_some());
         assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_buffer_made_smaller_lets_its_extra_residents_out_first() {
+        let mut s = Shuffler::new(2, 5);
+        s.restore(0, vec![10, 11, 12, 13]);
+        let out: Vec<u32> = std::iter::from_fn(|| s.shrink_one()).collect();
+        assert_eq!(out.len(), 2);
+        assert_eq!(s.len(), 2);
+        let mut all: Vec<u32> = out.iter().chain(s.residents()).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, vec![10, 11, 12, 13], "none lost, none twice");
+        assert_eq!(s.shrink_one(), None);
+        assert!(s.push(14).is_some(), "full again: a push displaces one");
     }
 
     proptest! {

@@ -30,6 +30,9 @@ pub struct DocStream<S: DocSource> {
     /// After the mixer's end: the residents in their final order, still to emit.
     draining: Option<VecDeque<Doc>>,
     emitted: u64,
+    /// The cursors of sources the recipe never draws from, as restored: kept for the next
+    /// change of course, which may draw from them again (they are not opened here).
+    parked: Vec<Option<SourceCursor>>,
 }
 
 impl<S: DocSource> DocStream<S> {
@@ -39,6 +42,7 @@ impl<S: DocSource> DocStream<S> {
             shuffler,
             draining: None,
             emitted: 0,
+            parked: Vec::new(),
         }
     }
 
@@ -49,6 +53,11 @@ impl<S: DocSource> DocStream<S> {
                 let doc = rest.pop_front();
                 self.emitted += u64::from(doc.is_some());
                 return Ok(doc);
+            }
+            // A buffer made smaller at a change of course lets its extra residents out first.
+            if let Some(out) = self.shuffler.shrink_one() {
+                self.emitted += 1;
+                return Ok(Some(out));
             }
             match self.mixer.next_doc()? {
                 // A split row's pieces pass the buffer by (see `crate::mixer`).
@@ -93,11 +102,11 @@ impl<S: DocSource> DocStream<S> {
         };
         buffered.extend(self.mixer.held_positions());
         StreamState {
-            sources: self
-                .mixer
-                .inputs()
-                .iter()
-                .map(|i| i.source.cursor())
+            sources: (self.mixer.inputs().iter().enumerate())
+                .map(|(k, i)| match self.parked.get(k) {
+                    Some(Some(parked)) => *parked,
+                    _ => i.source.cursor(),
+                })
                 .collect(),
             mixer: self.mixer.state(),
             shuffle_rng_word_pos: self.shuffler.rng_word_pos(),
@@ -125,12 +134,8 @@ impl<S: DocSource> DocStream<S> {
                 state.buffered.len()
             )));
         };
-        if global > self.shuffler.capacity() && !state.draining {
-            return Err(MixError::Restore(format!(
-                "the state holds {global} buffered documents, the recipe's buffer {}",
-                self.shuffler.capacity()
-            )));
-        }
+        // More than the buffer's slots: it was made smaller at a change of course, and lets the
+        // extra residents out first (`Shuffler::shrink_one`).
         // Every referenced document, read source by source: look-ahead first, then the buffer.
         let wanted: Vec<DocPos> = state
             .mixer
@@ -141,18 +146,26 @@ impl<S: DocSource> DocStream<S> {
             .copied()
             .collect();
         let mut read: Vec<Option<Doc>> = vec![None; wanted.len()];
+        let active: Vec<bool> = (0..n).map(|i| self.mixer.is_active(i)).collect();
         for (i, input) in self.mixer.inputs_mut().iter_mut().enumerate() {
             let fail = |error| MixError::Source {
                 name: input.name.clone(),
                 error,
             };
-            input.source.seek(&state.sources[i]).map_err(fail)?;
             let (slots, positions): (Vec<usize>, Vec<DocPos>) = wanted
                 .iter()
                 .enumerate()
                 .filter(|(_, p)| usize::from(p.source) == i)
                 .map(|(k, p)| (k, *p))
                 .unzip();
+            // A source the recipe never draws from (one a change of course removed) is not
+            // opened: it is neither listed nor read.
+            if positions.is_empty() && !active[i] {
+                self.parked.resize(n, None);
+                self.parked[i] = Some(state.sources[i]);
+                continue;
+            }
+            input.source.seek(&state.sources[i]).map_err(fail)?;
             if positions.is_empty() {
                 continue;
             }

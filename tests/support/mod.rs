@@ -96,6 +96,7 @@ pub fn pack_dataset(recipe: &Path, out: &Path) -> dsprep_client::PackedDataset {
         checkpoint_secs: 60,
         fresh: false,
         plan: None,
+        lineage: None,
     };
     dsprep::pack::pack(&options).expect("the pack succeeds");
     dsprep_client::PackedDataset::open(out).expect("the packed directory opens")

@@ -24,6 +24,19 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     pub fn start(&self, world: u32, mb: u32, resume: bool) -> Result<Daemon, String> {
+        let extra: &[&str] = if resume { &["--resume", "latest"] } else { &[] };
+        self.start_with(self.recipe, world, mb, extra)
+    }
+
+    /// Start the daemon of `recipe` (another recipe than the run's: a change of course) with
+    /// `extra` flags.
+    pub fn start_with(
+        &self,
+        recipe: &Path,
+        world: u32,
+        mb: u32,
+        extra: &[&str],
+    ) -> Result<Daemon, String> {
         let endpoint = format!("ipc://{}", self.dir.join("d.sock").display());
         let (world, mb, every) = (world.to_string(), mb.to_string(), self.every.to_string());
         let mut args = vec![
@@ -42,13 +55,11 @@ impl Run<'_> {
             "--keep-checkpoints",
             "3",
         ];
-        if resume {
-            args.extend(["--resume", "latest"]);
-        }
+        args.extend(extra);
         // Every progress update logged (not one line per 30 s): the fast-forward shows.
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dsprep"));
         command.env("DSPREP_PROGRESS_SECS", "0");
-        Daemon::start_cmd(command, self.recipe, &endpoint, &args)
+        Daemon::start_cmd(command, recipe, &endpoint, &args)
     }
 
     /// Every rank pulls `steps` from `from`; returns the global batches they got, in step order

@@ -13,6 +13,7 @@
 //!   error that names the file and says what differs.
 
 pub mod lane;
+pub mod lineage;
 pub mod step;
 
 pub use lane::LaneCheckpoints;
@@ -109,6 +110,23 @@ impl<M: Header> CheckpointStore<M> {
             tracing::warn!("old checkpoints in {} stay: {e:#}", self.dir.display());
         }
         Ok(path)
+    }
+
+    /// Remove every checkpoint at or past `position` (a branch a change of course replaced),
+    /// and make that durable.
+    pub fn remove_from(&self, position: u64) -> anyhow::Result<usize> {
+        let gone: Vec<PathBuf> = (self.list_all()?.into_iter())
+            .filter(|(at, _)| *at >= position)
+            .map(|(_, path)| path)
+            .collect();
+        for path in &gone {
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove checkpoint {}", path.display()))?;
+        }
+        if !gone.is_empty() {
+            sync_dir(&self.dir);
+        }
+        Ok(gone.len())
     }
 
     /// Remove all but the newest `keep` checkpoints, and make that durable.

@@ -29,52 +29,103 @@ pub struct CheckpointMeta {
     /// checkpoints lack it: a daemon then recomputes the stream from its start.
     #[serde(default)]
     pub chain: Option<String>,
+    /// The lineage segment whose recipe made the state (`lineage.json`), and the step it
+    /// starts at; 0 in checkpoints written before lineages.
+    #[serde(default)]
+    pub segment: usize,
+    #[serde(default)]
+    pub segment_step: u64,
+    /// Documents the stream had emitted (where in a lineage the state is). Older checkpoints
+    /// lack it.
+    #[serde(default)]
+    pub documents: Option<u64>,
 }
 
-/// What this run is: checked against every checkpoint before it is used.
+/// What this run is: checked against every checkpoint before it is used. Over a lineage, each
+/// segment has its recipe, global batch and shard lists; a checkpoint names its segment.
 #[derive(Clone, Debug)]
 pub struct RunIdentity {
-    pub recipe_hash: String,
-    pub global_batch: u64,
+    pub lineage: dsprep_mixers::lineage::Lineage,
+    /// Per segment, per source, its shards in reading order.
+    pub shards: Vec<Vec<Vec<String>>>,
+    /// This run's layout.
     pub world_size: u32,
     pub micro_batch: u32,
-    pub shards: Vec<Vec<String>>,
 }
 
 impl RunIdentity {
-    pub fn meta(&self, windows: u64, chain: dsprep_client::chain::Hash) -> CheckpointMeta {
+    /// The header of a checkpoint of segment `segment` after `windows` windows and `documents`
+    /// documents.
+    pub fn meta(
+        &self,
+        segment: usize,
+        windows: u64,
+        documents: u64,
+        chain: dsprep_client::chain::Hash,
+    ) -> CheckpointMeta {
+        let s = &self.lineage.segments[segment];
         CheckpointMeta {
             created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
-            recipe_hash: self.recipe_hash.clone(),
+            recipe_hash: s.recipe_hash.clone(),
             windows,
-            global_batch: self.global_batch,
-            step: windows.div_ceil(self.global_batch),
+            global_batch: s.global_batch,
+            step: self.lineage.step_at_window(windows),
             world_size: self.world_size,
             micro_batch: self.micro_batch,
-            shards: self.shards.clone(),
+            shards: self.shards[segment].clone(),
             chain: Some(dsprep_client::chain::to_hex(&chain)),
+            segment,
+            segment_step: s.from_step,
+            documents: Some(documents),
         }
     }
 
     /// Why this run cannot continue from `meta`, if it cannot.
     pub fn mismatch(&self, meta: &CheckpointMeta) -> Option<String> {
-        if let Some(why) = recipe_mismatch(&meta.recipe_hash, &self.recipe_hash) {
+        let segments = &self.lineage.segments;
+        let Some(s) = segments.get(meta.segment) else {
+            return Some(format!(
+                "it was written in segment {} of the lineage, which has {}",
+                meta.segment,
+                segments.len()
+            ));
+        };
+        if let Some(why) = recipe_mismatch(&meta.recipe_hash, &s.recipe_hash) {
             return Some(why);
         }
-        if meta.global_batch != self.global_batch {
+        if meta.global_batch != s.global_batch {
+            let layout = self.world_size as u64 * self.micro_batch as u64;
             return Some(format!(
                 "its global batch is {} windows (world size {} × micro batch {}), this run's is \
-                 {} ({} × {}): steps would cover other windows; keep world size × micro batch = {}",
+                 {layout} ({} × {}): steps would cover other windows; keep world size × micro \
+                 batch = {}, or change course with --recipe (docs/serving.md)",
                 meta.global_batch,
                 meta.world_size,
                 meta.micro_batch,
-                self.global_batch,
                 self.world_size,
                 self.micro_batch,
                 meta.global_batch
             ));
         }
-        shards_mismatch(&meta.shards, &self.shards)
+        if meta.segment_step != s.from_step {
+            return Some(format!(
+                "it belongs to a branch of the lineage that a change of course replaced (its \
+                 segment began at step {}, the lineage's at {})",
+                meta.segment_step, s.from_step
+            ));
+        }
+        if let Some(next) = segments.get(meta.segment + 1) {
+            match meta.documents {
+                Some(documents) if documents <= next.from_documents => {}
+                _ => {
+                    return Some(format!(
+                        "it lies past the change of course at step {} (document {})",
+                        next.from_step, next.from_documents
+                    ));
+                }
+            }
+        }
+        shards_mismatch(&meta.shards, &self.shards[meta.segment])
     }
 }
 

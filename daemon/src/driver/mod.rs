@@ -8,12 +8,13 @@
 pub mod frozen_plan;
 pub mod inputs;
 pub mod lanes;
+pub mod lineage;
 pub mod pipeline;
 pub mod pretokenize;
 pub mod run;
 pub mod stream;
 
 pub use stream::{
-    LoadedRecipe, Locator, build_mixer, build_mixer_with, build_stream, hub_client, load_recipe,
-    load_recipe_with,
+    LoadedRecipe, Locator, build_mixer, build_mixer_with, build_stream, hub_client, load_parsed,
+    load_recipe, load_recipe_with,
 };

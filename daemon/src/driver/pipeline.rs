@@ -17,7 +17,7 @@
 
 use super::run::Flow;
 use crate::waits::{self, Wait};
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
 use dsprep_mixers::{DocStream, StreamState, TokenizeStage};
@@ -48,6 +48,7 @@ pub fn step_chunk_text_bytes(step_tokens: u64, streams: u32) -> usize {
         .clamp(floor, CHUNK_TEXT_BYTES)
 }
 
+#[derive(Clone)]
 pub struct PipelineConfig {
     /// Tokenizer threads.
     pub threads: usize,
@@ -59,6 +60,17 @@ pub struct PipelineConfig {
     /// A chunk closes once its text passes this many bytes (or at 128 documents). Smaller chunks
     /// cost a little more channel traffic and give finer snapshot points.
     pub chunk_text_bytes: usize,
+    /// Stop reading once the stream has emitted this many documents (a change of course takes
+    /// over there): the run then ends with the stream's state at that point
+    /// ([`Read::boundary`]), its windows not finished.
+    pub stop_after_documents: Option<u64>,
+}
+
+/// What the reader did: each source's counters, and the stream's state where it stopped at
+/// [`PipelineConfig::stop_after_documents`].
+pub struct Read {
+    pub counters: Vec<SourceCounters>,
+    pub boundary: Option<Box<StreamState>>,
 }
 
 impl PipelineConfig {
@@ -70,6 +82,7 @@ impl PipelineConfig {
             shuffle_fill: None,
             snapshot: None,
             chunk_text_bytes,
+            stop_after_documents: None,
         }
     }
 
@@ -165,15 +178,15 @@ impl TokenizedChunk {
 type WorkerResult = anyhow::Result<TokenizedChunk>;
 
 /// Run the pipeline to the end of the stream, handing tokenized chunks to `sink` in order, until
-/// the sink answers [`Flow::Stop`]. Returns each source's counters, or `None` when the sink
-/// stopped the run.
+/// the sink answers [`Flow::Stop`] (or to [`PipelineConfig::stop_after_documents`]). Returns
+/// what the reader did, or `None` when the sink stopped the run.
 pub fn run<S: DocSource>(
     stream: DocStream<S>,
     stage: &TokenizeStage,
     config: &PipelineConfig,
     locate: &(dyn Fn(&DocPos) -> String + Sync),
     sink: impl FnMut(TokenizedChunk) -> anyhow::Result<Flow>,
-) -> anyhow::Result<Option<Vec<SourceCounters>>> {
+) -> anyhow::Result<Option<Read>> {
     let threads = config.threads.max(1);
     let capacity = config.max_in_flight();
     let (doc_tx, doc_rx) = bounded::<DocChunk>(capacity);
@@ -195,6 +208,7 @@ pub fn run<S: DocSource>(
                     permit_rx,
                     config.shuffle_fill.as_deref(),
                     config.snapshot.as_deref(),
+                    config.stop_after_documents,
                 )
             })
             .context("cannot start the reader thread")?;
@@ -217,9 +231,9 @@ pub fn run<S: DocSource>(
             .join()
             .map_err(|_| anyhow!("the reader thread panicked"))?;
         // A reader error explains a short stream: report it before anything the sink saw.
-        let counters = read?;
+        let read = read?;
         Ok(match sunk? {
-            Flow::Continue => Some(counters),
+            Flow::Continue => Some(read),
             Flow::Stop => None,
         })
     })
@@ -232,7 +246,8 @@ fn read_mix_shuffle<S: DocSource>(
     permits: Receiver<()>,
     shuffle_fill: Option<&AtomicU64>,
     snapshot: Option<&AtomicBool>,
-) -> anyhow::Result<Vec<SourceCounters>> {
+    stop_after_documents: Option<u64>,
+) -> anyhow::Result<Read> {
     let mut chunker = Chunker {
         seq: 0,
         docs: Vec::with_capacity(CHUNK_DOCS),
@@ -246,16 +261,31 @@ fn read_mix_shuffle<S: DocSource>(
             .is_some_and(|asked| asked.swap(false, Ordering::AcqRel))
             .then(|| Box::new(stream.state()))
     };
-    while let Some(doc) = stream.next_doc()? {
+    let read = |stream: &DocStream<S>, boundary| Read {
+        counters: counters(stream),
+        boundary,
+    };
+    let more = |stream: &DocStream<S>| stop_after_documents.is_none_or(|n| stream.emitted() < n);
+    while more(&stream)
+        && let Some(doc) = stream.next_doc()?
+    {
         if let Some(fill) = shuffle_fill {
             fill.store(stream.buffered() as u64, Ordering::Relaxed);
         }
         if chunker.push(doc) && !chunker.send(state_if_asked(&stream)) {
-            return Ok(counters(&stream));
+            return Ok(read(&stream, None));
         }
     }
     chunker.send(state_if_asked(&stream));
-    Ok(counters(&stream))
+    let boundary = match stop_after_documents {
+        None => None,
+        Some(n) if stream.emitted() == n => Some(Box::new(stream.state())),
+        Some(n) => bail!(
+            "the stream ended after {} documents, before document {n} where the lineage's next              recipe takes over: the inputs have changed since the change was made",
+            stream.emitted()
+        ),
+    };
+    Ok(read(&stream, boundary))
 }
 
 /// Groups documents into chunks.

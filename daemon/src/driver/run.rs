@@ -57,6 +57,10 @@ pub trait WindowSink {
     /// A document as the packer takes it.
     fn document(&mut self, _doc: ProducedDoc) {}
 
+    /// After each document is packed: the documents the stream has emitted up to it, and the
+    /// windows the packer has emitted.
+    fn pushed(&mut self, _documents: u64, _windows: u64) {}
+
     /// After each chunk, with `best_fit`: the packer's counters and the documents in its pool.
     fn packing(&mut self, _counters: &PackingCounters, _pool_documents: usize) {}
 
@@ -87,6 +91,22 @@ pub struct RunEnd {
     pub packing: Option<PackingCounters>,
     /// Whether the sink stopped the run before the stream's end.
     pub stopped: bool,
+    /// The whole state where the run stopped at
+    /// [`PipelineConfig::stop_after_documents`](super::pipeline::PipelineConfig): the next
+    /// recipe of a lineage takes over from it.
+    pub boundary: Option<PipelineState>,
+}
+
+impl RunEnd {
+    fn stopped() -> RunEnd {
+        RunEnd {
+            counters: Vec::new(),
+            leftover_tokens: 0,
+            packing: None,
+            stopped: true,
+            boundary: None,
+        }
+    }
 }
 
 /// Run `stream` from `start` through the pipeline and the packer `packing` builds, handing `sink`
@@ -101,10 +121,11 @@ pub fn run_stream(
     sink: &mut impl WindowSink,
 ) -> anyhow::Result<RunEnd> {
     let began = Instant::now();
-    let (mut packer, restored) = match start {
-        StreamStart::Fresh => (WindowPacker::new(packing), false),
+    let (mut packer, restored, mut documents) = match start {
+        StreamStart::Fresh => (WindowPacker::new(packing), false, 0),
         StreamStart::Restore { state, what } => {
             let state = *state;
+            let documents = state.stream.emitted;
             stream.restore(&state.stream).context(what.clone())?;
             let packer = WindowPacker::from_state(packing, state.packer).ok_or_else(|| {
                 anyhow!(
@@ -118,7 +139,7 @@ pub fn run_stream(
                     }
                 )
             })?;
-            (packer, true)
+            (packer, true, documents)
         }
     };
     sink.started(restored.then(|| began.elapsed()));
@@ -132,6 +153,8 @@ pub fn run_stream(
         for doc in chunk.docs() {
             sink.document(doc.produced(packer.position_tokens()));
             packer.push_doc(doc.tokens, doc.source, &mut windows);
+            documents += 1;
+            sink.pushed(documents, packer.windows_emitted());
         }
         let stopping = deliver(&packer, &mut windows, sink, &snapshots)?;
         if let Some(state) = chunk.state
@@ -147,25 +170,29 @@ pub fn run_stream(
             _ => Ok(Flow::Stop),
         }
     })?;
-    let Some(counters) = run else {
-        return Ok(RunEnd {
-            counters: Vec::new(),
-            leftover_tokens: 0,
-            packing: None,
-            stopped: true,
-        });
+    let Some(read) = run else {
+        return Ok(RunEnd::stopped());
     };
+    let counters = read.counters;
+    if let Some(stream) = read.boundary {
+        // A lineage's next recipe takes over here: what the packer holds goes on with it.
+        return Ok(RunEnd {
+            counters,
+            leftover_tokens: 0,
+            packing: packer.counters(),
+            stopped: false,
+            boundary: Some(PipelineState {
+                stream: *stream,
+                packer: packer.state(),
+            }),
+        });
+    }
     // The end of the stream: what the packer still holds becomes windows (`best_fit`).
     packer.finish(&mut windows);
     if !windows.is_empty() {
         let stopping = deliver(&packer, &mut windows, sink, &snapshots)?;
         if sink.chunk_end(stopping, &snapshots)? == Flow::Stop || stopping {
-            return Ok(RunEnd {
-                counters: Vec::new(),
-                leftover_tokens: 0,
-                packing: None,
-                stopped: true,
-            });
+            return Ok(RunEnd::stopped());
         }
     }
     Ok(RunEnd {
@@ -173,6 +200,7 @@ pub fn run_stream(
         leftover_tokens: packer.leftover_tokens(),
         packing: packer.counters(),
         stopped: false,
+        boundary: None,
     })
 }
 

@@ -62,6 +62,21 @@ pub fn load_recipe_with(
         .with_context(|| format!("cannot read recipe {}", path.display()))?;
     let recipe = Recipe::parse(&text).with_context(|| format!("recipe {}", path.display()))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut loaded = load_parsed(recipe, base, path, engine)?;
+    if let Some(plan) = plan {
+        loaded.plan = Some(Arc::new(FrozenPlan::load(plan, &loaded, path)?));
+    }
+    Ok(loaded)
+}
+
+/// Load a recipe already parsed (a lineage's, say), its relative paths resolved from `base`;
+/// `path` names it in messages.
+pub fn load_parsed(
+    recipe: Recipe,
+    base: PathBuf,
+    path: &Path,
+    engine: EngineChoice,
+) -> anyhow::Result<LoadedRecipe> {
     let tokenizer_path = base.join(&recipe.tokenizer.path);
     let tokenizer_json = std::fs::read(&tokenizer_path)
         .map(Arc::new)
@@ -89,18 +104,14 @@ pub fn load_recipe_with(
             .map_err(|e| anyhow!("recipe {}: {e}", path.display()))?,
     };
     release_freed_heap();
-    let mut loaded = LoadedRecipe {
+    Ok(LoadedRecipe {
         recipe,
         base,
         tokenizer_json,
         stage: Arc::new(stage),
         plan: None,
         pad_id,
-    };
-    if let Some(plan) = plan {
-        loaded.plan = Some(Arc::new(FrozenPlan::load(plan, &loaded, path)?));
-    }
-    Ok(loaded)
+    })
 }
 
 /// The mixer over the recipe's sources (0-weight sources are not listed or read). A Hub client

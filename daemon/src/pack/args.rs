@@ -11,8 +11,12 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct PackArgs {
     /// The recipe (TOML).
-    #[arg(long)]
-    pub recipe: PathBuf,
+    #[arg(long, required_unless_present = "lineage", conflicts_with = "lineage")]
+    pub recipe: Option<PathBuf>,
+    /// Pack the stream a daemon served, changes of course included: its state directory's
+    /// lineage.json (or that directory), instead of --recipe.
+    #[arg(long, conflicts_with_all = ["part", "parts", "finish", "plan"])]
+    pub lineage: Option<PathBuf>,
     /// Output directory; written under a temporary name and renamed when complete.
     #[arg(long)]
     pub out: PathBuf,
@@ -77,7 +81,8 @@ impl TryFrom<PackArgs> for PackCommand {
         let options = PackOptions {
             checkpoint_secs: args.checkpoint_secs,
             fresh: args.fresh,
-            recipe: args.recipe,
+            recipe: args.recipe.unwrap_or_default(),
+            lineage: args.lineage,
             out: args.out,
             threads,
             shard_bytes: args.shard_mib << 20,

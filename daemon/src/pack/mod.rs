@@ -14,18 +14,22 @@ pub use args::{PackArgs, PackCommand};
 pub use lanes::{PartReport, Parts, finish, pack_part};
 pub use summary::{mix_unit_line, print_part, print_summary};
 
+use crate::checkpoint::lineage as lineage_file;
+use crate::driver::lineage::{SegmentSink, Segments};
 use crate::driver::pipeline::{self, PipelineConfig, ProducedDoc};
-use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
-use crate::driver::{LoadedRecipe, Locator, build_stream, load_recipe_with};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink};
+use crate::driver::{LoadedRecipe, Locator, build_stream, load_parsed, load_recipe_with};
 use crate::files::sha256_file;
 use crate::progress::Progress;
 use crate::sources::Shard;
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::{
-    self, Dtype, InputFile, Manifest, OutputFile, PackingStats, SourceStats, TokenizerInfo,
+    self, Dtype, InputFile, LineageSegment, Manifest, OutputFile, PackingStats, SourceStats,
+    TokenizerInfo,
 };
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::SourceCounters;
+use dsprep_mixers::lineage::Lineage;
 use dsprep_mixers::mixer::{share, target_shares};
 use dsprep_mixers::packer::PackingCounters;
 use dsprep_mixers::recipe::Recipe;
@@ -58,6 +62,9 @@ pub struct PackOptions {
     pub fresh: bool,
     /// A frozen plan (`dsprep plan --out`) to read instead of listing the sources.
     pub plan: Option<PathBuf>,
+    /// A lineage (`lineage.json`, or the daemon's state directory holding it) to pack instead
+    /// of `recipe`: the stream the daemon served, every change of course included.
+    pub lineage: Option<PathBuf>,
 }
 
 pub struct PackReport {
@@ -99,12 +106,26 @@ pub fn command(command: &PackCommand) -> anyhow::Result<Packed> {
 
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
-    let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
-    if loaded.recipe.lanes.is_some() {
-        return lanes::pack_all(options, &loaded, started);
-    }
+    let segments = match &options.lineage {
+        Some(path) => lineage_segments(path, options.engine)?,
+        None => {
+            let loaded =
+                load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
+            if loaded.recipe.lanes.is_some() {
+                return lanes::pack_all(options, &loaded, started);
+            }
+            let lineage = Lineage::start(loaded.recipe.clone(), String::new(), 1, 1);
+            Segments {
+                lineage,
+                loaded: vec![loaded],
+            }
+        }
+    };
+    // The last recipe's sources are the lineage's (see `dsprep_mixers::lineage`): the counts,
+    // the manifest and the layout are its.
+    let loaded = segments.loaded.last().expect("a lineage has a segment");
     let recipe = &loaded.recipe;
-    let stream = build_stream(&loaded, options.threads)?;
+    let stream = build_stream(loaded, options.threads)?;
     let locator = Locator::new(stream.mixer());
     let hub = stream
         .mixer()
@@ -127,11 +148,16 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         })
         .context("cannot start the input-hashing thread")?;
 
-    let (dtype, windows_per_shard) = output_layout(&loaded, options);
+    drop(stream);
+    let (dtype, windows_per_shard) = output_layout(loaded, options);
     let window_tokens = recipe.packing.window_tokens();
     let mut meta = PackCheckpoint {
         created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
-        recipe_hash: recipe.hash(),
+        recipe_hash: match &options.lineage {
+            Some(_) => format!("lineage {}", lineage_file::hash(&segments.lineage)),
+            None => recipe.hash(),
+        },
+        segment: 0,
         shards: locator.shard_names(),
         window_tokens: window_tokens as u64,
         dtype,
@@ -187,7 +213,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
                 state: Box::new(state),
                 what: format!("continue the interrupted pack in {}", partial.display()),
             };
-            (writer, start, Some(from))
+            (writer, (meta.segment, start), Some(from))
         }
         None => {
             let ledger = PackLedger::new(recipe);
@@ -197,7 +223,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
                 return Err(failed(writer, &partial, None, e));
             }
-            (writer, StreamStart::Fresh, None)
+            (writer, (0, StreamStart::Fresh), None)
         }
     };
     let mut sink = PackSink {
@@ -213,14 +239,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         checkpointed: continued_from,
     };
     let config = PipelineConfig::new(options.threads, pipeline::CHUNK_TEXT_BYTES);
-    let run = run_stream(
-        &loaded,
-        stream,
-        start,
-        config,
-        loaded.packer(None),
-        &mut sink,
-    );
+    let (segment, start) = start;
+    let run = segments.run(segment, start, &config, &mut sink);
     let PackSink {
         meta,
         writer,
@@ -248,8 +268,9 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     }
 
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
-    let made = new_manifest(&loaded, dtype, run.leftover_tokens, inputs, sources)
-        .map(|m| with_packing(m, &loaded, run.packing.as_ref()));
+    let made = new_manifest(loaded, dtype, run.leftover_tokens, inputs, sources)
+        .map(|m| with_packing(m, loaded, run.packing.as_ref()))
+        .map(|m| with_lineage(m, options.lineage.as_ref().map(|_| &segments.lineage)));
     let manifest = match made {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
@@ -280,6 +301,12 @@ struct PackSink {
     last_checkpoint: Instant,
     /// Windows up to the newest checkpoint in the partial directory: what a failure keeps.
     checkpointed: Option<u64>,
+}
+
+impl SegmentSink for PackSink {
+    fn segment_began(&mut self, k: usize, _dropped: &[(String, u64)]) {
+        self.meta.segment = k;
+    }
 }
 
 impl WindowSink for PackSink {
@@ -420,7 +447,49 @@ fn new_manifest(
         phases: Vec::new(),
         real_tokens: None,
         packing: None,
+        lineage: None,
     })
+}
+
+/// A lineage's segments in the manifest of its pack (`dsprep pack --lineage`).
+fn with_lineage(mut manifest: Manifest, lineage: Option<&Lineage>) -> Manifest {
+    if let Some(lineage) = lineage {
+        let last = lineage.segments.last().expect("a lineage has a segment");
+        manifest.recipe_hash = last.recipe_hash.clone();
+        manifest.lineage = Some(
+            (lineage.segments.iter())
+                .map(|s| LineageSegment {
+                    recipe_hash: s.recipe_hash.clone(),
+                    from_step: s.from_step,
+                    from_window: s.from_window,
+                    from_documents: s.from_documents,
+                    global_batch: s.global_batch,
+                })
+                .collect(),
+        );
+    }
+    manifest
+}
+
+/// A lineage (a file, or a state directory holding one) with its recipes loaded, the first's
+/// tokenizer shared by all.
+fn lineage_segments(path: &Path, engine: EngineChoice) -> anyhow::Result<Segments> {
+    let lineage = crate::serve::read_lineage(path)?;
+    let first = &lineage.segments[0];
+    let label = path.join(format!("segment 0 (recipe {})", first.recipe_hash));
+    let loaded = load_parsed(
+        first.recipe.clone(),
+        first.base.clone().into(),
+        &label,
+        engine,
+    )?;
+    if loaded.recipe.lanes.is_some() {
+        bail!(
+            "{}: a laned stream's lineage cannot be packed yet",
+            path.display()
+        );
+    }
+    Ok(Segments::load(lineage, &loaded))
 }
 
 /// The manifest's `packing` (format 5) from `best_fit`'s counters; unchanged with `concat`.

@@ -15,7 +15,11 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PackCheckpoint {
     pub created_by: String,
+    /// The recipe's hash, or `lineage <hash>` for a pack of a lineage (`--lineage`).
     pub recipe_hash: String,
+    /// The lineage segment whose recipe made the state (0 without a lineage).
+    #[serde(default)]
+    pub segment: usize,
     /// Per source, its shards in reading order.
     pub shards: Vec<Vec<String>>,
     pub window_tokens: u64,

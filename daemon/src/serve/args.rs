@@ -74,6 +74,11 @@ pub struct ServeArgs {
     /// for first, from the newest checkpoint at or below it.
     #[arg(long, value_parser = ["latest"], requires = "state_dir")]
     pub resume: Option<String>,
+    /// With --resume latest: continue the stream under --recipe (or another world size × micro
+    /// batch) from the step the trainers resume at; the steps below it stay what was served.
+    /// The change is written to the state directory's lineage.json.
+    #[arg(long, requires = "resume")]
+    pub change_course: bool,
     /// This daemon's node (0-based), for a recipe with `[lanes]` served by one daemon per node.
     /// Default: SLURM_NODEID, else NODE_RANK or GROUP_RANK (torchrun), else 0.
     #[arg(long, requires = "nodes")]
@@ -173,6 +178,7 @@ impl TryFrom<ServeArgs> for ServeOptions {
             checkpoint_every: args.checkpoint_every,
             keep_checkpoints: args.keep_checkpoints,
             resume: args.resume.is_some(),
+            change_course: args.change_course,
             node,
             parallel,
             plan: args.plan,

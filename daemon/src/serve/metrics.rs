@@ -56,6 +56,10 @@ pub struct Metrics {
     /// `best_fit`: the pool's capacity (the whole stream's), and per stream its packer; `None`
     /// with `concat`.
     pub packing: Option<(u64, PackerStates)>,
+    /// The lineage segment whose recipe makes the documents now (`lineage.json`), and per
+    /// source the documents that changes of course dropped (drawn, never emitted).
+    pub segment: AtomicU64,
+    pub dropped: std::sync::Mutex<BTreeMap<String, u64>>,
 }
 
 /// Per stream (lane; 0 without lanes), its packer's counters and pool fill as of its last chunk.
@@ -115,6 +119,17 @@ impl Metrics {
             auth: AuthCounters::default(),
             packing: (recipe.packing.pool_documents())
                 .map(|pool| (pool as u64, Default::default())),
+            segment: AtomicU64::new(0),
+            dropped: Default::default(),
+        }
+    }
+
+    /// Lineage segment `k` has taken over, dropping `dropped` (per source name).
+    pub fn segment_began(&self, k: usize, dropped: &[(String, u64)]) {
+        self.segment.store(k as u64, Relaxed);
+        let mut all = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, n) in dropped {
+            *all.entry(name.clone()).or_insert(0) += n;
         }
     }
 
@@ -178,6 +193,25 @@ impl Metrics {
             "dsprep_input_bytes_assigned",
             "Bytes of the input units dealt to this node's lanes (0 without [lanes])",
             [(Labels::new(), self.input_bytes_assigned as i64)],
+        );
+        scrape.gauge(
+            "dsprep_lineage_segment",
+            "The lineage segment (0: the first recipe) whose recipe makes the documents now",
+            [(Labels::new(), self.segment.load(Relaxed) as i64)],
+        );
+        let dropped: Vec<(Labels, u64)> = {
+            let dropped = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+            (self.source_names.iter())
+                .map(|name| {
+                    let n = dropped.get(name).copied().unwrap_or(0);
+                    (labels(&[("source", name)]), n)
+                })
+                .collect()
+        };
+        scrape.counter(
+            "dsprep_lineage_dropped_documents",
+            "Documents drawn but never emitted because a change of course stopped their source",
+            dropped,
         );
         scrape.counter(
             "dsprep_documents",

@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod auth;
+mod course;
 pub mod endpoint;
 mod metrics;
 mod nodes;
@@ -19,16 +20,17 @@ mod server;
 pub mod store;
 
 pub use args::ServeArgs;
+pub use course::read_lineage;
 pub use nodes::{NodeOrigin, NodePlace};
 
-use crate::checkpoint::{CheckpointDir, LaneCheckpoints, RunIdentity};
+use crate::checkpoint::LaneCheckpoints;
+use crate::driver::load_recipe_with;
 use crate::driver::pipeline::{PipelineConfig, step_chunk_text_bytes};
-use crate::driver::{Locator, build_stream, load_recipe_with};
 use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
 use metrics::Metrics;
-use producer::{Checkpointing, Ended, Producer, Start};
+use producer::{Ended, Producer};
 use server::{Layout, Server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -69,6 +71,9 @@ pub struct ServeOptions {
     pub keep_checkpoints: usize,
     /// Continue from the state directory's checkpoints, at the step the trainers ask for.
     pub resume: bool,
+    /// With `resume`: continue the stream under `recipe` (or another global batch) from the step
+    /// the trainers resume at (`course.rs`).
+    pub change_course: bool,
     /// Which node this daemon serves, of how many (flags, Slurm or torchrun's environment).
     pub node: NodePlace,
     /// The job's tensor/context/pipeline parallel sizes and rank order (flags, else the
@@ -106,6 +111,8 @@ struct Served {
     work: Work,
     store: Arc<StepStore>,
     metrics: Arc<Metrics>,
+    /// The lineage's earlier recipes, which trainers that pinned them are served.
+    earlier_recipes: Vec<[u8; 32]>,
 }
 
 impl Served {
@@ -154,30 +161,26 @@ impl Served {
             pads: recipe.packing.pads(),
         };
         let work = match recipe.lanes {
+            Some(_) if options.change_course => bail!(
+                "--change-course: a recipe with [lanes] (node daemons) cannot change course yet"
+            ),
             Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),
-            None => {
-                let stream = build_stream(&loaded, options.threads)?;
-                let checkpoints = match &options.state_dir {
-                    None if options.resume => {
-                        bail!("--resume needs --state-dir (where the checkpoints are)")
-                    }
-                    None => None,
-                    Some(dir) => {
-                        let run = RunIdentity {
-                            recipe_hash: recipe_hash_hex.clone(),
-                            global_batch,
-                            world_size: options.world_size,
-                            micro_batch: options.micro_batch,
-                            shards: Locator::new(stream.mixer()).shard_names(),
-                        };
-                        Some(open_state_dir(dir, options, run)?)
-                    }
-                };
-                Work::Single {
-                    stream: Box::new(stream),
-                    checkpoints,
-                }
-            }
+            None => Work::Single(Box::new(course::Course::open(options, &loaded)?)),
+        };
+        // Sources are counted over the whole lineage (those of earlier recipes first).
+        let counted = match &work {
+            Work::Single(course) => course.served_recipe(),
+            Work::Lanes(_) => recipe.clone(),
+        };
+        let earlier_recipes = match &work {
+            Work::Single(course) => (course.segments.lineage.segments.iter())
+                .filter_map(|s| {
+                    let mut hash = [0u8; 32];
+                    hex::decode_to_slice(&s.recipe_hash, &mut hash).ok()?;
+                    (hash != recipe_hash).then_some(hash)
+                })
+                .collect(),
+            Work::Lanes(_) => Vec::new(),
         };
 
         let store = Arc::new(if options.resume {
@@ -185,7 +188,7 @@ impl Served {
         } else {
             StepStore::new(node.local_ranks, options.prefetch)
         });
-        let mut metrics = Metrics::new(recipe);
+        let mut metrics = Metrics::new(&counted);
         metrics.node = (options.node.rank, options.node.count);
         metrics.first_rank = node.first_rank;
         metrics.auth.curve = curve.is_some();
@@ -205,6 +208,7 @@ impl Served {
             store,
             metrics,
             loaded,
+            earlier_recipes,
         })
     }
 
@@ -222,6 +226,7 @@ impl Served {
             work,
             store,
             metrics,
+            earlier_recipes,
         } = self;
         endpoint::prepare(&options.endpoint)?;
         let context = zmq::Context::new();
@@ -263,7 +268,7 @@ impl Served {
         wake.bind(WAKE_ENDPOINT)?;
         let gate = match &work {
             Work::Lanes(lanes) => lanes.progress.clone().map(|p| (p, global_batch)),
-            Work::Single { .. } => None,
+            Work::Single(_) => None,
         };
         let shuffle_fill = Arc::new(AtomicU64::new(0));
         if let Some(addr) = options.metrics {
@@ -317,50 +322,54 @@ impl Served {
                             return;
                         }
                     };
-                    let result =
-                        match work {
-                            Work::Single {
-                                stream,
-                                checkpoints,
-                            } => starting_point(resume, &store, checkpoints.as_ref()).and_then(
-                                |start| match start {
-                                    None => Ok(Ended::Stopped),
-                                    Some(start) => Producer {
-                                        loaded: &loaded,
-                                        store: &store,
-                                        metrics: &metrics,
-                                        config,
-                                        global_batch,
-                                        dtype,
-                                        wake: &wake,
-                                        checkpoints,
-                                    }
-                                    .run(*stream, start),
-                                },
-                            ),
-                            Work::Lanes(lanes) => nodes::lanes::LaneProducer {
-                                loaded: &loaded,
-                                inputs: &lanes.inputs,
-                                slice: lanes.slice.clone(),
-                                store: &store,
-                                metrics: &metrics,
-                                progress: lanes.progress.clone(),
-                                threads: config.threads,
-                                dtype,
-                                wake: &wake,
-                                resume,
-                                checkpoints: lanes.stream_dir.as_deref().map(|dir| {
-                                    LaneCheckpoints::new(
-                                        dir,
-                                        lane_recipe_hash.clone(),
-                                        keep_checkpoints,
-                                    )
-                                }),
-                                checkpoint_every,
-                                stream_dir: lanes.stream_dir.clone(),
+                    let result = match work {
+                        Work::Single(mut course) => {
+                            let placed = match placement::first_request(resume, &store) {
+                                None => Ok(None),
+                                Some(step) => {
+                                    tracing::info!("the first request is for step {step}");
+                                    course.place(step, &loaded, &config).map(Some)
+                                }
+                            };
+                            match placed {
+                                Ok(None) => Ok(Ended::Stopped),
+                                Ok(Some(placed)) => Producer {
+                                    store: &store,
+                                    metrics: &metrics,
+                                    config,
+                                    global_batch,
+                                    dtype,
+                                    wake: &wake,
+                                    course: &course,
+                                    checkpoint_every,
+                                }
+                                .run(placed),
+                                Err(e) => Err(e),
                             }
-                            .run(),
-                        };
+                        }
+                        Work::Lanes(lanes) => nodes::lanes::LaneProducer {
+                            loaded: &loaded,
+                            inputs: &lanes.inputs,
+                            slice: lanes.slice.clone(),
+                            store: &store,
+                            metrics: &metrics,
+                            progress: lanes.progress.clone(),
+                            threads: config.threads,
+                            dtype,
+                            wake: &wake,
+                            resume,
+                            checkpoints: lanes.stream_dir.as_deref().map(|dir| {
+                                LaneCheckpoints::new(
+                                    dir,
+                                    lane_recipe_hash.clone(),
+                                    keep_checkpoints,
+                                )
+                            }),
+                            checkpoint_every,
+                            stream_dir: lanes.stream_dir.clone(),
+                        }
+                        .run(),
+                    };
                     match result {
                         Ok(Ended::EndOfData(num_steps)) => {
                             store.finish();
@@ -405,6 +414,7 @@ impl Served {
             gate,
             malformed_log: Default::default(),
             owners: owners::Owners::new(options.owner_timeout),
+            earlier_recipes,
         }
         .run();
         if let Some(authenticator) = authenticator {
@@ -444,73 +454,9 @@ impl Served {
     }
 }
 
-/// What the producer runs: the recipe's one stream (with checkpoints), or this node's lanes.
+/// What the producer runs: the recipe's one stream (its lineage, with checkpoints), or this
+/// node's lanes.
 enum Work {
-    Single {
-        /// Boxed: the stream is large beside the lanes' handles.
-        stream: Box<dsprep_mixers::DocStream<crate::driver::pretokenize::Pretokenized>>,
-        checkpoints: Option<Checkpointing>,
-    },
+    Single(Box<course::Course>),
     Lanes(nodes::NodeLanes),
-}
-
-/// Open the state directory: a fresh run refuses one that holds checkpoints (it would mix two
-/// runs); a resuming run refuses checkpoints it cannot continue from, before serving anything.
-fn open_state_dir(
-    dir: &std::path::Path,
-    options: &ServeOptions,
-    run: RunIdentity,
-) -> anyhow::Result<Checkpointing> {
-    let checkpoints = CheckpointDir::open(dir, options.keep_checkpoints)?;
-    let existing = checkpoints.list()?;
-    if options.resume {
-        checkpoints.check_newest(&run)?;
-        match existing.last() {
-            Some((step, path)) => tracing::info!(
-                "{} checkpoints in {} (newest: step {step}, {})",
-                existing.len(),
-                dir.display(),
-                path.display()
-            ),
-            None => tracing::warn!(
-                "--resume: {} holds no checkpoint; the stream starts from its beginning",
-                dir.display()
-            ),
-        }
-    } else if let Some((step, _)) = existing.last() {
-        bail!(
-            "{} holds checkpoints of an earlier run (newest: step {step}); pass --resume latest to \
-             continue it, or give an empty --state-dir",
-            dir.display()
-        );
-    }
-    Ok(Checkpointing {
-        dir: checkpoints,
-        run,
-        every: options.checkpoint_every,
-    })
-}
-
-/// Where production starts: step 0, or (resuming) the first step a rank asks for, reached from
-/// the newest checkpoint at or below it. `None` when shut down while waiting.
-fn starting_point(
-    resume: bool,
-    store: &StepStore,
-    checkpoints: Option<&Checkpointing>,
-) -> anyhow::Result<Option<Start>> {
-    let Some(c) = checkpoints.filter(|_| resume) else {
-        return Ok(Some(Start {
-            step: 0,
-            resume: None,
-        }));
-    };
-    let Some(step) = placement::first_request(resume, store) else {
-        return Ok(None);
-    };
-    tracing::info!("the first request is for step {step}");
-    let loaded = c.dir.newest_for(step, &c.run)?;
-    Ok(Some(Start {
-        step,
-        resume: loaded,
-    }))
 }

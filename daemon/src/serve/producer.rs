@@ -3,35 +3,29 @@
 //! the step the trainers ask for, recomputes the windows in between and drops them, so the first
 //! step it stores is exactly what an uninterrupted daemon would have served.
 
+use super::course::{Course, Placed};
 use super::metrics::Metrics;
 use super::placement::first_held_step;
 use super::store::{StepChain, StepData, StepStore};
-use crate::checkpoint::{CheckpointDir, CheckpointMeta, Loaded, RunIdentity};
-use crate::driver::LoadedRecipe;
+use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
+use crate::driver::lineage::SegmentSink;
 use crate::driver::pipeline::{PipelineConfig, ProducedDoc};
-use crate::driver::pretokenize::Pretokenized;
-use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink};
 use crate::progress::FastForward;
 use anyhow::anyhow;
 use dsprep_client::chain::{self, Hash};
 use dsprep_client::format::Dtype;
+use dsprep_mixers::PackedWindow;
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::packer::PackingCounters;
-use dsprep_mixers::{DocStream, PackedWindow};
 use std::time::Instant;
 
 /// Checkpointing of a daemon with a state directory.
-pub struct Checkpointing {
-    pub dir: CheckpointDir,
+pub struct Checkpointing<'a> {
+    pub dir: &'a CheckpointDir,
     pub run: RunIdentity,
     /// Ask for a checkpoint every this many steps produced.
     pub every: u64,
-}
-
-/// Where production starts: the step to store first, and the checkpoint to get there from.
-pub struct Start {
-    pub step: u64,
-    pub resume: Option<Loaded<CheckpointMeta>>,
 }
 
 /// How production ended.
@@ -43,14 +37,16 @@ pub enum Ended {
 }
 
 pub struct Producer<'a> {
-    pub loaded: &'a LoadedRecipe,
     pub store: &'a StepStore,
     pub metrics: &'a Metrics,
     pub config: PipelineConfig,
     pub global_batch: u64,
     pub dtype: Dtype,
     pub wake: &'a zmq::Socket,
-    pub checkpoints: Option<Checkpointing>,
+    /// The stream's lineage (placed: any change of course made).
+    pub course: &'a Course,
+    /// Ask for a checkpoint every this many steps produced.
+    pub checkpoint_every: u64,
 }
 
 /// Collects windows into global steps (or a node's part of them), dropping those below the
@@ -116,7 +112,8 @@ impl StepAssembler {
 
 impl Producer<'_> {
     /// Run from `start` to the end of the data or a shutdown.
-    pub fn run(self, stream: DocStream<Pretokenized>, start: Start) -> anyhow::Result<Ended> {
+    pub fn run(self, start: Placed) -> anyhow::Result<Ended> {
+        let lineage = &self.course.segments.lineage;
         let resume = match start.resume {
             Some(resume) if resume.meta.chain.is_none() => {
                 tracing::warn!(
@@ -140,7 +137,7 @@ impl Producer<'_> {
                         )
                     })?;
                 let windows = resume.state.packer.windows_emitted;
-                let first = first_held_step(start.step, windows, self.global_batch);
+                let first = first_held_step(lineage, start.step, windows, self.global_batch);
                 let resumed = format!(
                     "resuming from checkpoint {} (step {}, {} documents in, {} buffered)",
                     resume.path.display(),
@@ -151,7 +148,9 @@ impl Producer<'_> {
                 let then = format!(
                     "fast-forwarding {} windows to step {first} (serving from step {}, and the \
                      steps below it from {first} to ranks that ask late)",
-                    (first * self.global_batch).saturating_sub(resume.meta.windows),
+                    lineage
+                        .window_of_step(first)
+                        .saturating_sub(resume.meta.windows),
                     start.step
                 );
                 resume_note = Some((resumed, then));
@@ -163,34 +162,46 @@ impl Producer<'_> {
             }
             None => {
                 if start.step > 0 {
-                    let first = first_held_step(start.step, 0, self.global_batch);
+                    let first = first_held_step(lineage, start.step, 0, self.global_batch);
                     tracing::warn!(
                         "no checkpoint at or below step {}: recomputing the stream from its \
                          start (fast-forwarding {} windows to step {first})",
                         start.step,
-                        first * self.global_batch
+                        lineage.window_of_step(first)
                     );
                 }
                 (chain::START, 0, StreamStart::Fresh)
             }
         };
-        let first = first_held_step(start.step, windows, self.global_batch);
+        let first = first_held_step(lineage, start.step, windows, self.global_batch);
         self.store.place(first, start.step);
         let steps = StepAssembler {
             global_batch: self.global_batch,
             dtype: self.dtype,
             next_window: windows,
-            keep_from: first * self.global_batch,
+            keep_from: lineage.window_of_step(first),
             current: StepData::new(first, self.global_batch as usize),
             chain: Some(chain_at),
         };
         let fast_forward =
             FastForward::new("resume".into(), steps.keep_from.saturating_sub(windows));
+        let checkpoints = (self.course.kept.as_ref()).map(|(_, dir)| Checkpointing {
+            dir,
+            run: self.course.identity(),
+            every: self.checkpoint_every,
+        });
+        // A later change of the global batch ends what this daemon can serve: its layout cuts
+        // the stream into steps only up to there.
+        let batch_ends = (lineage.segments.iter())
+            .find(|s| s.from_step > start.step && s.global_batch != self.global_batch)
+            .map(|s| (s.from_step, s.from_window, s.global_batch));
         let mut sink = StepSink {
             store: self.store,
             metrics: self.metrics,
             wake: self.wake,
-            checkpoints: self.checkpoints.as_ref(),
+            checkpoints: checkpoints.as_ref(),
+            segment: start.segment,
+            batch_ends,
             steps,
             from_window: windows,
             fast_forward,
@@ -200,14 +211,7 @@ impl Producer<'_> {
                 written: start.step,
             },
         };
-        let run = run_stream(
-            self.loaded,
-            stream,
-            from,
-            self.config,
-            self.loaded.packer(None),
-            &mut sink,
-        )?;
+        let run = (self.course.segments).run(start.segment, from, &self.config, &mut sink)?;
         if run.stopped {
             return Ok(Ended::Stopped);
         }
@@ -227,7 +231,12 @@ struct StepSink<'a> {
     store: &'a StepStore,
     metrics: &'a Metrics,
     wake: &'a zmq::Socket,
-    checkpoints: Option<&'a Checkpointing>,
+    checkpoints: Option<&'a Checkpointing<'a>>,
+    /// The lineage segment whose recipe makes the documents now.
+    segment: usize,
+    /// Where a change of the global batch ends what this daemon serves: its step, window and
+    /// global batch.
+    batch_ends: Option<(u64, u64, u64)>,
     steps: StepAssembler,
     from_window: u64,
     fast_forward: FastForward,
@@ -256,6 +265,15 @@ impl WindowSink for StepSink<'_> {
     }
 
     fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {
+        if let Some((step, at, global_batch)) = self.batch_ends
+            && self.steps.next_window == at
+        {
+            self.store.fail(format!(
+                "the stream's global batch changes at step {step} to {global_batch} windows: \
+                 restart the daemon with world size × micro batch = {global_batch} to serve it"
+            ));
+            return Ok(Flow::Stop);
+        }
         let added = self.steps.add(window);
         (self.fast_forward).advance(self.steps.next_window - self.from_window);
         let Some(done) = added else {
@@ -276,7 +294,7 @@ impl WindowSink for StepSink<'_> {
         if let Some(c) = self.checkpoints
             && let Some(chain) = self.steps.chain_now()
         {
-            self.kept.add(c, state, chain);
+            self.kept.add(c, self.segment, state, chain);
         }
         Ok(())
     }
@@ -286,6 +304,13 @@ impl WindowSink for StepSink<'_> {
             self.kept.checkpoint(c, self.store.slowest(), stopping);
         }
         Ok(Flow::Continue)
+    }
+}
+
+impl SegmentSink for StepSink<'_> {
+    fn segment_began(&mut self, k: usize, dropped: &[(String, u64)]) {
+        self.segment = k;
+        self.metrics.segment_began(k, dropped);
     }
 }
 
@@ -301,8 +326,11 @@ struct HeldSnapshots {
 }
 
 impl HeldSnapshots {
-    fn add(&mut self, c: &Checkpointing, state: PipelineState, chain: Hash) {
-        let meta = c.run.meta(state.packer.windows_emitted, chain);
+    fn add(&mut self, c: &Checkpointing, segment: usize, state: PipelineState, chain: Hash) {
+        let documents = state.stream.emitted;
+        let meta = c
+            .run
+            .meta(segment, state.packer.windows_emitted, documents, chain);
         tracing::debug!(step = meta.step, held = self.held.len(), "snapshot taken");
         if self.held.back().is_some_and(|(m, _)| m.step == meta.step) {
             self.held.pop_back(); // the newer one is as good and more recent

@@ -99,6 +99,9 @@ pub struct Server {
     pub malformed_log: MalformedLog,
     /// Which trainer process each global rank belongs to (v3 requests).
     pub owners: Owners,
+    /// The earlier recipes of the stream's lineage (`lineage.json`): a trainer that pinned one
+    /// of them is served too, the stream it pinned being the one that changed course.
+    pub earlier_recipes: Vec<[u8; 32]>,
 }
 
 impl Server {
@@ -194,6 +197,7 @@ impl Server {
         }
         if let Some(expected) = request.recipe_hash
             && expected != layout.recipe_hash
+            && !self.earlier_recipes.contains(&expected)
         {
             let msg = format!(
                 "the daemon serves recipe {}, the trainer expects {}",

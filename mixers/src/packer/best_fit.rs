@@ -142,6 +142,10 @@ impl BestFitPacker {
         self.counters
     }
 
+    pub fn windows_emitted(&self) -> u64 {
+        self.windows_emitted
+    }
+
     pub fn state(&self) -> PackerState {
         let mut docs: Vec<PooledDoc> = (self.pool.iter())
             .map(|(&(_, Reverse(seq)), (source, tokens))| PooledDoc {

@@ -181,6 +181,14 @@ impl WindowPacker {
         }
     }
 
+    /// Windows emitted so far.
+    pub fn windows_emitted(&self) -> u64 {
+        match self {
+            WindowPacker::Concat(p) => p.windows_emitted(),
+            WindowPacker::BestFit(p) => p.windows_emitted(),
+        }
+    }
+
     /// Documents waiting in the pool (0 with `concat`).
     pub fn pool_documents(&self) -> usize {
         match self {

@@ -26,7 +26,7 @@ use crate::driver::pipeline::{PipelineConfig, ProducedDoc, step_chunk_text_bytes
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::progress::FastForward;
 use crate::serve::metrics::Metrics;
-use crate::serve::placement::{first_held_step, first_request};
+use crate::serve::placement::{first_request, held_from};
 use crate::serve::producer::{Ended, StepAssembler};
 use crate::serve::store::{StepData, StepStore};
 use anyhow::anyhow;
@@ -69,7 +69,7 @@ impl LaneProducer<'_> {
         };
         // As a single daemon does: the steps below the one asked for are held too, for a rank
         // whose request was lost with the killed daemon and asks again late.
-        let first = first_held_step(asked, 0, self.slice.global_batch);
+        let first = held_from(asked, 0);
         if asked > 0 {
             tracing::info!(
                 "the first request is for step {asked}; the lanes resume at step {first}, so \

@@ -1,0 +1,55 @@
+"""A trainer that pinned its recipe across a change of course (`dsprep serve --resume latest
+--change-course`): the daemon serves it while the pinned recipe is in the stream's lineage, and
+refuses a recipe that is not, with the daemon's message. Real daemons, a real state directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import QUICKSTART
+from dsprep_client import Client, RecipeMismatch
+
+
+def variant(tmp_path, name: str, weight: str) -> str:
+    """The quickstart with fineweb-edu's weight set, its relative paths made absolute."""
+    config = QUICKSTART.parent
+    text = QUICKSTART.read_text().replace('"tokenizers/', f'"{config}/tokenizers/').replace('"samples/', f'"{config}/samples/')
+    assert "weight = 0.40" in text
+    path = tmp_path / name
+    path.write_text(text.replace("weight = 0.40", f"weight = {weight}").replace("buffer_size = 1000", "buffer_size = 100"))
+    return str(path)
+
+
+def test_a_pinned_recipe_is_served_while_the_lineage_holds_it(daemon_factory, tmp_path):
+    a, b = variant(tmp_path, "a.toml", "0.40"), variant(tmp_path, "b.toml", "0.10")
+    state = tmp_path / "state"
+    first = daemon_factory(recipe=a, world_size=1, micro_batch=2, extra=["--state-dir", str(state)])
+    client = Client(first.endpoint, rank=0, world_size=1, timeout=10)
+    for _ in range(12):
+        client.next_batch()
+    pinned = client.recipe_hash
+    saved = client.state_dict()
+    client.close()
+    first.kill()
+
+    resume = ["--state-dir", str(state), "--resume", "latest"]
+    second = daemon_factory(recipe=b, world_size=1, micro_batch=2, extra=[*resume, "--change-course"])
+    # The trainer resumes from its own state: pinned to recipe A, which the lineage holds.
+    trainer = Client(second.endpoint, rank=0, world_size=1, timeout=10)
+    trainer.load_state_dict(saved)
+    batch = trainer.next_batch()
+    assert batch.step == 12
+    lineage = json.loads((state / "lineage.json").read_text())["lineage"]
+    hashes = [s["recipe_hash"] for s in lineage["segments"]]
+    assert hashes[0] == pinned and batch.recipe_hash == hashes[1] != pinned
+    assert [s["from_step"] for s in lineage["segments"]] == [0, 12]
+    # A recipe the lineage does not hold is refused, naming both.
+    stranger = Client(second.endpoint, rank=0, world_size=1, recipe_hash="cd" * 32, timeout=10)
+    stranger.next_step = 13
+    with pytest.raises(RecipeMismatch) as e:
+        stranger.next_batch()
+    assert e.value.message == f"the daemon serves recipe {hashes[1]}, the trainer expects {'cd' * 32}"
+    for c in (trainer, stranger):
+        c.close()

@@ -1,0 +1,425 @@
+//! The single daemon's course: the stream's lineage, kept in the state directory from the first
+//! start (`lineage.json`, before any checkpoint), continued as it is at a plain resume, or
+//! changed (`--change-course`) at the step the trainers resume from. Every edit that cannot be
+//! honoured is refused when the daemon starts, before anything is served or written; the change
+//! itself is made at the first request, written to the lineage before any window of its step is
+//! made.
+
+use super::ServeOptions;
+use crate::checkpoint::lineage as lineage_file;
+use crate::checkpoint::{CheckpointDir, CheckpointMeta, Loaded, RunIdentity};
+use crate::driver::LoadedRecipe;
+use crate::driver::lineage::Segments;
+use crate::driver::pipeline::PipelineConfig;
+use crate::driver::run::StreamStart;
+use anyhow::{Context, bail};
+use dsprep_mixers::Recipe;
+use dsprep_mixers::lineage::{Lineage, check_edit};
+use std::path::{Path, PathBuf};
+
+/// The stream a single daemon serves, and where its lineage and checkpoints are kept.
+pub struct Course {
+    pub segments: Segments,
+    /// Per segment, per source, its shards (what a checkpoint of the segment must match).
+    pub shards: Vec<Vec<Vec<String>>>,
+    pub world_size: u32,
+    pub micro_batch: u32,
+    /// A change of course to make at the first request.
+    pub change: Option<Change>,
+    /// The state directory's lineage file and checkpoints (none without `--state-dir`).
+    pub kept: Option<(PathBuf, CheckpointDir)>,
+}
+
+/// `--change-course`: the recipe to take over at the step the trainers resume from.
+pub struct Change {
+    pub recipe: Recipe,
+    pub base: String,
+}
+
+/// Where production starts: the step asked for first, and the checkpoint (of which segment) to
+/// get there from.
+pub struct Placed {
+    pub step: u64,
+    pub segment: usize,
+    pub resume: Option<Loaded<CheckpointMeta>>,
+}
+
+/// The folder a recipe's relative paths resolve from, as the lineage records it (absolute, so
+/// that a replay from another folder reads the same files).
+fn base_of(loaded: &LoadedRecipe) -> String {
+    std::fs::canonicalize(&loaded.base)
+        .unwrap_or_else(|_| loaded.base.clone())
+        .display()
+        .to_string()
+}
+
+impl Course {
+    /// The run's identity for checkpoints.
+    pub fn identity(&self) -> RunIdentity {
+        RunIdentity {
+            lineage: self.segments.lineage.clone(),
+            shards: self.shards.clone(),
+            world_size: self.world_size,
+            micro_batch: self.micro_batch,
+        }
+    }
+
+    /// The recipe whose sources the daemon counts: the lineage's last effective recipe, with
+    /// the change of course to be made (sources in lineage order, see
+    /// [`Lineage::effective_recipe`]).
+    pub fn served_recipe(&self) -> Recipe {
+        let lineage = &self.segments.lineage;
+        match &self.change {
+            None => lineage.effective_recipe(lineage.segments.len() - 1),
+            Some(change) => {
+                let next = lineage.changed(
+                    change.recipe.clone(),
+                    change.base.clone(),
+                    u64::MAX,
+                    0,
+                    0,
+                    self.world_size,
+                    self.micro_batch,
+                );
+                next.effective_recipe(next.segments.len() - 1)
+            }
+        }
+    }
+
+    /// Open the course of a daemon serving `loaded` (its `--recipe`): a fresh stream (its
+    /// lineage written now), or the state directory's lineage continued or, with
+    /// `--change-course`, checked for a change. Refuses what cannot be honoured, changing
+    /// nothing in the state directory.
+    pub fn open(options: &ServeOptions, loaded: &LoadedRecipe) -> anyhow::Result<Course> {
+        let (world_size, micro_batch) = (options.world_size, options.micro_batch);
+        let global_batch = u64::from(world_size) * u64::from(micro_batch);
+        let now = Lineage::start(
+            loaded.recipe.clone(),
+            base_of(loaded),
+            world_size,
+            micro_batch,
+        );
+        let segments = Segments::load(now.clone(), loaded);
+        let own_shards = segments.shard_names(0)?;
+        let fresh = |kept| Course {
+            segments,
+            shards: vec![own_shards.clone()],
+            world_size,
+            micro_batch,
+            change: None,
+            kept,
+        };
+        let Some(dir) = &options.state_dir else {
+            if options.resume {
+                bail!("--resume needs --state-dir (where the checkpoints are)");
+            }
+            if options.change_course {
+                bail!("--change-course needs --resume latest and --state-dir");
+            }
+            return Ok(fresh(None));
+        };
+        let checkpoints = CheckpointDir::open(dir, options.keep_checkpoints)?;
+        let existing = checkpoints.list()?;
+        let path = lineage_file::path_in(dir);
+        let stored = lineage_file::read(&path)?;
+        if !options.resume {
+            if options.change_course {
+                bail!("--change-course changes the course of a stream: it needs --resume latest");
+            }
+            if let Some((step, _)) = existing.last() {
+                bail!(
+                    "{} holds checkpoints of an earlier run (newest: step {step}); pass --resume \
+                     latest to continue it, or give an empty --state-dir",
+                    dir.display()
+                );
+            }
+            if stored.is_some() {
+                bail!(
+                    "{} holds the lineage of an earlier stream ({}); pass --resume latest to \
+                     continue it, or give an empty --state-dir",
+                    dir.display(),
+                    path.display()
+                );
+            }
+            lineage_file::write(&path, &now)?;
+            return Ok(fresh(Some((path, checkpoints))));
+        }
+        match existing.last() {
+            Some((step, newest)) => tracing::info!(
+                "{} checkpoints in {} (newest: step {step}, {})",
+                existing.len(),
+                dir.display(),
+                newest.display()
+            ),
+            None => tracing::info!(
+                "--resume: {} holds no checkpoint yet; the stream is recomputed from its start",
+                dir.display()
+            ),
+        }
+        let Some(stored) = stored else {
+            // A state directory from before lineages (or of a daemon killed before it wrote
+            // one): its checkpoints say which recipe made them.
+            if options.change_course {
+                bail!(
+                    "{} has no lineage (it predates them): its recipe is known only by its hash. \
+                     Resume once with the recipe it was made with (that writes the lineage), \
+                     then change course",
+                    dir.display()
+                );
+            }
+            let course = fresh(Some((path.clone(), checkpoints)));
+            if let Some((_, dir)) = &course.kept {
+                dir.check_newest(&course.identity())?;
+            }
+            lineage_file::write(&path, &now)?;
+            return Ok(course);
+        };
+        let last = stored
+            .segments
+            .last()
+            .expect("a read lineage has a segment");
+        // The trainers may resume below a change of the global batch (they rolled back): the
+        // layout is checked against the step they ask for first (`place`).
+        let same = last.recipe_hash == loaded.recipe.hash()
+            && (stored.segments.iter()).any(|s| s.global_batch == global_batch);
+        let segments = Segments::load(stored.clone(), loaded);
+        let shards = (0..segments.loaded.len())
+            .map(|k| segments.shard_names(k))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut course = Course {
+            segments,
+            shards,
+            world_size,
+            micro_batch,
+            change: None,
+            kept: None,
+        };
+        if same {
+            checkpoints.check_newest(&course.identity())?;
+            course.kept = Some((path, checkpoints));
+            return Ok(course);
+        }
+        if !options.change_course {
+            let why = match last.recipe_hash == loaded.recipe.hash() {
+                false => format!(
+                    "the stream's recipe (from step {}) is {}, --recipe {} is {}: the recipe (or \
+                     a default it fills in) has changed",
+                    last.from_step,
+                    last.recipe_hash,
+                    options.recipe.display(),
+                    loaded.recipe.hash()
+                ),
+                true => format!(
+                    "its global batch is {} windows (world size {} × micro batch {}), this run's \
+                     is {global_batch} ({world_size} × {micro_batch}): steps would cover other \
+                     windows; keep world size × micro batch = {}",
+                    last.global_batch, last.world_size, last.micro_batch, last.global_batch
+                ),
+            };
+            let at = match existing.last() {
+                Some((_, newest)) => format!("checkpoint {}", newest.display()),
+                None => format!("the stream in {}", dir.display()),
+            };
+            bail!(
+                "cannot resume from {at}: {why}. To continue the stream under the new recipe or \
+                 batch from the step the trainers resume at, add --change-course \
+                 (docs/serving.md#changing-course)"
+            );
+        }
+        let k = course.segments.loaded.len() - 1;
+        let old = &course.segments.loaded[k].recipe;
+        let mut refusals = check_edit(old, &loaded.recipe);
+        if options.plan.is_some() {
+            refusals.push(dsprep_mixers::lineage::Refusal {
+                field: "--plan".into(),
+                why: "a frozen plan holds one recipe's listing: change course without --plan"
+                    .into(),
+            });
+        }
+        // A source that goes on must read the very files it read (a relative path in a recipe
+        // moved to another folder names other files).
+        for (name, files) in (loaded.recipe.sources.iter().map(|s| &s.name)).zip(&own_shards) {
+            let field = format!("source {name:?}");
+            let Some(i) = old.sources.iter().position(|s| &s.name == name) else {
+                continue;
+            };
+            if refusals.iter().any(|r| r.field == field) {
+                continue; // its spec changed: said once
+            }
+            let had = &course.shards[k][i];
+            // As sets: their order is the seed's (refused above when it changes).
+            let sorted = |list: &[String]| {
+                let mut list = list.to_vec();
+                list.sort();
+                list
+            };
+            if !had.is_empty() && !files.is_empty() && sorted(had) != sorted(files) {
+                refusals.push(dsprep_mixers::lineage::Refusal {
+                    field,
+                    why: format!(
+                        "its files are not the ones it read ({} shards listed now, {} before; \
+                         first now {:?}, before {:?}): a source whose input changes is a new \
+                         source (give it a new name)",
+                        files.len(),
+                        had.len(),
+                        files.first(),
+                        had.first()
+                    ),
+                });
+            }
+        }
+        if !refusals.is_empty() {
+            bail!(
+                "cannot change course to recipe {} ({}): {} edit(s) cannot be honoured:\n{}\n\
+                 nothing was served and the state directory is unchanged",
+                options.recipe.display(),
+                loaded.recipe.hash(),
+                refusals.len(),
+                (refusals.iter())
+                    .map(|r| format!("  {r}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+        checkpoints.check_newest(&course.identity())?;
+        course.change = Some(Change {
+            recipe: loaded.recipe.clone(),
+            base: base_of(loaded),
+        });
+        course.kept = Some((path, checkpoints));
+        tracing::info!(
+            "changing course: recipe {} takes over from the step the trainers resume at",
+            loaded.recipe.hash()
+        );
+        Ok(course)
+    }
+
+    /// Where to start for the first request, at `step`: the change of course made there first
+    /// (the lineage written before any window of the step is made), then the newest checkpoint
+    /// that serves `step`.
+    pub fn place(
+        &mut self,
+        step: u64,
+        loaded: &LoadedRecipe,
+        config: &PipelineConfig,
+    ) -> anyhow::Result<Placed> {
+        if let Some(change) = self.change.take() {
+            self.make_change(change, step, loaded, config)?;
+        }
+        let lineage = &self.segments.lineage;
+        let at = lineage.segment_at_step(step);
+        let global_batch = u64::from(self.world_size) * u64::from(self.micro_batch);
+        if lineage.segments[at].global_batch != global_batch {
+            let s = &lineage.segments[at];
+            bail!(
+                "step {step} is in the stretch of the stream from step {} with a global batch of \
+                 {} windows (world size {} × micro batch {}); this daemon serves {global_batch}: \
+                 start it with world size × micro batch = {}",
+                s.from_step,
+                s.global_batch,
+                s.world_size,
+                s.micro_batch,
+                s.global_batch
+            );
+        }
+        let resume = match &self.kept {
+            Some((_, dir)) => dir.newest_for(step, &self.identity())?,
+            None => None,
+        };
+        Ok(Placed {
+            step,
+            segment: resume.as_ref().map_or(0, |r| r.meta.segment),
+            resume,
+        })
+    }
+
+    /// Make `change` at `step`: find the document where it takes over (from the newest
+    /// checkpoint below the step), then replace the branch at and past `step` (its checkpoints
+    /// removed) and write the lineage.
+    fn make_change(
+        &mut self,
+        change: Change,
+        step: u64,
+        loaded: &LoadedRecipe,
+        config: &PipelineConfig,
+    ) -> anyhow::Result<()> {
+        if step == 0 {
+            bail!(
+                "the trainers ask for step 0: a change of course at the stream's start is a new \
+                 stream; give an empty --state-dir"
+            );
+        }
+        let stored = &self.segments.lineage;
+        let kept = (stored.segments.iter())
+            .take_while(|s| s.from_step < step)
+            .count();
+        let mut base = stored.clone();
+        base.segments.truncate(kept);
+        let window = base.window_of_step(step);
+        let below = Segments::load(base.clone(), loaded);
+        let identity = RunIdentity {
+            lineage: base.clone(),
+            shards: self.shards[..kept].to_vec(),
+            world_size: self.world_size,
+            micro_batch: self.micro_batch,
+        };
+        let from = match &self.kept {
+            Some((_, dir)) => dir.newest_for(step - 1, &identity)?,
+            None => None,
+        };
+        let (k, start) = match from {
+            Some(c) => (
+                c.meta.segment,
+                StreamStart::Restore {
+                    what: format!("change of course from {}", c.path.display()),
+                    state: Box::new(c.state),
+                },
+            ),
+            None => (0, StreamStart::Fresh),
+        };
+        let began = std::time::Instant::now();
+        let documents = below.documents_at_window(k, start, window, config)?;
+        let next = stored.changed(
+            change.recipe,
+            change.base,
+            step,
+            window,
+            documents,
+            self.world_size,
+            self.micro_batch,
+        );
+        let mut shards = self.shards[..kept].to_vec();
+        let segments = Segments::load(next.clone(), loaded);
+        shards.push(segments.shard_names(kept)?);
+        if let Some((path, dir)) = &self.kept {
+            let removed = dir.remove_from(step)?;
+            lineage_file::write(path, &next)
+                .with_context(|| "the change of course is not made".to_string())?;
+            tracing::info!(
+                "changed course at step {step} (window {window}, document {documents}; found in \
+                 {:.2} s): lineage {} now has {} segments{}",
+                began.elapsed().as_secs_f64(),
+                path.display(),
+                next.segments.len(),
+                match removed {
+                    0 => String::new(),
+                    n => format!(", {n} checkpoints of the replaced branch removed"),
+                }
+            );
+        }
+        self.segments = segments;
+        self.shards = shards;
+        Ok(())
+    }
+}
+
+/// The lineage a pack replays: a lineage file, or a state directory's.
+pub fn read_lineage(path: &Path) -> anyhow::Result<Lineage> {
+    lineage_file::read(path)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} holds no lineage ({} is written by `dsprep serve --state-dir`)",
+            path.display(),
+            lineage_file::LINEAGE_FILE
+        )
+    })
+}

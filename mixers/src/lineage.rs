@@ -1,0 +1,443 @@
+//! A stream's lineage: the recipe it started with, then each change of course and the exact
+//! point from which it holds. Plain data and the rules on it (IO-free): which edits a change may
+//! make, how steps map to windows across changes of the global batch, the order of sources over
+//! the whole lineage, and how the pipeline's state at a change becomes the next recipe's
+//! ([`transplant`]). The daemon keeps the lineage in its state directory (`lineage.json`);
+//! `dsprep pack --lineage` replays it.
+//!
+//! A change made at step `T` takes over at a document boundary: the first one at which the old
+//! recipe's packer has emitted every window below `T` (window `from_window`). The documents the
+//! old recipe had drawn by then (`from_documents`) are its; every later draw is the new recipe's.
+//! So steps below `T` are exactly what the old recipe served, and what the packer still holds at
+//! the boundary (the end of the document that crossed it, a `best_fit` pool) opens step `T`.
+//!
+//! Sources keep one index over the whole lineage: those of the first recipe in its order, then
+//! each source a change adds, in the order it is listed. A segment's stream is built over all of
+//! them, those its recipe lacks at weight 0 (never drawn, never read), so a source's cursor,
+//! its documents in the shuffle buffer and its id in every served window keep their meaning.
+
+use crate::checkpoint::PipelineState;
+use crate::recipe::{MixUnit, Recipe, SourceSpec, Stopping};
+use serde::{Deserialize, Serialize};
+
+/// The lineage format this build reads and writes.
+pub const LINEAGE_FORMAT: u32 = 1;
+
+/// The recipes of one stream, in the order they took over.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lineage {
+    pub format: u32,
+    /// The segments in force, in stream order; the first starts at step 0.
+    pub segments: Vec<Segment>,
+    /// Branches replaced by a change made below them (the trainers rolled back): kept for the
+    /// record, never served.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abandoned: Vec<Segment>,
+}
+
+/// One recipe's stretch of the stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    /// The recipe as written (its canonical form), and its hash.
+    pub recipe: Recipe,
+    pub recipe_hash: String,
+    /// The folder its relative paths are resolved from.
+    pub base: String,
+    /// The first step, window and document of the stream that this segment's recipe makes (its
+    /// first windows may still hold the previous recipe's documents: see the module's doc).
+    pub from_step: u64,
+    pub from_window: u64,
+    pub from_documents: u64,
+    /// Windows per step from `from_step` on, and the layout that set it.
+    pub global_batch: u64,
+    pub world_size: u32,
+    pub micro_batch: u32,
+}
+
+/// Why an edited recipe cannot continue a stream: the field and the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub field: String,
+    pub why: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.why)
+    }
+}
+
+impl Lineage {
+    /// A stream's lineage at its start: one recipe from step 0.
+    pub fn start(recipe: Recipe, base: String, world_size: u32, micro_batch: u32) -> Lineage {
+        Lineage {
+            format: LINEAGE_FORMAT,
+            segments: vec![Segment {
+                recipe_hash: recipe.hash(),
+                recipe,
+                base,
+                from_step: 0,
+                from_window: 0,
+                from_documents: 0,
+                global_batch: u64::from(world_size) * u64::from(micro_batch),
+                world_size,
+                micro_batch,
+            }],
+            abandoned: Vec::new(),
+        }
+    }
+
+    /// The segment in force at `step`.
+    pub fn segment_at_step(&self, step: u64) -> usize {
+        self.segments
+            .iter()
+            .rposition(|s| s.from_step <= step)
+            .unwrap_or(0)
+    }
+
+    /// The segment whose recipe draws the stream's `documents`-th document (0-based: the one
+    /// drawn after `documents` were).
+    pub fn segment_at_documents(&self, documents: u64) -> usize {
+        self.segments
+            .iter()
+            .rposition(|s| s.from_documents <= documents)
+            .unwrap_or(0)
+    }
+
+    /// The first window of `step`.
+    pub fn window_of_step(&self, step: u64) -> u64 {
+        let s = &self.segments[self.segment_at_step(step)];
+        s.from_window + (step - s.from_step) * s.global_batch
+    }
+
+    /// The first step served entirely from window `windows` on (a checkpoint after `windows`
+    /// windows serves it and every later one).
+    pub fn step_at_window(&self, windows: u64) -> u64 {
+        let s = self
+            .segments
+            .iter()
+            .rfind(|s| s.from_window <= windows)
+            .unwrap_or(&self.segments[0]);
+        s.from_step + (windows - s.from_window).div_ceil(s.global_batch)
+    }
+
+    /// The lowest step that a daemon of `global_batch` windows per step serving `step` can
+    /// hold: where the run of segments with that global batch around `step` begins (steps below
+    /// it were cut otherwise).
+    pub fn first_step_of_batch(&self, step: u64, global_batch: u64) -> u64 {
+        let at = self.segment_at_step(step);
+        let mut first = self.segments[at].from_step;
+        for s in self.segments[..=at].iter().rev() {
+            if s.global_batch != global_batch {
+                break;
+            }
+            first = s.from_step;
+        }
+        first
+    }
+
+    /// Every source's name over the whole lineage, in index order (see the module's doc).
+    pub fn source_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for s in &self.segments {
+            for spec in &s.recipe.sources {
+                if !names.contains(&spec.name) {
+                    names.push(spec.name.clone());
+                }
+            }
+        }
+        names
+    }
+
+    /// The recipe segment `k`'s stream is built from: its own, with the sources in lineage
+    /// order and every source of an earlier segment that it lacks at weight 0.
+    pub fn effective_recipe(&self, k: usize) -> Recipe {
+        let mut recipe = self.segments[k].recipe.clone();
+        let own = std::mem::take(&mut recipe.sources);
+        recipe.sources = self.segments[..=k]
+            .iter()
+            .flat_map(|s| &s.recipe.sources)
+            .fold(Vec::<SourceSpec>::new(), |mut all, spec| {
+                if !all.iter().any(|s| s.name == spec.name) {
+                    all.push(spec.clone());
+                }
+                all
+            })
+            .into_iter()
+            .map(|spec| match own.iter().find(|s| s.name == spec.name) {
+                Some(mine) => mine.clone(),
+                None => SourceSpec {
+                    weight: 0.0,
+                    ..spec
+                },
+            })
+            .collect();
+        recipe
+    }
+
+    /// The lineage with a change to `recipe` at `step` (window `from_window`, document
+    /// `from_documents`): segments from `step` on are replaced (kept in `abandoned`).
+    #[allow(clippy::too_many_arguments)] // the change's place, each a number of its own
+    pub fn changed(
+        &self,
+        recipe: Recipe,
+        base: String,
+        step: u64,
+        from_window: u64,
+        from_documents: u64,
+        world_size: u32,
+        micro_batch: u32,
+    ) -> Lineage {
+        let mut next = self.clone();
+        let keep = next
+            .segments
+            .iter()
+            .take_while(|s| s.from_step < step)
+            .count();
+        let replaced = next.segments.split_off(keep.max(1));
+        next.abandoned.extend(replaced);
+        next.segments.push(Segment {
+            recipe_hash: recipe.hash(),
+            recipe,
+            base,
+            from_step: step,
+            from_window,
+            from_documents,
+            global_batch: u64::from(world_size) * u64::from(micro_batch),
+            world_size,
+            micro_batch,
+        });
+        next
+    }
+
+    /// Whether the stream this lineage defines is the same as `other`'s up to `step` (so a
+    /// change at `step` keeps what was served below it).
+    pub fn same_below(&self, other: &Lineage, step: u64) -> bool {
+        let cut = |l: &Lineage| -> Vec<Segment> {
+            (l.segments.iter())
+                .filter(|s| s.from_step < step)
+                .cloned()
+                .collect()
+        };
+        cut(self) == cut(other)
+    }
+}
+
+/// Why `new` cannot take over a stream made so far by `old` (every reason, each with its field).
+/// Allowed: weights, phases, sources added or removed, filters and document limits, the shuffle
+/// buffer's size (a mix in documents), the stopping strategy, and the global batch (not a recipe
+/// field). Refused: whatever changes what an id means or how the input is dealt.
+pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
+    let mut refusals = Vec::new();
+    let mut refuse = |field: &str, why: String| {
+        refusals.push(Refusal {
+            field: field.to_string(),
+            why,
+        })
+    };
+    if old.tokenizer != new.tokenizer {
+        refuse(
+            "tokenizer",
+            "a change of tokenizer changes what every id means: start a new stream (an empty \
+             --state-dir) for another tokenizer"
+                .into(),
+        );
+    }
+    if old.packing.seq_len != new.packing.seq_len {
+        refuse(
+            "packing.seq_len",
+            format!(
+                "{} → {}: a window's size is fixed for the stream (checkpoints, steps and the \
+                 trainers' batches are counted in windows)",
+                old.packing.seq_len, new.packing.seq_len
+            ),
+        );
+    }
+    if old.packing.strategy != new.packing.strategy
+        || old.packing.pool_documents != new.packing.pool_documents
+        || old.packing.pad != new.packing.pad
+    {
+        refuse(
+            "packing.strategy",
+            format!(
+                "{} → {} (or its pool or pad): a change of packing at a change of course is not \
+                 supported yet; keep the packing table as it was",
+                old.packing.strategy.name(),
+                new.packing.strategy.name()
+            ),
+        );
+    }
+    if old.shuffle.seed != new.shuffle.seed {
+        refuse(
+            "shuffle.seed",
+            format!(
+                "{} → {}: the seed decides every draw of the stream so far; keep {}",
+                old.shuffle.seed, new.shuffle.seed, old.shuffle.seed
+            ),
+        );
+    }
+    if old.shuffle.shuffle_shards != new.shuffle.shuffle_shards {
+        refuse(
+            "shuffle.shuffle_shards",
+            "the shard order of every source is fixed for the stream (the cursors count in it)"
+                .into(),
+        );
+    }
+    if old.lanes != new.lanes || new.lanes.is_some() {
+        refuse(
+            "lanes",
+            "a laned stream (node daemons) cannot change course yet; and the lane count deals \
+             the input, so it never can change"
+                .into(),
+        );
+    }
+    if old.mix.unit != new.mix.unit {
+        refuse(
+            "mix.unit",
+            "a change between a mix in documents and one in tokens is not supported yet".into(),
+        );
+    }
+    if new.mix.unit == MixUnit::Tokens {
+        let names = |r: &Recipe| -> Vec<String> {
+            (r.active_sources()).map(|(_, s)| s.name.clone()).collect()
+        };
+        if names(old) != names(new) {
+            refuse(
+                "source",
+                "a mix in tokens cannot add or remove a source at a change yet (each source has \
+                 its own share of the shuffle buffer): change weights or phases, or give the \
+                 source weight 0"
+                    .into(),
+            );
+        }
+        if old.shuffle.buffer_size != new.shuffle.buffer_size {
+            refuse(
+                "shuffle.buffer_size",
+                "a mix in tokens cannot resize its sources' shuffle buffers at a change yet".into(),
+            );
+        }
+    }
+    for spec in &new.sources {
+        let Some(was) = old.sources.iter().find(|s| s.name == spec.name) else {
+            continue;
+        };
+        let dealt_alike = was.files == spec.files
+            && was.format == spec.format
+            && was.text == spec.text
+            && was.content == spec.content;
+        if !dealt_alike {
+            refuse(
+                &format!("source {:?}", spec.name),
+                "its files, format, text field or content are how its cursor counts: a source \
+                 whose input changes is a new source (give it a new name)"
+                    .into(),
+            );
+        }
+    }
+    refusals
+}
+
+/// What a change did to the pipeline's state: per source index, the documents dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transplant {
+    pub dropped: Vec<(u16, u64)>,
+}
+
+/// The pipeline's state at a change, made the next segment's (`next`: its effective recipe, see
+/// [`Lineage::effective_recipe`]): sources the change adds get a fresh cursor (the mixer reads
+/// their first document when restored), the documents of sources it stops drawing from leave
+/// the shuffle buffer and the mixer's look-ahead (counted, never emitted; their cursors are
+/// kept), and in a mix in tokens the shares count from here, as when a phase begins, in the
+/// phase of `next` that the stream has reached. The packer's state is kept whole: what it holds
+/// was emitted already.
+pub fn transplant(
+    mut state: PipelineState,
+    next: &Recipe,
+) -> Result<(PipelineState, Transplant), String> {
+    let mut active = vec![false; next.sources.len()];
+    for (i, _) in next.active_sources() {
+        active[i] = true;
+    }
+    let tokens: u64 = state.stream.mixer.emitted_tokens.iter().sum();
+    let entered_phases = (next.mix.phases.iter())
+        .filter(|p| p.at_tokens <= tokens)
+        .count();
+    let n = active.len();
+    let stream = &mut state.stream;
+    if stream.sources.len() > n {
+        return Err(format!(
+            "the state has {} sources, the lineage {n}",
+            stream.sources.len()
+        ));
+    }
+    if stream.draining || stream.mixer.done {
+        // The mix had ended (every source out at least once, or one out under
+        // `first_exhausted`): it goes on under the next recipe if that recipe says every source
+        // runs out at least once; the documents still to drain are the shuffle buffer's again.
+        if next.mix.stopping == Stopping::FirstExhausted {
+            return Err(
+                "the stream's mix had ended there and the new recipe stops at the first source \
+                 that runs out: nothing would come; set [mix] stopping = \"all_exhausted\" to go \
+                 on"
+                .into(),
+            );
+        }
+        if !stream.mixer.emitted_tokens.is_empty() {
+            return Err(
+                "a mix in tokens cannot go on after its end at a change yet: change course \
+                 before the stream ends"
+                    .into(),
+            );
+        }
+        stream.draining = false;
+        stream.mixer.done = false;
+    }
+    let mixer = &mut stream.mixer;
+    let old = stream.sources.len();
+    stream.sources.resize(n, Default::default());
+    mixer.peeked.resize(n, None);
+    mixer.exhausted.resize(n, false);
+    mixer.emitted.resize(n, 0);
+    if !mixer.emitted_tokens.is_empty() {
+        if old != n {
+            return Err("a mix in tokens cannot add a source at a change yet".into());
+        }
+        mixer.phase = entered_phases;
+        mixer.phase_start = mixer.emitted_tokens.clone();
+    }
+    let mut dropped = vec![0u64; n];
+    for (i, peek) in mixer.peeked.iter_mut().enumerate() {
+        if !active[i] && peek.take().is_some() {
+            dropped[i] += 1;
+        }
+    }
+    let held: usize = mixer
+        .shuffles
+        .iter()
+        .map(|s| (s.held + s.ready) as usize)
+        .sum();
+    let global = stream.buffered.len() - held.min(stream.buffered.len());
+    let (kept, own): (Vec<_>, Vec<_>) = {
+        let (g, o) = stream.buffered.split_at(global);
+        (g.to_vec(), o.to_vec())
+    };
+    let kept: Vec<_> = kept
+        .into_iter()
+        .filter(|p| {
+            let keep = active.get(usize::from(p.source)).copied().unwrap_or(false);
+            if !keep {
+                dropped[usize::from(p.source).min(n - 1)] += 1;
+            }
+            keep
+        })
+        .collect();
+    stream.buffered = kept.into_iter().chain(own).collect();
+    let dropped = (dropped.into_iter().enumerate())
+        .filter(|&(_, d)| d > 0)
+        .map(|(i, d)| (i as u16, d))
+        .collect();
+    Ok((state, Transplant { dropped }))
+}
+
+#[cfg(test)]
+mod tests;

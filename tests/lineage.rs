@@ -1,0 +1,260 @@
+//! Changing course mid-run, end to end: real daemons SIGKILLed and resumed with an edited recipe
+//! (`--change-course`), real `dsprep tap` ranks, and `dsprep pack --lineage` of the state
+//! directory. What the ranks received across the changes must be exactly the packed lineage,
+//! and every step below a change exactly what the old recipe served.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
+
+mod support;
+
+use dsprep_client::PackedDataset;
+use std::path::{Path, PathBuf};
+use support::serve_run::Run;
+use support::*;
+
+/// Windows `range` of `data`, as bytes.
+fn windows(data: &PackedDataset, range: std::ops::Range<u64>) -> Vec<u8> {
+    range
+        .flat_map(|w| data.window(w).unwrap().tokens.as_bytes().to_vec())
+        .collect()
+}
+
+/// The quickstart (absolute paths) with `replace` applied and the sources named in `drop` cut.
+fn quickstart_edit(dir: &Path, name: &str, replace: &[(&str, &str)], drop: &[&str]) -> PathBuf {
+    let path = quickstart_variant(dir, name, replace);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut blocks: Vec<&str> = text.split("[[source]]\n").collect();
+    let head = blocks.remove(0).to_string();
+    let kept: Vec<&str> = (blocks.into_iter())
+        .filter(|b| {
+            !drop
+                .iter()
+                .any(|d| b.starts_with(&format!("name = \"{d}\"")))
+        })
+        .collect();
+    let text = head + "[[source]]\n" + &kept.join("[[source]]\n");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A: four sources (no finemath), a buffer of 100. B: reweighted, finemath added, a buffer of
+/// 200. C: c4 removed, a buffer of 50 (its extra residents leave first).
+fn three_recipes(dir: &Path) -> [PathBuf; 3] {
+    let (fineweb, c4) = (
+        ("weight = 0.40", "weight = 0.20"),
+        ("weight = 0.15", "weight = 0.30"),
+    );
+    let buffer = "buffer_size = 1000";
+    let a = quickstart_edit(
+        dir,
+        "a.toml",
+        &[(buffer, "buffer_size = 100")],
+        &["finemath"],
+    );
+    let b = quickstart_edit(
+        dir,
+        "b.toml",
+        &[fineweb, c4, (buffer, "buffer_size = 200")],
+        &[],
+    );
+    let c = quickstart_edit(
+        dir,
+        "c.toml",
+        &[fineweb, c4, (buffer, "buffer_size = 50")],
+        &["c4"],
+    );
+    [a, b, c]
+}
+
+fn change(run: &Run, recipe: &Path, world: u32, mb: u32) -> support::daemon::Daemon {
+    run.start_with(
+        recipe,
+        world,
+        mb,
+        &["--resume", "latest", "--change-course"],
+    )
+    .unwrap()
+}
+
+#[test]
+fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [a, b, c] = three_recipes(tmp.path());
+    let state = tmp.path().join("state");
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &a,
+        state: state.clone(),
+        every: 7,
+    };
+    let mut got = Vec::new();
+    // A to step 40, SIGKILL.
+    let daemon = run.start(2, 2, false).unwrap();
+    assert!(state.join("lineage.json").exists(), "written at the start");
+    got.extend(run.pull(&daemon, 2, 0, 40));
+    drop(daemon);
+    // B from step 40 (weights changed, finemath added), SIGKILL at step 67.
+    let daemon = change(&run, &b, 2, 2);
+    got.extend(run.pull(&daemon, 2, 40, 27));
+    let log = daemon.log_text();
+    assert!(
+        log.contains("changed course at step 40 (window 160, document "),
+        "{log}"
+    );
+    drop(daemon);
+    // B again (a plain resume), to step 100.
+    let daemon = run.start_with(&b, 2, 2, &["--resume", "latest"]).unwrap();
+    got.extend(run.pull(&daemon, 2, 67, 33));
+    drop(daemon);
+    // C from step 100 (c4 removed) with the global batch grown from 4 to 8 windows.
+    let daemon = change(&run, &c, 4, 2);
+    got.extend(run.pull(&daemon, 4, 100, 30));
+    let log = daemon.log_text();
+    assert!(
+        log.contains(
+            "documents drawn but not emitted of sources it no longer draws from, dropped: \"c4\" "
+        ),
+        "{log}"
+    );
+    drop(daemon);
+
+    let lineage: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("lineage.json")).unwrap()).unwrap();
+    let segments = lineage["lineage"]["segments"].as_array().unwrap();
+    let starts: Vec<(u64, u64, u64)> = (segments.iter())
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            (n("from_step"), n("from_window"), n("global_batch"))
+        })
+        .collect();
+    assert_eq!(starts, [(0, 0, 4), (40, 160, 4), (100, 400, 8)]);
+
+    // Offline equals served: the packed lineage is what the ranks got, window for window.
+    let packed = tmp.path().join("packed");
+    dsprep_ok(&[
+        "pack",
+        "--lineage",
+        state.to_str().unwrap(),
+        "--out",
+        packed.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let data = PackedDataset::open(&packed).unwrap();
+    assert_eq!(got.len(), 640 * 513 * 2);
+    assert!(
+        got == windows(&data, 0..640),
+        "the served stream differs from the packed lineage"
+    );
+    let manifest = data.manifest();
+    let recorded: Vec<u64> = (manifest.lineage.as_ref().unwrap().iter())
+        .map(|s| s.from_window)
+        .collect();
+    assert_eq!(recorded, [0, 160, 400]);
+    // Steps below the first change are exactly recipe A's stream; after it, they are not.
+    let plain = pack_dataset(&a, &tmp.path().join("packed-a"));
+    assert!(windows(&plain, 0..160) == windows(&data, 0..160));
+    assert!(windows(&plain, 160..200) != windows(&data, 160..200));
+    // The sources' ids hold over the lineage: c4 is still source 1, finemath came in as 4.
+    let names: Vec<&str> = manifest.sources.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fineweb-edu", "c4", "zyda-2", "the-stack-v2", "finemath"]
+    );
+
+    // A rollback below the change at step 100 (to step 90, in B's stretch at 4 windows a
+    // step) reproduces the lineage's bytes, recomputed from its start through the first change.
+    let daemon = run.start_with(&c, 2, 2, &["--resume", "latest"]).unwrap();
+    let again = run.pull(&daemon, 2, 90, 10);
+    assert!(again == windows(&data, 360..400), "the rollback differs");
+}
+
+#[test]
+fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [a, b, _] = three_recipes(tmp.path());
+    let state = tmp.path().join("state");
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &a,
+        state: state.clone(),
+        every: 500,
+    };
+    // Killed before its first checkpoint: the lineage still knows what was served.
+    let daemon = run.start(2, 2, false).unwrap();
+    run.pull(&daemon, 2, 0, 12);
+    drop(daemon);
+    let files = || dir_bytes(&state);
+    let before = files();
+    assert!(before.iter().all(|(name, _)| !name.ends_with(".ckpt")));
+
+    let err = run
+        .start_with(&b, 2, 2, &["--resume", "latest"])
+        .err()
+        .unwrap();
+    assert!(
+        err.contains(&format!(
+            "error: cannot resume from the stream in {}: the stream's recipe (from step 0) is ",
+            state.display()
+        )) && err.contains("add --change-course (docs/serving.md#changing-course)"),
+        "{err}"
+    );
+    let bad = quickstart_edit(
+        tmp.path(),
+        "bad.toml",
+        &[
+            ("seq_len = 512", "seq_len = 1024"),
+            ("seed = 1234", "seed = 99"),
+            ("buffer_size = 1000", "buffer_size = 100"),
+        ],
+        &["finemath"],
+    );
+    let err = change_fails(&run, &bad);
+    assert!(
+        err.contains(&format!(
+            "cannot change course to recipe {} (",
+            bad.display()
+        )) && err.contains(
+            "): 2 edit(s) cannot be honoured:\n  packing.seq_len: 512 → 1024: a window's size is \
+             fixed for the stream (checkpoints, steps and the trainers' batches are counted in \
+             windows)\n  shuffle.seed: 1234 → 99: the seed decides every draw of the stream so \
+             far; keep 1234\nnothing was served and the state directory is unchanged"
+        ),
+        "{err}"
+    );
+    let moved = quickstart_edit(
+        tmp.path(),
+        "moved.toml",
+        &[
+            ("c4-train.*.json.gz", "c4-train.00000-of-00003.json.gz"),
+            ("buffer_size = 1000", "buffer_size = 100"),
+        ],
+        &["finemath"],
+    );
+    let err = change_fails(&run, &moved);
+    assert!(
+        err.contains("1 edit(s) cannot be honoured:\n  source \"c4\": its files, format, text field or content are how its cursor counts"),
+        "{err}"
+    );
+    assert!(
+        files() == before,
+        "a refused attempt changed the state directory"
+    );
+
+    // A lineage torn or edited by hand is refused by name.
+    let path = state.join("lineage.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("\"weight\": 0.15", "\"weight\": 0.16")).unwrap();
+    let err = run.start(2, 2, true).err().unwrap();
+    assert!(
+        err.contains(&format!(
+            "lineage {} is not usable: its content does not match its sha256",
+            path.display()
+        )),
+        "{err}"
+    );
+}
+
+fn change_fails(run: &Run, recipe: &Path) -> String {
+    run.start_with(recipe, 2, 2, &["--resume", "latest", "--change-course"])
+        .err()
+        .unwrap()
+}
