@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trainer-client benchmarks (BENCHMARKS.md, "Trainer clients (issue 6)"), release build, on the
+# Trainer-client benchmarks (BENCHMARKS.md, "Trainer clients"), release build, on the
 # quickstart recipe with 2048-token windows (world 8 × micro batch 8, as tests/bench/serve_bench.sh):
 #   1. Python `Client.batch_at` re-requesting the 8 steps a warm daemon holds (1 and 8 rank
 #      threads), next to the Rust fetch_bench on the same daemon;

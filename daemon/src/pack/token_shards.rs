@@ -6,10 +6,11 @@
 //! Hashing is most of what writing costs: every window's bytes go through sha256 twice, once
 //! for the shard file's hash and once for the window's digest in the stream chain (FORMAT.md).
 //! On the pipeline's thread that capped `pack` near ten tokenizer threads, and one thread doing
-//! both still held back 16 (BENCHMARKS.md, "16 cores"); one thread writing and hashing the files
-//! could feed about 230 M tokens/s of `u32` tokens, what 16 cores need of Llama 3 (BENCHMARKS.md,
-//! "what one thread can feed"). What the threads compute is what the pipeline's thread computed
-//! before, in the same order, so the files, their hashes and the chain are unchanged.
+//! both still held back 16 (tests/bench/runs/2026-11-27-device-16core/NOTES.md, "16 cores");
+//! one thread writing and hashing the files could feed about 230 M tokens/s of `u32` tokens,
+//! what 16 cores need of Llama 3 (tests/bench/runs/2026-11-27-2core-vm/NOTES.md, "what one
+//! thread can feed"). What the threads compute is what the pipeline's thread computed before,
+//! in the same order, so the files, their hashes and the chain are unchanged.
 //!
 //! Memory: blocks of [`BLOCK_BYTES`] (or one window, if larger), shared by the threads: at most
 //! ten, the slowest thread's four waiting and one being read, one being filled and four kept
@@ -31,7 +32,8 @@ use std::thread::JoinHandle;
 /// Window bytes the pipeline's thread collects before handing them to the threads. A hand-off
 /// can put a thread to sleep and wake it, which took about 130 µs on a VM's vCPUs: with 256 KiB
 /// blocks, two waiting, the pipeline's thread spent more of a 16-thread run blocked on the two
-/// queues than working (BENCHMARKS.md, "16 cores, where the threads wait").
+/// queues than working (tests/bench/runs/2026-11-27-device-16core/NOTES.md,
+/// "16 cores, where the threads wait").
 pub const BLOCK_BYTES: usize = 1 << 20;
 
 /// Blocks waiting for each thread at most, and kept for reuse at most: enough for a thread

@@ -3,7 +3,8 @@
 //! JSON lines parsed, a Hub file's bytes waited for) runs there, and the reader thread gets the
 //! same rows in the same order with the same errors. It spends its time on documents (mixing,
 //! shuffling), and it is the one thread every document passes: on 2 cores the copies alone were
-//! two thirds of its time (BENCHMARKS.md, "the reader's copies on the shards' threads").
+//! two thirds of its time (tests/bench/runs/2026-11-27-2core-vm/NOTES.md,
+//! "the reader's copies on the shards' threads").
 //!
 //! Bounded: rows travel in groups of at most [`GROUP_ROWS`] rows and [`GROUP_TEXT_BYTES`] of text
 //! (one row may pass it alone, up to the source's `max_document_bytes`); [`GROUPS_AHEAD`] groups
@@ -20,8 +21,8 @@ const GROUP_ROWS: usize = super::parquet::BATCH_ROWS;
 const GROUP_TEXT_BYTES: usize = 1 << 20;
 /// Groups waiting for the reader at most. The mixer draws a source's documents in bursts (and
 /// the shuffle buffer's fill draws 10,000s at once), and at 16 tokenizer threads the shards'
-/// threads share the cores with them: with one waiting, the reader waited on them (BENCHMARKS.md,
-/// "16 cores, where the threads wait").
+/// threads share the cores with them: with one waiting, the reader waited on them
+/// (tests/bench/runs/2026-11-27-device-16core/NOTES.md, "16 cores, where the threads wait").
 const GROUPS_AHEAD: usize = 3;
 
 /// What the shard's thread sends: rows (never none), the shard's end as an empty group, or the

@@ -1,8 +1,9 @@
 //! Two parts of an engine built at once. An engine built from its cache entry is what the run's
 //! first document waits for, and on many cores every tokenizer thread waits with it: Llama 3's
 //! byte-level engine spent 18 ms compiling its regex copies, 28 ms filling its whole-token table
-//! and 18 ms its merge table, one after the other (BENCHMARKS.md, "the engine's parts at once").
-//! Each part has since been made cheaper on its own ("the engine's start from its cache entry").
+//! and 18 ms its merge table, one after the other (tests/bench/runs/2026-11-27-2core-vm/NOTES.md,
+//! "the engine's parts at once"). Each part has since been made cheaper on its own
+//! (tests/bench/runs/2026-11-28-2core-vm/NOTES.md, "the engine's start from its cache entry").
 //! Now the regex's first copy compiles beside the vocabulary, and the whole tokens fill beside
 //! the merge table, the longest part.
 

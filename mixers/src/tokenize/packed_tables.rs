@@ -1,8 +1,8 @@
 //! The engine cache's two large tables, an engine's merges and whole tokens, as little-endian
 //! words after the tables' JSON, not in it. Reading Llama 3's entry (280,147 merges, 128,000
-//! tokens) as JSON numbers took about 50 ms, and the first document waits for it (BENCHMARKS.md,
-//! "An entry that is bytes"). Bytes that do not make whole records are an error, so the entry is
-//! ignored, rebuilt and replaced.
+//! tokens) as JSON numbers took about 50 ms, and the first document waits for it
+//! (tests/bench/runs/2026-11-27-2core-vm/NOTES.md, "An entry that is bytes"). Bytes that do not
+//! make whole records are an error, so the entry is ignored, rebuilt and replaced.
 //!
 //! Layout: the merges' count, then each merge's left, right and merged ids; the whole tokens'
 //! count, then each token's id, its length in bytes and its bytes. Every number a `u32`.
