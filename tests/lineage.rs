@@ -65,6 +65,36 @@ fn three_recipes(dir: &Path) -> [PathBuf; 3] {
     [a, b, c]
 }
 
+/// A temporary folder with the three recipes and a state directory's path in it.
+struct Setup {
+    tmp: tempfile::TempDir,
+    recipes: [PathBuf; 3],
+    state: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let recipes = three_recipes(tmp.path());
+        let state = tmp.path().join("state");
+        Setup {
+            tmp,
+            recipes,
+            state,
+        }
+    }
+
+    /// Daemons of recipe A on the state directory, a checkpoint every `every` steps.
+    fn run(&self, every: u64) -> Run<'_> {
+        Run {
+            dir: self.tmp.path(),
+            recipe: &self.recipes[0],
+            state: self.state.clone(),
+            every,
+        }
+    }
+}
+
 fn change(run: &Run, recipe: &Path, world: u32, mb: u32) -> support::daemon::Daemon {
     run.start_with(
         recipe,
@@ -77,15 +107,10 @@ fn change(run: &Run, recipe: &Path, world: u32, mb: u32) -> support::daemon::Dae
 
 #[test]
 fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them() {
-    let tmp = tempfile::tempdir().unwrap();
-    let [a, b, c] = three_recipes(tmp.path());
-    let state = tmp.path().join("state");
-    let run = Run {
-        dir: tmp.path(),
-        recipe: &a,
-        state: state.clone(),
-        every: 7,
-    };
+    let setup = Setup::new();
+    let (tmp, state) = (&setup.tmp, &setup.state);
+    let [a, b, c] = &setup.recipes;
+    let run = setup.run(7);
     let mut got = Vec::new();
     // A to step 40, SIGKILL.
     let daemon = run.start(2, 2, false).unwrap();
@@ -99,6 +124,10 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
     assert!(
         log.contains("changed course at step 40 (window 160, document "),
         "{log}"
+    );
+    assert!(
+        !log.contains("no checkpoint near below"),
+        "made on the way: {log}"
     );
     drop(daemon);
     // B again (a plain resume), to step 100.
@@ -149,8 +178,62 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
         .map(|s| s.from_window)
         .collect();
     assert_eq!(recorded, [0, 160, 400]);
+    // The ledger per segment: what each recipe drew, and what the change to C dropped (the
+    // log's count), all of it adding up to the whole stream's counts.
+    let segments = manifest.lineage.as_ref().unwrap();
+    let documents = |k: usize, name: &str| -> u64 {
+        let source = segments[k].sources.iter().find(|s| s.name == name);
+        source.unwrap().documents
+    };
+    assert_eq!(documents(0, "finemath"), 0);
+    assert!(documents(1, "finemath") > 0);
+    assert_eq!(documents(2, "c4"), 0);
+    assert!(documents(2, "fineweb-edu") > 0);
+    let dropped: u64 = log
+        .split("dropped: \"c4\" ")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap();
+    assert_eq!(
+        segments[2].dropped,
+        [dsprep_client::format::DroppedDocuments {
+            source: "c4".into(),
+            documents: dropped
+        }]
+    );
+    let all: u64 = (segments.iter())
+        .flat_map(|s| s.sources.iter().map(|x| x.documents))
+        .sum();
+    assert_eq!(
+        all,
+        manifest.sources.iter().map(|s| s.documents).sum::<u64>()
+    );
+    let verified = dsprep_ok(&[
+        "verify",
+        packed.to_str().unwrap(),
+        "--lineage",
+        state.to_str().unwrap(),
+    ]);
+    assert!(verified.contains("packs the lineage"), "{verified}");
+    let shown = dsprep_ok(&["plan", "--lineage", state.to_str().unwrap()]);
+    assert!(
+        shown.contains("segment 2: recipe ") && shown.contains(" from step 100 (window 400, "),
+        "{shown}"
+    );
     // Steps below the first change are exactly recipe A's stream; after it, they are not.
     let plain = pack_dataset(&a, &tmp.path().join("packed-a"));
+    let err = dsprep_fails(&[
+        "verify",
+        tmp.path().join("packed-a").to_str().unwrap(),
+        "--lineage",
+        state.to_str().unwrap(),
+    ]);
+    assert!(err.contains("packs one recipe, not a lineage"), "{err}");
     assert!(windows(&plain, 0..160) == windows(&data, 0..160));
     assert!(windows(&plain, 160..200) != windows(&data, 160..200));
     // The sources' ids hold over the lineage: c4 is still source 1, finemath came in as 4.
@@ -168,16 +251,77 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
 }
 
 #[test]
-fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let [a, b, _] = three_recipes(tmp.path());
-    let state = tmp.path().join("state");
-    let run = Run {
-        dir: tmp.path(),
-        recipe: &a,
-        state: state.clone(),
-        every: 500,
+fn a_change_far_from_a_checkpoint_and_one_below_an_earlier_change_replay_exactly() {
+    let setup = Setup::new();
+    let (tmp, state) = (&setup.tmp, &setup.state);
+    let [_, b, c] = &setup.recipes;
+    let d = quickstart_edit(
+        tmp.path(),
+        "d.toml",
+        &[
+            ("weight = 0.30", "weight = 0.60"),
+            ("buffer_size = 1000", "buffer_size = 100"),
+        ],
+        &["finemath"],
+    );
+    let run = setup.run(7);
+    let daemon = run.start(2, 2, false).unwrap();
+    let mut got = run.pull(&daemon, 2, 0, 40);
+    drop(daemon);
+    let daemon = change(&run, &b, 2, 2);
+    run.pull(&daemon, 2, 40, 30);
+    drop(daemon);
+    // At step 45 no checkpoint of B's is below the step (its first is at 47): the change is
+    // found by a run through the change at 40 first.
+    let daemon = change(&run, &c, 2, 2);
+    run.pull(&daemon, 2, 45, 15);
+    let log = daemon.log_text();
+    assert!(
+        log.contains("changed course at step 45 (window 180, "),
+        "{log}"
+    );
+    assert!(log.contains("no checkpoint near below step 45"), "{log}");
+    drop(daemon);
+    // The trainers roll back to step 30, below the change at 40, with recipe D: the branch
+    // from 40 on is replaced (kept in the file, its checkpoints removed).
+    let daemon = change(&run, &d, 2, 2);
+    got.truncate(30 * 4 * 513 * 2);
+    got.extend(run.pull(&daemon, 2, 30, 20));
+    drop(daemon);
+    let text = std::fs::read_to_string(state.join("lineage.json")).unwrap();
+    let lineage: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let steps = |key: &str| -> Vec<u64> {
+        (lineage["lineage"][key].as_array().unwrap().iter())
+            .map(|s| s["from_step"].as_u64().unwrap())
+            .collect()
     };
+    assert_eq!(
+        (steps("segments"), steps("abandoned")),
+        (vec![0, 30], vec![40, 45])
+    );
+    let packed = tmp.path().join("packed");
+    let lineage_file = state.join("lineage.json");
+    dsprep_ok(&[
+        "pack",
+        "--lineage",
+        lineage_file.to_str().unwrap(),
+        "--out",
+        packed.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let data = PackedDataset::open(&packed).unwrap();
+    assert!(
+        got == windows(&data, 0..200),
+        "the replaced branch's stream differs"
+    );
+}
+
+#[test]
+fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
+    let setup = Setup::new();
+    let (tmp, state) = (&setup.tmp, &setup.state);
+    let [_, b, _] = &setup.recipes;
+    let run = setup.run(500);
     // Killed before its first checkpoint: the lineage still knows what was served.
     let daemon = run.start(2, 2, false).unwrap();
     run.pull(&daemon, 2, 0, 12);

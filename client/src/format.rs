@@ -132,14 +132,41 @@ pub struct Manifest {
     pub lineage: Option<Vec<LineageSegment>>,
 }
 
-/// One recipe of a packed lineage, and the step, window and document from which it holds.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// One recipe of a packed lineage, the step, window and document from which it holds, and its
+/// ledger: what it drew, by source.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LineageSegment {
     pub recipe_hash: String,
     pub from_step: u64,
     pub from_window: u64,
     pub from_documents: u64,
     pub global_batch: u64,
+    /// Per source of the lineage: its target share in this recipe (in the recipe's `[mix]
+    /// unit`; its `[[source]]` weights, phase 0), the realized share, and the documents and
+    /// tokens the packer took while this recipe drew them.
+    #[serde(default)]
+    pub sources: Vec<SegmentSource>,
+    /// The documents of sources this segment's recipe stopped drawing from that had been drawn
+    /// but not emitted: dropped at the change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedDocuments>,
+}
+
+/// One source in one segment of a packed lineage.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SegmentSource {
+    pub name: String,
+    pub target_fraction: f64,
+    pub realized_fraction: f64,
+    pub documents: u64,
+    pub tokens: u64,
+}
+
+/// Documents a change of course dropped, of one source.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DroppedDocuments {
+    pub source: String,
+    pub documents: u64,
 }
 
 /// What `best_fit` did, in the manifest (v5).

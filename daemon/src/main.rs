@@ -94,15 +94,25 @@ enum Command {
     /// downloaded.
     Plan {
         /// The recipe (TOML).
-        #[arg(long)]
-        recipe: PathBuf,
+        #[arg(long, required_unless_present = "lineage", conflicts_with = "lineage")]
+        recipe: Option<PathBuf>,
+        /// Show a daemon's lineage instead (its state directory, or its lineage.json): each
+        /// segment, its recipe, where it takes over, and its sources' targets.
+        #[arg(long, conflicts_with = "out")]
+        lineage: Option<PathBuf>,
         /// Also freeze the plan into this JSON file (written atomically), for `dsprep pack
         /// --plan` and `dsprep serve --plan`: list once per job, not once per node.
         #[arg(long)]
         out: Option<PathBuf>,
     },
     /// Check a packed directory against its manifest (sizes, checksums, index, token ids).
-    Verify { dir: PathBuf },
+    Verify {
+        dir: PathBuf,
+        /// Also check that the directory packs this lineage (a daemon's state directory, or
+        /// its lineage.json): the same segments, taking over at the same places.
+        #[arg(long)]
+        lineage: Option<PathBuf>,
+    },
     /// Write a packed directory in a format other trainers read: Megatron-LM's IndexedDataset
     /// (`OUT.bin` + `OUT.idx`) or a Hugging Face `datasets` directory (`load_from_disk`).
     Export {
@@ -235,8 +245,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 secret.display()
             );
         }
-        Command::Plan { recipe, out } => {
-            print!("{}", dsprep::plan::plan(&recipe, out.as_deref())?);
+        Command::Plan {
+            recipe,
+            lineage,
+            out,
+        } => {
+            let shown = match (&recipe, &lineage) {
+                (_, Some(lineage)) => dsprep::plan::plan_lineage(lineage)?,
+                (Some(recipe), None) => dsprep::plan::plan(recipe, out.as_deref())?,
+                (None, None) => anyhow::bail!("dsprep plan needs --recipe FILE or --lineage PATH"),
+            };
+            print!("{shown}");
             if let Some(out) = out {
                 println!(
                     "plan frozen into {}: pass --plan {} to every pack part and node daemon",
@@ -245,8 +264,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
         }
-        Command::Verify { dir } => {
+        Command::Verify { dir, lineage } => {
             let report = dsprep::verify::verify(&dir)?;
+            if let Some(lineage) = &lineage {
+                dsprep::verify::verify_lineage(&dir, lineage)?;
+                println!(
+                    "ok: {} packs the lineage {} segment for segment",
+                    dir.display(),
+                    lineage.display()
+                );
+            }
             println!(
                 "ok: {} — {} windows, {} tokens, {} files match the manifest",
                 dir.display(),

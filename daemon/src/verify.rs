@@ -197,3 +197,64 @@ fn check_phases(dir: &Path, m: &format::Manifest, counts: &PhaseLedger) -> anyho
     }
     Ok(())
 }
+
+/// Check that the packed directory `dir` packs the lineage at `lineage` (a daemon's state
+/// directory, or its `lineage.json`): its manifest lists the same segments, each recipe taking
+/// over at the same step, window and document with the same global batch. Reports the first
+/// segment that differs.
+pub fn verify_lineage(dir: &Path, lineage: &Path) -> anyhow::Result<()> {
+    let dataset = PackedDataset::open(dir)
+        .with_context(|| format!("{} is not a valid packed directory", dir.display()))?;
+    let want = crate::serve::read_lineage(lineage)?;
+    let Some(got) = &dataset.manifest().lineage else {
+        bail!(
+            "{} packs one recipe, not a lineage (pack it with dsprep pack --lineage {})",
+            dir.display(),
+            lineage.display()
+        );
+    };
+    let place = |hash: &str, step: u64, window: u64, documents: u64, batch: u64| {
+        format!(
+            "recipe {hash} from step {step} (window {window}, document {documents}), {batch} \
+             windows a step"
+        )
+    };
+    for k in 0..got.len().max(want.segments.len()) {
+        let packed = got.get(k).map(|s| {
+            place(
+                &s.recipe_hash,
+                s.from_step,
+                s.from_window,
+                s.from_documents,
+                s.global_batch,
+            )
+        });
+        let served = want.segments.get(k).map(|s| {
+            place(
+                &s.recipe_hash,
+                s.from_step,
+                s.from_window,
+                s.from_documents,
+                s.global_batch,
+            )
+        });
+        if packed != served {
+            bail!(
+                "{} does not pack the lineage {}: segment {k} is {} in the pack, {} in the lineage",
+                dir.display(),
+                lineage.display(),
+                packed.unwrap_or_else(|| "absent".into()),
+                served.unwrap_or_else(|| "absent".into())
+            );
+        }
+    }
+    // Where the segments take over, the windows must be there.
+    let last = want.segments.last().map_or(0, |s| s.from_window);
+    ensure!(
+        dataset.num_windows() >= last,
+        "{} holds {} windows, the lineage's last segment takes over at window {last}",
+        dir.display(),
+        dataset.num_windows()
+    );
+    Ok(())
+}

@@ -395,16 +395,32 @@ impl<S: DocSource> Mixer<S> {
     fn start(&mut self) -> Result<(), MixError> {
         for i in 0..self.inputs.len() {
             if self.is_active(i) {
-                self.peeked[i] = self.read(i)?;
-                if self.peeked[i].is_none() {
-                    return Err(MixError::EmptySource {
-                        name: self.inputs[i].name.clone(),
-                    });
-                }
+                self.peek_first(i)?;
             }
         }
         self.started = true;
         Ok(())
+    }
+
+    /// Read input `i`'s look-ahead document: the first of its pass, which it must have.
+    fn peek_first(&mut self, i: usize) -> Result<(), MixError> {
+        self.peeked[i] = self.read(i)?;
+        if self.peeked[i].is_none() {
+            return Err(MixError::EmptySource {
+                name: self.inputs[i].name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Input `i`'s next pass (`all_exhausted`): its source restarted, its first document read.
+    fn next_pass(&mut self, i: usize) -> Result<(), MixError> {
+        let input = &mut self.inputs[i];
+        input.source.restart().map_err(|error| MixError::Source {
+            name: input.name.clone(),
+            error,
+        })?;
+        self.peek_first(i)
     }
 
     fn draw(&mut self) -> usize {
@@ -484,21 +500,16 @@ impl<S: DocSource> Mixer<S> {
                         shuffle.ready.clear(); // only the pass's end was left in it
                         shuffle.batches.clear();
                     }
-                    let input = &mut self.inputs[i];
-                    input.source.restart().map_err(|error| MixError::Source {
-                        name: input.name.clone(),
-                        error,
-                    })?;
-                    self.peeked[i] = self.read(i)?;
-                    if self.peeked[i].is_none() {
-                        return Err(MixError::EmptySource {
-                            name: self.inputs[i].name.clone(),
-                        });
-                    }
+                    self.next_pass(i)?;
                 }
             }
         }
         Ok(Some(doc))
+    }
+
+    /// The documents of look-ahead, taken out (the mixer is not drawn from again).
+    pub fn take_peeked(&mut self) -> Vec<Option<Doc>> {
+        std::mem::take(&mut self.peeked)
     }
 
     /// Documents emitted so far, per input, in recipe order.
@@ -679,18 +690,9 @@ impl<S: DocSource> Mixer<S> {
         // every source it draws from).
         for i in 0..n {
             if self.started && !self.done && self.is_active(i) && self.peeked[i].is_none() {
-                if self.exhausted[i] {
-                    let input = &mut self.inputs[i];
-                    input.source.restart().map_err(|error| MixError::Source {
-                        name: input.name.clone(),
-                        error,
-                    })?;
-                }
-                self.peeked[i] = self.read(i)?;
-                if self.peeked[i].is_none() {
-                    return Err(MixError::EmptySource {
-                        name: self.inputs[i].name.clone(),
-                    });
+                match self.exhausted[i] {
+                    true => self.next_pass(i)?,
+                    false => self.peek_first(i)?,
                 }
             }
         }

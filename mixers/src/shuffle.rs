@@ -64,6 +64,11 @@ impl<T> Shuffler<T> {
         &self.buffer
     }
 
+    /// The residents, taken out (the buffer is empty after).
+    pub fn take_residents(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.buffer)
+    }
+
     pub fn rng_word_pos(&self) -> u64 {
         u64::try_from(self.rng.word_pos()).expect("2^64 random words are never drawn")
     }

@@ -7,7 +7,7 @@
 use crate::doc::{Doc, DocPos, DocSource, SourceCursor};
 use crate::mixer::{MixError, Mixer, MixerState};
 use crate::shuffle::Shuffler;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// Everything needed to continue a [`DocStream`] exactly, given the same recipe and inputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +120,36 @@ impl<S: DocSource> DocStream<S> {
     /// documents by reference, and take the RNG positions over. Call on a stream built from the
     /// same recipe that has not been read yet.
     pub fn restore(&mut self, state: &StreamState) -> Result<(), MixError> {
+        self.restore_from(state, HashMap::new())
+    }
+
+    /// The documents this stream holds in memory (its look-ahead and its shuffle buffer), by
+    /// position, for [`DocStream::restore_from`] of the next recipe at a change of course: they
+    /// are moved, not read again. None in a mix in tokens (their texts went to be tokenized).
+    pub fn into_docs(self) -> HashMap<DocPos, Doc> {
+        let DocStream {
+            mut mixer,
+            mut shuffler,
+            draining,
+            ..
+        } = self;
+        if !mixer.emitted_tokens().is_empty() {
+            return HashMap::new();
+        }
+        (mixer.take_peeked().into_iter().flatten())
+            .chain(shuffler.take_residents())
+            .chain(draining.into_iter().flatten())
+            .map(|doc| (doc.pos, doc))
+            .collect()
+    }
+
+    /// [`DocStream::restore`], taking the documents `state` refers to from `known` where they
+    /// are there (by position) and re-reading only the others.
+    pub fn restore_from(
+        &mut self,
+        state: &StreamState,
+        mut known: HashMap<DocPos, Doc>,
+    ) -> Result<(), MixError> {
         let n = self.mixer.inputs().len();
         if state.sources.len() != n || state.mixer.peeked.len() != n {
             return Err(MixError::Restore(format!(
@@ -166,17 +196,27 @@ impl<S: DocSource> DocStream<S> {
                 continue;
             }
             input.source.seek(&state.sources[i]).map_err(fail)?;
-            if positions.is_empty() {
+            let (mut slots_to_read, mut to_read) = (Vec::new(), Vec::new());
+            for (slot, pos) in slots.into_iter().zip(positions) {
+                match known.remove(&pos) {
+                    Some(doc) => read[slot] = Some(doc),
+                    None => {
+                        slots_to_read.push(slot);
+                        to_read.push(pos);
+                    }
+                }
+            }
+            if to_read.is_empty() {
                 continue;
             }
             let docs = input
                 .source
-                .reread(&positions)
+                .reread(&to_read)
                 .map_err(|error| MixError::Source {
                     name: input.name.clone(),
                     error,
                 })?;
-            for (slot, doc) in slots.into_iter().zip(docs) {
+            for (slot, doc) in slots_to_read.into_iter().zip(docs) {
                 read[slot] = Some(doc);
             }
         }

@@ -7,13 +7,14 @@
 //! [`Segments::run`]; where a change is made, [`Segments::documents_at_window`] finds the
 //! document it takes over at.
 
-use super::pipeline::PipelineConfig;
-use super::run::{Flow, RunEnd, Snapshots, StreamStart, WindowSink, run_stream};
+use super::pipeline::{PipelineConfig, ProducedDoc};
+use super::pretokenize::Pretokenized;
+use super::run::{Flow, RunEnd, Snapshots, StreamStart, WindowSink, open_start, run_stream};
 use super::stream::{LoadedRecipe, Locator, build_stream};
-use anyhow::{Context, anyhow};
-use dsprep_mixers::PackedWindow;
+use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lineage::{Lineage, transplant};
+use dsprep_mixers::{DocStream, PackedWindow, WindowPacker};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -57,17 +58,23 @@ impl Segments {
 
     /// Run from segment `k` at `start` to the end of the data (or the sink's stop), crossing
     /// every later change of course. `threads` tokenize (and tokenize ahead in a mix in tokens).
+    /// `built`: segment `k`'s stream, when the caller has built it already (its sources, and
+    /// the Hub client that marks what it verified, are then the caller's).
     pub fn run(
         &self,
         mut k: usize,
         mut start: StreamStart,
+        mut built: Option<DocStream<Pretokenized>>,
         config: &PipelineConfig,
         sink: &mut impl SegmentSink,
     ) -> anyhow::Result<RunEnd> {
         loop {
             let loaded = &self.loaded[k];
             let next = self.lineage.segments.get(k + 1);
-            let stream = build_stream(loaded, config.threads)?;
+            let stream = match built.take() {
+                Some(stream) => stream,
+                None => build_stream(loaded, config.threads)?,
+            };
             let config = PipelineConfig {
                 stop_after_documents: next.map(|s| s.from_documents),
                 ..config.clone()
@@ -76,39 +83,158 @@ impl Segments {
             let Some(boundary) = end.boundary else {
                 return Ok(end);
             };
-            let (state, change) = transplant(boundary, &self.loaded[k + 1].recipe)
-                .map_err(|e| anyhow!("the change of course at segment {}: {e}", k + 1))?;
-            let names = self.lineage.source_names();
-            let dropped: Vec<(String, u64)> = (change.dropped.iter())
-                .map(|&(i, n)| (names[usize::from(i)].clone(), n))
-                .collect();
             k += 1;
-            let s = &self.lineage.segments[k];
-            tracing::info!(
-                "recipe {} takes over at step {} (window {}, document {}){}",
-                s.recipe_hash,
-                s.from_step,
-                s.from_window,
-                s.from_documents,
-                if dropped.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; documents drawn but not emitted of sources it no longer draws from, \
-                         dropped: {}",
-                        (dropped.iter())
-                            .map(|(name, n)| format!("{name:?} {n}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                }
-            );
-            sink.segment_began(k, &dropped);
+            let state = self.take_over(k, boundary, sink)?;
             start = StreamStart::Restore {
                 state: Box::new(state),
-                what: format!("the change of course to recipe {}", s.recipe_hash),
+                what: format!(
+                    "the change of course to recipe {}",
+                    self.lineage.segments[k].recipe_hash
+                ),
             };
         }
+    }
+
+    /// Segment `k`'s recipe takes over from `state` (where the one before stopped): the state
+    /// made its own, the log line and the sink told (what was dropped, by source name).
+    fn take_over(
+        &self,
+        k: usize,
+        state: PipelineState,
+        sink: &mut impl SegmentSink,
+    ) -> anyhow::Result<PipelineState> {
+        let (state, change) = transplant(state, &self.loaded[k].recipe)
+            .map_err(|e| anyhow!("the change of course at segment {k}: {e}"))?;
+        let names = self.lineage.source_names();
+        let dropped: Vec<(String, u64)> = (change.dropped.iter())
+            .map(|&(i, n)| (names[usize::from(i)].clone(), n))
+            .collect();
+        let s = &self.lineage.segments[k];
+        tracing::info!(
+            "recipe {} takes over at step {} (window {}, document {}){}",
+            s.recipe_hash,
+            s.from_step,
+            s.from_window,
+            s.from_documents,
+            if dropped.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; documents drawn but not emitted of sources it no longer draws from, \
+                         dropped: {}",
+                    (dropped.iter())
+                        .map(|(name, n)| format!("{name:?} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+        sink.segment_began(k, &dropped);
+        Ok(state)
+    }
+
+    /// Run segment `k` from `start` on this thread (no pipeline: the documents before a change
+    /// are few when a checkpoint is near) until its packer has emitted `window` windows, handing
+    /// `sink` every document and every window below `window` as [`Segments::run`] would. Returns
+    /// the stream live at the first document boundary there (`None`: the sink stopped), for
+    /// [`Segments::run_from_live`] once the change is written.
+    pub fn run_to_change(
+        &self,
+        k: usize,
+        start: StreamStart,
+        window: u64,
+        sink: &mut impl SegmentSink,
+    ) -> anyhow::Result<Option<Live>> {
+        let loaded = &self.loaded[k];
+        let began = std::time::Instant::now();
+        let mut stream = build_stream(loaded, 1)?;
+        let (mut packer, restored, mut documents) =
+            open_start(loaded, &mut stream, start, loaded.packer(None))?;
+        sink.started(restored.then(|| began.elapsed()));
+        let locator = Locator::new(stream.mixer());
+        let snapshots = Snapshots::unused();
+        let (mut windows, mut held, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+        while packer.windows_emitted() < window {
+            let Some(mut doc) = stream.next_doc()? else {
+                bail!(
+                    "the stream ends after {} windows, before window {window}: there is no step \
+                     there to change course at",
+                    packer.windows_emitted()
+                );
+            };
+            match doc.tokens.take() {
+                Some(tokens) => ids = tokens,
+                None => {
+                    ids.clear();
+                    (loaded.stage.encode_doc(&doc.text, &mut ids))
+                        .map_err(|e| anyhow!(e).context(locator.locate(&doc.pos)))?;
+                }
+            }
+            let produced = ProducedDoc {
+                source: doc.pos.source,
+                start_tokens: packer.position_tokens(),
+                tokens: ids.len() as u64,
+                piece: doc.pos.piece,
+            };
+            sink.document(produced);
+            packer.push_doc(&ids, doc.pos.source, &mut windows);
+            documents += 1;
+            sink.pushed(documents, packer.windows_emitted());
+            if let Some(counters) = packer.counters() {
+                sink.packing(&counters, packer.pool_documents());
+            }
+            let first = packer.windows_emitted() - windows.len() as u64;
+            for (index, w) in (first..).zip(windows.drain(..)) {
+                if index >= window {
+                    held.push(w); // the next recipe's first step: given once the change is made
+                } else if sink.window(w, &snapshots)? == Flow::Stop {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(Live {
+            documents,
+            stream,
+            packer,
+            held,
+        }))
+    }
+
+    /// Go on from `live` (stopped where segment `k` takes over) to the end of the data: the
+    /// state made segment `k`'s with the documents in memory moved over (none read again), the
+    /// windows held at the change given to `sink`, then every later segment.
+    pub fn run_from_live(
+        &self,
+        k: usize,
+        live: Live,
+        config: &PipelineConfig,
+        sink: &mut impl SegmentSink,
+    ) -> anyhow::Result<RunEnd> {
+        let Live {
+            stream,
+            packer,
+            held,
+            ..
+        } = live;
+        let state = PipelineState {
+            stream: stream.state(),
+            packer: packer.state(),
+        };
+        let docs = stream.into_docs();
+        let state = self.take_over(k, state, sink)?;
+        let mut next = build_stream(&self.loaded[k], config.threads)?;
+        (next.restore_from(&state.stream, docs))
+            .with_context(|| format!("the change of course at segment {k}"))?;
+        let snapshots = Snapshots::unused();
+        for w in held {
+            if sink.window(w, &snapshots)? == Flow::Stop {
+                return Ok(RunEnd::stopped());
+            }
+        }
+        let start = StreamStart::Live {
+            packer: Box::new(packer),
+        };
+        self.run(k, start, Some(next), config, sink)
     }
 
     /// The document at which a change made at window `window` takes over: the first document
@@ -133,7 +259,7 @@ impl Segments {
             shuffle_fill: None,
             ..config.clone()
         };
-        self.run(k, start, &config, &mut finder)
+        self.run(k, start, None, &config, &mut finder)
             .context("finding where the change of course takes over")?;
         finder.found.ok_or_else(|| {
             anyhow!(
@@ -141,6 +267,17 @@ impl Segments {
             )
         })
     }
+}
+
+/// A segment's stream stopped where the next recipe takes over ([`Segments::run_to_change`]).
+pub struct Live {
+    /// The documents the stream had emitted: where the next recipe takes over.
+    pub documents: u64,
+    stream: DocStream<Pretokenized>,
+    packer: WindowPacker,
+    /// Windows the packer emitted at and past the change's window: the next recipe's first
+    /// step opens with them.
+    held: Vec<PackedWindow>,
 }
 
 /// Finds the first document boundary with `window` windows emitted, and stops the run there.

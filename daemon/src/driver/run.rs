@@ -25,6 +25,8 @@ pub enum StreamStart {
         state: Box<PipelineState>,
         what: String,
     },
+    /// The stream given is restored already (a change of course, made live): with this packer.
+    Live { packer: Box<WindowPacker> },
 }
 
 /// A sink's answer: go on, or stop the run here (not an error).
@@ -39,6 +41,11 @@ pub enum Flow {
 pub struct Snapshots(Arc<AtomicBool>);
 
 impl Snapshots {
+    /// A handle that asks no reader (a run on the caller's thread takes no snapshot).
+    pub fn unused() -> Snapshots {
+        Snapshots(Arc::new(AtomicBool::new(false)))
+    }
+
     pub fn ask(&self) {
         self.0.store(true, Ordering::Release);
     }
@@ -98,7 +105,7 @@ pub struct RunEnd {
 }
 
 impl RunEnd {
-    fn stopped() -> RunEnd {
+    pub fn stopped() -> RunEnd {
         RunEnd {
             counters: Vec::new(),
             leftover_tokens: 0,
@@ -121,27 +128,7 @@ pub fn run_stream(
     sink: &mut impl WindowSink,
 ) -> anyhow::Result<RunEnd> {
     let began = Instant::now();
-    let (mut packer, restored, mut documents) = match start {
-        StreamStart::Fresh => (WindowPacker::new(packing), false, 0),
-        StreamStart::Restore { state, what } => {
-            let state = *state;
-            let documents = state.stream.emitted;
-            stream.restore(&state.stream).context(what.clone())?;
-            let packer = WindowPacker::from_state(packing, state.packer).ok_or_else(|| {
-                anyhow!(
-                    "{what}: the checkpoint's packer state does not fit this recipe's packing \
-                     (strategy {}, windows of {} tokens{})",
-                    loaded.recipe.packing.strategy.name(),
-                    packing.window_tokens,
-                    match packing.best_fit {
-                        Some((pool, _)) => format!(", a pool of {pool} documents"),
-                        None => String::new(),
-                    }
-                )
-            })?;
-            (packer, true, documents)
-        }
-    };
+    let (mut packer, restored, mut documents) = open_start(loaded, &mut stream, start, packing)?;
     sink.started(restored.then(|| began.elapsed()));
     let asked = Arc::new(AtomicBool::new(false));
     config.snapshot = sink.keeps_snapshots().then(|| Arc::clone(&asked));
@@ -201,6 +188,38 @@ pub fn run_stream(
         packing: packer.counters(),
         stopped: false,
         boundary: None,
+    })
+}
+
+/// Where a run starts: the stream restored (or fresh), the packer, whether it was restored, and
+/// the documents the stream had emitted.
+pub fn open_start(
+    loaded: &LoadedRecipe,
+    stream: &mut DocStream<Pretokenized>,
+    start: StreamStart,
+    packing: PackerConfig,
+) -> anyhow::Result<(WindowPacker, bool, u64)> {
+    Ok(match start {
+        StreamStart::Fresh => (WindowPacker::new(packing), false, 0),
+        StreamStart::Live { packer } => (*packer, true, stream.emitted()),
+        StreamStart::Restore { state, what } => {
+            let state = *state;
+            let documents = state.stream.emitted;
+            stream.restore(&state.stream).context(what.clone())?;
+            let packer = WindowPacker::from_state(packing, state.packer).ok_or_else(|| {
+                anyhow!(
+                    "{what}: the checkpoint's packer state does not fit this recipe's packing \
+                     (strategy {}, windows of {} tokens{})",
+                    loaded.recipe.packing.strategy.name(),
+                    packing.window_tokens,
+                    match packing.best_fit {
+                        Some((pool, _)) => format!(", a pool of {pool} documents"),
+                        None => String::new(),
+                    }
+                )
+            })?;
+            (packer, true, documents)
+        }
     })
 }
 

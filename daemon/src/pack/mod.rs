@@ -5,6 +5,7 @@ pub mod args;
 mod failure;
 mod lanes;
 mod ledger;
+mod lineage;
 mod output;
 mod resume;
 mod summary;
@@ -18,14 +19,13 @@ use crate::checkpoint::lineage as lineage_file;
 use crate::driver::lineage::{SegmentSink, Segments};
 use crate::driver::pipeline::{self, PipelineConfig, ProducedDoc};
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink};
-use crate::driver::{LoadedRecipe, Locator, build_stream, load_parsed, load_recipe_with};
+use crate::driver::{LoadedRecipe, Locator, build_stream, load_recipe_with};
 use crate::files::sha256_file;
 use crate::progress::Progress;
 use crate::sources::Shard;
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use dsprep_client::format::{
-    self, Dtype, InputFile, LineageSegment, Manifest, OutputFile, PackingStats, SourceStats,
-    TokenizerInfo,
+    self, Dtype, InputFile, Manifest, OutputFile, PackingStats, SourceStats, TokenizerInfo,
 };
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::doc::SourceCounters;
@@ -107,7 +107,7 @@ pub fn command(command: &PackCommand) -> anyhow::Result<Packed> {
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
     let segments = match &options.lineage {
-        Some(path) => lineage_segments(path, options.engine)?,
+        Some(path) => lineage::load(path, options.engine)?,
         None => {
             let loaded =
                 load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
@@ -148,7 +148,6 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         })
         .context("cannot start the input-hashing thread")?;
 
-    drop(stream);
     let (dtype, windows_per_shard) = output_layout(loaded, options);
     let window_tokens = recipe.packing.window_tokens();
     let mut meta = PackCheckpoint {
@@ -158,6 +157,10 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             None => recipe.hash(),
         },
         segment: 0,
+        segments: match &options.lineage {
+            Some(_) => lineage::counts(&segments),
+            None => Vec::new(),
+        },
         shards: locator.shard_names(),
         window_tokens: window_tokens as u64,
         dtype,
@@ -240,7 +243,10 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     };
     let config = PipelineConfig::new(options.threads, pipeline::CHUNK_TEXT_BYTES);
     let (segment, start) = start;
-    let run = segments.run(segment, start, &config, &mut sink);
+    // The stream built above runs when the pack starts in the last segment (its sources, and
+    // the Hub client that marks what it verified, are this pack's); else it is dropped.
+    let built = (segment + 1 == segments.loaded.len()).then_some(stream);
+    let run = segments.run(segment, start, built, &config, &mut sink);
     let PackSink {
         meta,
         writer,
@@ -270,7 +276,10 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
     let made = new_manifest(loaded, dtype, run.leftover_tokens, inputs, sources)
         .map(|m| with_packing(m, loaded, run.packing.as_ref()))
-        .map(|m| with_lineage(m, options.lineage.as_ref().map(|_| &segments.lineage)));
+        .map(|m| match &options.lineage {
+            Some(_) => lineage::into_manifest(m, &segments, &meta.segments),
+            None => m,
+        });
     let manifest = match made {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, checkpointed, e)),
@@ -304,8 +313,11 @@ struct PackSink {
 }
 
 impl SegmentSink for PackSink {
-    fn segment_began(&mut self, k: usize, _dropped: &[(String, u64)]) {
+    fn segment_began(&mut self, k: usize, dropped: &[(String, u64)]) {
         self.meta.segment = k;
+        if let Some(counts) = self.meta.segments.get_mut(k) {
+            counts.dropped = dropped.to_vec();
+        }
     }
 }
 
@@ -313,6 +325,9 @@ impl WindowSink for PackSink {
     fn document(&mut self, doc: ProducedDoc) {
         self.meta.docs_per_source[doc.source as usize] += 1;
         self.meta.tokens_per_source[doc.source as usize] += doc.tokens;
+        if let Some(counts) = self.meta.segments.get_mut(self.meta.segment) {
+            counts.add(doc.source, doc.tokens);
+        }
         self.num_docs += 1;
         self.num_tokens += doc.tokens;
     }
@@ -449,47 +464,6 @@ fn new_manifest(
         packing: None,
         lineage: None,
     })
-}
-
-/// A lineage's segments in the manifest of its pack (`dsprep pack --lineage`).
-fn with_lineage(mut manifest: Manifest, lineage: Option<&Lineage>) -> Manifest {
-    if let Some(lineage) = lineage {
-        let last = lineage.segments.last().expect("a lineage has a segment");
-        manifest.recipe_hash = last.recipe_hash.clone();
-        manifest.lineage = Some(
-            (lineage.segments.iter())
-                .map(|s| LineageSegment {
-                    recipe_hash: s.recipe_hash.clone(),
-                    from_step: s.from_step,
-                    from_window: s.from_window,
-                    from_documents: s.from_documents,
-                    global_batch: s.global_batch,
-                })
-                .collect(),
-        );
-    }
-    manifest
-}
-
-/// A lineage (a file, or a state directory holding one) with its recipes loaded, the first's
-/// tokenizer shared by all.
-fn lineage_segments(path: &Path, engine: EngineChoice) -> anyhow::Result<Segments> {
-    let lineage = crate::serve::read_lineage(path)?;
-    let first = &lineage.segments[0];
-    let label = path.join(format!("segment 0 (recipe {})", first.recipe_hash));
-    let loaded = load_parsed(
-        first.recipe.clone(),
-        first.base.clone().into(),
-        &label,
-        engine,
-    )?;
-    if loaded.recipe.lanes.is_some() {
-        bail!(
-            "{}: a laned stream's lineage cannot be packed yet",
-            path.display()
-        );
-    }
-    Ok(Segments::load(lineage, &loaded))
 }
 
 /// The manifest's `packing` (format 5) from `best_fit`'s counters; unchanged with `concat`.

@@ -17,9 +17,12 @@ pub struct PackCheckpoint {
     pub created_by: String,
     /// The recipe's hash, or `lineage <hash>` for a pack of a lineage (`--lineage`).
     pub recipe_hash: String,
-    /// The lineage segment whose recipe made the state (0 without a lineage).
+    /// The lineage segment whose recipe made the state (0 without a lineage), and each
+    /// segment's count so far (`--lineage`).
     #[serde(default)]
     pub segment: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<super::lineage::SegmentCounts>,
     /// Per source, its shards in reading order.
     pub shards: Vec<Vec<String>>,
     pub window_tokens: u64,

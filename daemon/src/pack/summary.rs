@@ -88,6 +88,9 @@ pub fn print_summary(report: &PackReport) {
     if phased {
         print_phases(m);
     }
+    if let Some(lineage) = &m.lineage {
+        print_lineage(lineage);
+    }
     for s in m.sources.iter().filter(|s| s.rows_oversize > 0) {
         println!(
             "source {:?}: {} rows over max_document_bytes skipped (oversize = \"skip\")",
@@ -133,6 +136,37 @@ pub fn print_summary(report: &PackReport) {
         "recipe {}  tokenizer sha256 {}",
         m.recipe_hash, m.tokenizer.sha256
     );
+}
+
+/// A lineage's ledger: per segment, where its recipe took over, and per source its target and
+/// realized shares (in that recipe's unit), documents and tokens; what each change dropped.
+fn print_lineage(lineage: &[dsprep_client::format::LineageSegment]) {
+    for (k, s) in lineage.iter().enumerate() {
+        println!(
+            "segment {k}: recipe {} from step {} (window {}, document {}), {} windows a step",
+            s.recipe_hash, s.from_step, s.from_window, s.from_documents, s.global_batch
+        );
+        for source in s
+            .sources
+            .iter()
+            .filter(|x| x.documents > 0 || x.target_fraction > 0.0)
+        {
+            println!(
+                "  {:<16} target {:>6.2}%  realized {:>6.2}%  {:>10} documents {:>12} tokens",
+                source.name,
+                100.0 * source.target_fraction,
+                100.0 * source.realized_fraction,
+                source.documents,
+                source.tokens
+            );
+        }
+        for d in &s.dropped {
+            println!(
+                "  {:<16} {} documents drawn but not emitted, dropped at the change",
+                d.source, d.documents
+            );
+        }
+    }
 }
 
 /// The manifest's ledger of every phase (counted over the windows), and a warning for each

@@ -8,6 +8,9 @@
 //! and warns of a phase the stream would never reach (`estimate.rs`).
 
 mod estimate;
+mod lineage;
+
+pub use lineage::plan_lineage;
 
 use crate::driver::frozen_plan::FrozenPlan;
 use crate::driver::inputs::{ShardSize, shard_sizes, source_shards};

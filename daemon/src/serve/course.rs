@@ -42,6 +42,8 @@ pub struct Placed {
     pub step: u64,
     pub segment: usize,
     pub resume: Option<Loaded<CheckpointMeta>>,
+    /// A change of course to make on the way, from `resume` (below the step).
+    pub change: Option<PreparedChange>,
 }
 
 /// The folder a recipe's relative paths resolve from, as the lineage records it (absolute, so
@@ -200,6 +202,13 @@ impl Course {
             return Ok(course);
         }
         if !options.change_course {
+            // The newest checkpoint's layout, where there is one (the segment may have been
+            // served since at another world size with the same global batch).
+            let (world, micro) = (existing.last())
+                .and_then(|(_, newest)| CheckpointDir::read(newest).ok())
+                .map_or((last.world_size, last.micro_batch), |(meta, _)| {
+                    (meta.world_size, meta.micro_batch)
+                });
             let why = match last.recipe_hash == loaded.recipe.hash() {
                 false => format!(
                     "the stream's recipe (from step {}) is {}, --recipe {} is {}: the recipe (or \
@@ -210,10 +219,10 @@ impl Course {
                     loaded.recipe.hash()
                 ),
                 true => format!(
-                    "its global batch is {} windows (world size {} × micro batch {}), this run's \
-                     is {global_batch} ({world_size} × {micro_batch}): steps would cover other \
-                     windows; keep world size × micro batch = {}",
-                    last.global_batch, last.world_size, last.micro_batch, last.global_batch
+                    "its global batch is {} windows (world size {world} × micro batch {micro}), \
+                     this run's is {global_batch} ({world_size} × {micro_batch}): steps would \
+                     cover other windows; keep world size × micro batch = {}",
+                    last.global_batch, last.global_batch
                 ),
             };
             let at = match existing.last() {
@@ -294,19 +303,41 @@ impl Course {
         Ok(course)
     }
 
-    /// Where to start for the first request, at `step`: the change of course made there first
-    /// (the lineage written before any window of the step is made), then the newest checkpoint
-    /// that serves `step`.
+    /// Where to start for the first request, at `step`. A change of course is made there: on
+    /// the producer's thread up to the step when a checkpoint is near below it
+    /// ([`Placed::change`], then [`Course::commit_change`]), else found by a run of its own
+    /// first and written here. Then the newest checkpoint that serves `step`.
     pub fn place(
         &mut self,
         step: u64,
         loaded: &LoadedRecipe,
         config: &PipelineConfig,
     ) -> anyhow::Result<Placed> {
+        let mut inline = None;
         if let Some(change) = self.change.take() {
-            self.make_change(change, step, loaded, config)?;
+            let prepared = self.prepare_change(change, step, loaded)?;
+            if prepared.near {
+                inline = Some(prepared);
+            } else {
+                let PreparedChange {
+                    from, window, base, ..
+                } = &prepared;
+                tracing::info!(
+                    "no checkpoint near below step {step} in the recipe that makes it: a run of \
+                     its own finds where the change of course takes over first"
+                );
+                let (k, start) = start_of(from.as_ref());
+                let began = std::time::Instant::now();
+                let documents = base.documents_at_window(k, start, *window, config)?;
+                let (segments, shards) = self.commit_change(&prepared, documents, began)?;
+                self.segments = segments;
+                self.shards = shards;
+            }
         }
-        let lineage = &self.segments.lineage;
+        let lineage = match &inline {
+            Some(change) => &change.prospective,
+            None => &self.segments.lineage,
+        };
         let at = lineage.segment_at_step(step);
         let global_batch = u64::from(self.world_size) * u64::from(self.micro_batch);
         if lineage.segments[at].global_batch != global_batch {
@@ -322,43 +353,42 @@ impl Course {
                 s.global_batch
             );
         }
-        let resume = match &self.kept {
-            Some((_, dir)) => dir.newest_for(step, &self.identity())?,
-            None => None,
+        let resume = match (&mut inline, &self.kept) {
+            (Some(change), _) => change.from.take(),
+            (None, Some((_, dir))) => dir.newest_for(step, &self.identity())?,
+            (None, None) => None,
         };
         Ok(Placed {
             step,
             segment: resume.as_ref().map_or(0, |r| r.meta.segment),
             resume,
+            change: inline,
         })
     }
 
-    /// Make `change` at `step`: find the document where it takes over (from the newest
-    /// checkpoint below the step), then replace the branch at and past `step` (its checkpoints
-    /// removed) and write the lineage.
-    fn make_change(
-        &mut self,
+    /// What a change to `change` at `step` starts from: the lineage below the step, the window
+    /// the change takes over at, and the newest checkpoint below the step.
+    fn prepare_change(
+        &self,
         change: Change,
         step: u64,
         loaded: &LoadedRecipe,
-        config: &PipelineConfig,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<PreparedChange> {
         if step == 0 {
             bail!(
                 "the trainers ask for step 0: a change of course at the stream's start is a new \
                  stream; give an empty --state-dir"
             );
         }
-        let stored = &self.segments.lineage;
+        let stored = self.segments.lineage.clone();
         let kept = (stored.segments.iter())
             .take_while(|s| s.from_step < step)
             .count();
-        let mut base = stored.clone();
-        base.segments.truncate(kept);
-        let window = base.window_of_step(step);
-        let below = Segments::load(base.clone(), loaded);
+        let mut below = stored.clone();
+        below.segments.truncate(kept);
+        let window = below.window_of_step(step);
         let identity = RunIdentity {
-            lineage: base.clone(),
+            lineage: below.clone(),
             shards: self.shards[..kept].to_vec(),
             world_size: self.world_size,
             micro_batch: self.micro_batch,
@@ -367,32 +397,67 @@ impl Course {
             Some((_, dir)) => dir.newest_for(step - 1, &identity)?,
             None => None,
         };
-        let (k, start) = match from {
-            Some(c) => (
-                c.meta.segment,
-                StreamStart::Restore {
-                    what: format!("change of course from {}", c.path.display()),
-                    state: Box::new(c.state),
-                },
-            ),
-            None => (0, StreamStart::Fresh),
-        };
-        let began = std::time::Instant::now();
-        let documents = below.documents_at_window(k, start, window, config)?;
-        let next = stored.changed(
-            change.recipe,
-            change.base,
+        // Near: in the last segment below the step, few tokens before it (one thread packs
+        // them without the pipeline's threads, and nothing is read twice).
+        let (at, windows) = from
+            .as_ref()
+            .map_or((0, 0), |c| (c.meta.segment, c.state.packer.windows_emitted));
+        let window_tokens = loaded.recipe.packing.window_tokens() as u64;
+        let near = at + 1 == kept && (window - windows) * window_tokens <= NEAR_TOKENS;
+        let prospective = stored.changed(
+            change.recipe.clone(),
+            change.base.clone(),
             step,
             window,
+            0,
+            self.world_size,
+            self.micro_batch,
+        );
+        Ok(PreparedChange {
+            step,
+            window,
+            kept,
+            near,
+            base: Segments::load(below, loaded),
+            prospective,
+            stored,
+            change,
+            from,
+        })
+    }
+
+    /// Write the change `prepared` now that it takes over at document `documents`: the branch
+    /// at and past its step replaced (its checkpoints removed), the lineage written. Returns the
+    /// new lineage loaded and its segments' shards.
+    pub fn commit_change(
+        &self,
+        prepared: &PreparedChange,
+        documents: u64,
+        began: std::time::Instant,
+    ) -> anyhow::Result<(Segments, Vec<Vec<Vec<String>>>)> {
+        let PreparedChange {
+            step,
+            window,
+            kept,
+            change,
+            stored,
+            base,
+            ..
+        } = prepared;
+        let next = stored.changed(
+            change.recipe.clone(),
+            change.base.clone(),
+            *step,
+            *window,
             documents,
             self.world_size,
             self.micro_batch,
         );
-        let mut shards = self.shards[..kept].to_vec();
-        let segments = Segments::load(next.clone(), loaded);
-        shards.push(segments.shard_names(kept)?);
+        let segments = Segments::load(next.clone(), &base.loaded[0]);
+        let mut shards = self.shards[..*kept].to_vec();
+        shards.push(segments.shard_names(*kept)?);
         if let Some((path, dir)) = &self.kept {
-            let removed = dir.remove_from(step)?;
+            let removed = dir.remove_from(*step)?;
             lineage_file::write(path, &next)
                 .with_context(|| "the change of course is not made".to_string())?;
             tracing::info!(
@@ -407,9 +472,43 @@ impl Course {
                 }
             );
         }
-        self.segments = segments;
-        self.shards = shards;
-        Ok(())
+        Ok((segments, shards))
+    }
+}
+
+/// Below this many tokens between the newest checkpoint and a change of course, the change is
+/// made on the producer's thread as it runs (one pass, nothing read twice); beyond, a run of
+/// its own finds where it takes over first.
+const NEAR_TOKENS: u64 = 64 << 20;
+
+/// A change of course ready to be made at its step.
+pub struct PreparedChange {
+    pub step: u64,
+    /// The window the change takes over at, and the segments below its step.
+    pub window: u64,
+    pub kept: usize,
+    /// Whether the newest checkpoint is near below the step (see [`NEAR_TOKENS`]).
+    near: bool,
+    /// The lineage below the step, loaded: what runs up to the change.
+    pub base: Segments,
+    /// The lineage as it will be (where the change takes over not known yet): steps and windows.
+    pub prospective: Lineage,
+    stored: Lineage,
+    change: Change,
+    from: Option<Loaded<CheckpointMeta>>,
+}
+
+/// The segment and start of a run from checkpoint `from` (or the stream's start).
+fn start_of(from: Option<&Loaded<CheckpointMeta>>) -> (usize, StreamStart) {
+    match from {
+        Some(c) => (
+            c.meta.segment,
+            StreamStart::Restore {
+                what: format!("change of course from {}", c.path.display()),
+                state: Box::new(c.state.clone()),
+            },
+        ),
+        None => (0, StreamStart::Fresh),
     }
 }
 

@@ -112,8 +112,13 @@ impl StepAssembler {
 
 impl Producer<'_> {
     /// Run from `start` to the end of the data or a shutdown.
-    pub fn run(self, start: Placed) -> anyhow::Result<Ended> {
-        let lineage = &self.course.segments.lineage;
+    pub fn run(self, mut start: Placed) -> anyhow::Result<Ended> {
+        let change = start.change.take();
+        // Steps and windows as they will be: with a change of course to make, its lineage.
+        let lineage = match &change {
+            Some(change) => &change.prospective,
+            None => &self.course.segments.lineage,
+        };
         let resume = match start.resume {
             Some(resume) if resume.meta.chain.is_none() => {
                 tracing::warn!(
@@ -185,7 +190,7 @@ impl Producer<'_> {
         };
         let fast_forward =
             FastForward::new("resume".into(), steps.keep_from.saturating_sub(windows));
-        let checkpoints = (self.course.kept.as_ref()).map(|(_, dir)| Checkpointing {
+        let mut checkpoints = (self.course.kept.as_ref()).map(|(_, dir)| Checkpointing {
             dir,
             run: self.course.identity(),
             every: self.checkpoint_every,
@@ -199,7 +204,7 @@ impl Producer<'_> {
             store: self.store,
             metrics: self.metrics,
             wake: self.wake,
-            checkpoints: checkpoints.as_ref(),
+            checkpoints: checkpoints.take(),
             segment: start.segment,
             batch_ends,
             steps,
@@ -211,7 +216,27 @@ impl Producer<'_> {
                 written: start.step,
             },
         };
-        let run = (self.course.segments).run(start.segment, from, &self.config, &mut sink)?;
+        let run = match change {
+            None => {
+                (self.course.segments).run(start.segment, from, None, &self.config, &mut sink)?
+            }
+            Some(change) => {
+                // Up to the change on this thread, then the change written, then the rest.
+                let began = Instant::now();
+                let base = &change.base;
+                let live = base.run_to_change(start.segment, from, change.window, &mut sink)?;
+                let Some(live) = live else {
+                    return Ok(Ended::Stopped);
+                };
+                let (segments, shards) =
+                    self.course.commit_change(&change, live.documents, began)?;
+                if let Some(c) = &mut sink.checkpoints {
+                    c.run.lineage = segments.lineage.clone();
+                    c.run.shards = shards;
+                }
+                segments.run_from_live(change.kept, live, &self.config, &mut sink)?
+            }
+        };
         if run.stopped {
             return Ok(Ended::Stopped);
         }
@@ -231,7 +256,7 @@ struct StepSink<'a> {
     store: &'a StepStore,
     metrics: &'a Metrics,
     wake: &'a zmq::Socket,
-    checkpoints: Option<&'a Checkpointing<'a>>,
+    checkpoints: Option<Checkpointing<'a>>,
     /// The lineage segment whose recipe makes the documents now.
     segment: usize,
     /// Where a change of the global batch ends what this daemon serves: its step, window and
@@ -291,7 +316,7 @@ impl WindowSink for StepSink<'_> {
     fn snapshot(&mut self, state: PipelineState) -> anyhow::Result<()> {
         // Taken where the steps have every window the packer emitted: its chain is the chain
         // there.
-        if let Some(c) = self.checkpoints
+        if let Some(c) = &self.checkpoints
             && let Some(chain) = self.steps.chain_now()
         {
             self.kept.add(c, self.segment, state, chain);
@@ -300,7 +325,7 @@ impl WindowSink for StepSink<'_> {
     }
 
     fn chunk_end(&mut self, stopping: bool, _: &Snapshots) -> anyhow::Result<Flow> {
-        if let Some(c) = self.checkpoints {
+        if let Some(c) = &self.checkpoints {
             self.kept.checkpoint(c, self.store.slowest(), stopping);
         }
         Ok(Flow::Continue)

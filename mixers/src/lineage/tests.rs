@@ -215,6 +215,17 @@ fn a_transplanted_stream_draws_nothing_twice_and_skips_nothing() {
             .map(|_| again.next_doc().unwrap().unwrap())
             .collect();
         assert_eq!(replay, after);
+        // So does the change made live: the documents in memory moved over, not read again.
+        let mut live = stream(
+            &[("web", 400, 0.5), ("code", 300, 0.0), ("math", 300, 0.5)],
+            buffer_b,
+        );
+        let known = a.into_docs();
+        let held = state.stream.buffered.len() + state.stream.mixer.peeked.iter().flatten().count();
+        assert_eq!(known.len(), held, "the buffer and the look-ahead");
+        live.restore_from(&moved.stream, known).unwrap();
+        let moved_over: Vec<Doc> = (0..60).map(|_| live.next_doc().unwrap().unwrap()).collect();
+        assert_eq!(moved_over, after);
     }
 }
 
