@@ -225,6 +225,8 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
         shown.contains("segment 2: recipe ") && shown.contains(" from step 100 (window 400, "),
         "{shown}"
     );
+    let mix = dsprep_ok(&["inspect", packed.to_str().unwrap(), "--mix"]);
+    assert!(mix.contains("segment 2 (from step 100)"), "{mix}");
     // Steps below the first change are exactly recipe A's stream; after it, they are not.
     let plain = pack_dataset(&a, &tmp.path().join("packed-a"));
     let err = dsprep_fails(&[

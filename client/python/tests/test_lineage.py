@@ -35,7 +35,7 @@ def test_a_pinned_recipe_is_served_while_the_lineage_holds_it(daemon_factory, tm
     first.kill()
 
     resume = ["--state-dir", str(state), "--resume", "latest"]
-    second = daemon_factory(recipe=b, world_size=1, micro_batch=2, extra=[*resume, "--change-course"])
+    second = daemon_factory(recipe=b, world_size=1, micro_batch=2, metrics=True, extra=[*resume, "--change-course"])
     # The trainer resumes from its own state: pinned to recipe A, which the lineage holds.
     trainer = Client(second.endpoint, rank=0, world_size=1, timeout=10)
     trainer.load_state_dict(saved)
@@ -45,6 +45,9 @@ def test_a_pinned_recipe_is_served_while_the_lineage_holds_it(daemon_factory, tm
     hashes = [s["recipe_hash"] for s in lineage["segments"]]
     assert hashes[0] == pinned and batch.recipe_hash == hashes[1] != pinned
     assert [s["from_step"] for s in lineage["segments"]] == [0, 12]
+    # /metrics: the segment in force, and what each segment produced.
+    assert second.metric("dsprep_lineage_segment") == 1
+    assert second.metric('dsprep_segment_documents_total{segment="1",source="fineweb-edu"}') > 0
     # A recipe the lineage does not hold is refused, naming both.
     stranger = Client(second.endpoint, rank=0, world_size=1, recipe_hash="cd" * 32, timeout=10)
     stranger.next_step = 13

@@ -115,6 +115,18 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         .to_string();
     let points = phase_points(m).with_context(|| dir.display().to_string())?;
     let mut phases = PhaseLedger::new(&points, n);
+    // A lineage's segments are counted as phases are: a document in the segment where it
+    // starts (each recipe's first document starts at or after its first window).
+    let segment_points = m.lineage.as_ref().map(|segments| {
+        let wt = u64::from(m.window_tokens);
+        let at = segments
+            .iter()
+            .skip(1)
+            .map(|s| s.from_window * wt)
+            .collect();
+        PhasePoints::from_parts(at, wt, None)
+    });
+    let mut segments = segment_points.as_ref().map(|p| PhaseLedger::new(p, n));
     let mut rows = Vec::new();
     let mut lengths = vec![[0u64; LENGTH_BUCKETS]; n];
     let mut last_start: Option<(u64, usize)> = None;
@@ -128,6 +140,9 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         };
         let len = u64::from(window.real_tokens);
         phases.add_window(&points, w, len, window.doc_starts, sources, lead);
+        if let (Some(points), Some(ledger)) = (&segment_points, &mut segments) {
+            ledger.add_window(points, w, len, window.doc_starts, sources, lead);
+        }
         let mut cuts = Vec::with_capacity(sources.len() + 2);
         cuts.push((0u64, lead, false));
         let starts = window.doc_starts.iter().zip(sources);
@@ -174,6 +189,9 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         rows.push(ShareRow::new(at, &since_row, &whole));
     }
     let mut spans = phase_spans(m, &phases, points.num_lanes() > 1);
+    if let Some(ledger) = &segments {
+        spans.extend(segment_spans(m, ledger));
+    }
     if spans.len() > 1 {
         spans.insert(0, whole_span(m, whole));
     }
@@ -219,6 +237,28 @@ fn phase_spans(m: &Manifest, phases: &PhaseLedger, lanes: bool) -> Vec<Span> {
             all_lanes_from: phases.began(k).1.filter(|_| lanes && k > 0),
             targets,
             counts: phases.phases[k].clone(),
+        })
+        .collect()
+}
+
+/// A packed lineage's segments as spans: each recipe's targets, from the window it takes over
+/// at.
+fn segment_spans(m: &Manifest, ledger: &PhaseLedger) -> Vec<Span> {
+    let segments = m.lineage.as_deref().unwrap_or_default();
+    let wt = u64::from(m.window_tokens);
+    (segments.iter().enumerate())
+        .map(|(k, s)| Span {
+            name: format!("segment {k} (from step {})", s.from_step),
+            from: s.from_window * wt,
+            to: segments.get(k + 1).map(|next| next.from_window * wt),
+            all_lanes_from: None,
+            targets: (m.sources.iter())
+                .map(|source| {
+                    let mine = s.sources.iter().find(|x| x.name == source.name);
+                    mine.map_or(0.0, |x| x.target_fraction)
+                })
+                .collect(),
+            counts: ledger.phases[k].clone(),
         })
         .collect()
 }

@@ -60,6 +60,9 @@ pub struct Metrics {
     /// source the documents that changes of course dropped (drawn, never emitted).
     pub segment: AtomicU64,
     pub dropped: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// Per (segment, source): the documents and tokens this daemon produced while that
+    /// segment's recipe drew them.
+    pub segment_counts: std::sync::Mutex<BTreeMap<(u64, usize), (u64, u64)>>,
 }
 
 /// Per stream (lane; 0 without lanes), its packer's counters and pool fill as of its last chunk.
@@ -121,6 +124,7 @@ impl Metrics {
                 .map(|pool| (pool as u64, Default::default())),
             segment: AtomicU64::new(0),
             dropped: Default::default(),
+            segment_counts: Default::default(),
         }
     }
 
@@ -156,6 +160,14 @@ impl Metrics {
         if doc.piece >= 1 {
             self.split_pieces[i].fetch_add(1, Relaxed);
         }
+        let segment = self.segment.load(Relaxed);
+        let mut counts = self
+            .segment_counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (documents, tokens) = counts.entry((segment, i)).or_insert((0, 0));
+        *documents += 1;
+        *tokens += doc.tokens;
     }
 
     pub fn count_reply(&self, status: &'static str) {
@@ -208,6 +220,29 @@ impl Metrics {
                 })
                 .collect()
         };
+        let (segment_documents, segment_tokens): (Vec<(Labels, u64)>, Vec<(Labels, u64)>) = {
+            let counts = self
+                .segment_counts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            (counts.iter())
+                .filter_map(|(&(segment, i), &(documents, tokens))| {
+                    let name = self.source_names.get(i)?;
+                    let l = labels(&[("segment", &segment.to_string()), ("source", name)]);
+                    Some(((l.clone(), documents), (l, tokens)))
+                })
+                .unzip()
+        };
+        scrape.counter(
+            "dsprep_segment_documents",
+            "Documents produced per lineage segment (whose recipe drew them) and source",
+            segment_documents,
+        );
+        scrape.counter(
+            "dsprep_segment_tokens",
+            "Tokens produced per lineage segment and source (BOS/EOS included)",
+            segment_tokens,
+        );
         scrape.counter(
             "dsprep_lineage_dropped_documents",
             "Documents drawn but never emitted because a change of course stopped their source",
