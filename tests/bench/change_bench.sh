@@ -51,7 +51,7 @@ quickstart_recipe() {  # buffer, fineweb-edu's weight
 # least that far, resumed 3 times plainly and 3 times changing course to NAME/b.toml.
 bench() {
   local name=$1 world=$2 mb=$3 steps=$4 every=$5; shift 5
-  local dir="$WORK/$name" gb=$(($2 * $3))
+  local dir="$WORK/$name"
   "$BIN" serve --recipe "$dir/a.toml" --world-size "$world" --micro-batch "$mb" --endpoint "$EP" \
     --metrics off --prefetch 4 --state-dir "$dir/state" --keep-checkpoints 1000 --checkpoint-every "$every" \
     2>"$dir/serve.log" >/dev/null &
@@ -94,7 +94,7 @@ bench() {
 mkdir -p "$WORK/quickstart" "$WORK/short"
 quickstart_recipe 1000 0.40 >"$WORK/quickstart/a.toml"
 quickstart_recipe 500 0.20 >"$WORK/quickstart/b.toml"
-bench quickstart 2 2 400 5 300 900
+bench quickstart 2 2 800 5 100 600
 short_recipe 100000 0 >"$WORK/short/a.toml"
 short_recipe 50000 1 >"$WORK/short/b.toml"
 bench short 1 8 2500 5 1000 1000000

@@ -112,11 +112,13 @@ impl<M: Header> CheckpointStore<M> {
         Ok(path)
     }
 
-    /// Remove every checkpoint at or past `position` (a branch a change of course replaced),
-    /// and make that durable.
-    pub fn remove_from(&self, position: u64) -> anyhow::Result<usize> {
+    /// Remove every checkpoint at or past `position` that `keep` refuses (a branch a change of
+    /// course replaced; one that cannot be read goes too), and make that durable.
+    pub fn remove_from(&self, position: u64, keep: impl Fn(&M) -> bool) -> anyhow::Result<usize> {
         let gone: Vec<PathBuf> = (self.list_all()?.into_iter())
-            .filter(|(at, _)| *at >= position)
+            .filter(|(at, path)| {
+                *at >= position && Self::read(path).map_or(true, |(meta, _)| !keep(&meta))
+            })
             .map(|(_, path)| path)
             .collect();
         for path in &gone {

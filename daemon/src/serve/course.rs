@@ -14,6 +14,7 @@ use crate::driver::pipeline::PipelineConfig;
 use crate::driver::run::StreamStart;
 use anyhow::{Context, bail};
 use dsprep_mixers::Recipe;
+use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lineage::{Lineage, check_edit};
 use std::path::{Path, PathBuf};
 
@@ -394,7 +395,10 @@ impl Course {
             micro_batch: self.micro_batch,
         };
         let from = match &self.kept {
-            Some((_, dir)) => dir.newest_for(step - 1, &identity)?,
+            Some((_, dir)) => match dir.newest_for(step, &identity)? {
+                Some(c) if at_or_before_change(&c.state, window) => Some(c),
+                _ => dir.newest_for(step - 1, &identity)?,
+            },
             None => None,
         };
         // Near: in the last segment below the step, few tokens before it (one thread packs
@@ -457,7 +461,15 @@ impl Course {
         let mut shards = self.shards[..*kept].to_vec();
         shards.push(segments.shard_names(*kept)?);
         if let Some((path, dir)) = &self.kept {
-            let removed = dir.remove_from(*step)?;
+            // The checkpoints at and past the step that the new lineage cannot use: the
+            // replaced branch's (one at the change itself, before it, stays).
+            let identity = RunIdentity {
+                lineage: next.clone(),
+                shards: shards.clone(),
+                world_size: self.world_size,
+                micro_batch: self.micro_batch,
+            };
+            let removed = dir.remove_from(*step, |meta| identity.mismatch(meta).is_none())?;
             lineage_file::write(path, &next)
                 .with_context(|| "the change of course is not made".to_string())?;
             tracing::info!(
@@ -498,6 +510,17 @@ pub struct PreparedChange {
     from: Option<Loaded<CheckpointMeta>>,
 }
 
+/// Whether a change at `window` can start from `state`: it lies before the document where the
+/// change takes over (fewer windows), or exactly there (`concat`, the windows all emitted and no
+/// document begun since the one that completed the last: what it holds is that document's end).
+fn at_or_before_change(state: &PipelineState, window: u64) -> bool {
+    let packer = &state.packer;
+    packer.windows_emitted < window
+        || (packer.windows_emitted == window
+            && packer.pool.is_none()
+            && packer.pending_starts.is_empty())
+}
+
 /// The segment and start of a run from checkpoint `from` (or the stream's start).
 fn start_of(from: Option<&Loaded<CheckpointMeta>>) -> (usize, StreamStart) {
     match from {
@@ -521,4 +544,53 @@ pub fn read_lineage(path: &Path) -> anyhow::Result<Lineage> {
             lineage_file::LINEAGE_FILE
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsprep_mixers::packer::{PackerState, PoolState};
+
+    fn at(windows: u64, pending_starts: Vec<u32>, pool: bool) -> PipelineState {
+        let mixer = serde_json::json!({"rng_word_pos": 0, "peeked": [], "exhausted": [],
+            "emitted": [], "started": true, "done": false});
+        PipelineState {
+            stream: dsprep_mixers::StreamState {
+                sources: Vec::new(),
+                mixer: serde_json::from_value(mixer).expect("a mixer state"),
+                shuffle_rng_word_pos: 0,
+                buffered: Vec::new(),
+                draining: false,
+                emitted: 9,
+            },
+            packer: PackerState {
+                windows_emitted: windows,
+                pending: vec![1; pending_starts.len() + 3],
+                pending_sources: vec![0; pending_starts.len()],
+                pending_starts,
+                pool: pool.then(|| PoolState {
+                    docs: Vec::new(),
+                    next_seq: 0,
+                    pushed_tokens: 0,
+                    counters: Default::default(),
+                }),
+                ..PackerState::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_change_starts_from_a_state_before_it_or_exactly_where_it_takes_over() {
+        assert!(at_or_before_change(&at(7, vec![0], false), 8), "before it");
+        assert!(
+            at_or_before_change(&at(8, vec![], false), 8),
+            "the document that completed window 8 is the last packed"
+        );
+        assert!(
+            !at_or_before_change(&at(8, vec![2], false), 8),
+            "a document begun after it"
+        );
+        assert!(!at_or_before_change(&at(8, vec![], true), 8), "a pool");
+        assert!(!at_or_before_change(&at(9, vec![], false), 8), "past it");
+    }
 }
