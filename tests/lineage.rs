@@ -118,7 +118,7 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
     got.extend(run.pull(&daemon, 2, 0, 40));
     drop(daemon);
     // B from step 40 (weights changed, finemath added), SIGKILL at step 67.
-    let daemon = change(&run, &b, 2, 2);
+    let daemon = change(&run, b, 2, 2);
     got.extend(run.pull(&daemon, 2, 40, 27));
     let log = daemon.log_text();
     assert!(
@@ -131,11 +131,11 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
     );
     drop(daemon);
     // B again (a plain resume), to step 100.
-    let daemon = run.start_with(&b, 2, 2, &["--resume", "latest"]).unwrap();
+    let daemon = run.start_with(b, 2, 2, &["--resume", "latest"]).unwrap();
     got.extend(run.pull(&daemon, 2, 67, 33));
     drop(daemon);
     // C from step 100 (c4 removed) with the global batch grown from 4 to 8 windows.
-    let daemon = change(&run, &c, 4, 2);
+    let daemon = change(&run, c, 4, 2);
     got.extend(run.pull(&daemon, 4, 100, 30));
     let log = daemon.log_text();
     assert!(
@@ -228,7 +228,7 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
     let mix = dsprep_ok(&["inspect", packed.to_str().unwrap(), "--mix"]);
     assert!(mix.contains("segment 2 (from step 100)"), "{mix}");
     // Steps below the first change are exactly recipe A's stream; after it, they are not.
-    let plain = pack_dataset(&a, &tmp.path().join("packed-a"));
+    let plain = pack_dataset(a, &tmp.path().join("packed-a"));
     let err = dsprep_fails(&[
         "verify",
         tmp.path().join("packed-a").to_str().unwrap(),
@@ -247,7 +247,7 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
 
     // A rollback below the change at step 100 (to step 90, in B's stretch at 4 windows a
     // step) reproduces the lineage's bytes, recomputed from its start through the first change.
-    let daemon = run.start_with(&c, 2, 2, &["--resume", "latest"]).unwrap();
+    let daemon = run.start_with(c, 2, 2, &["--resume", "latest"]).unwrap();
     let again = run.pull(&daemon, 2, 90, 10);
     assert!(again == windows(&data, 360..400), "the rollback differs");
 }
@@ -270,12 +270,12 @@ fn a_change_far_from_a_checkpoint_and_one_below_an_earlier_change_replay_exactly
     let daemon = run.start(2, 2, false).unwrap();
     let mut got = run.pull(&daemon, 2, 0, 40);
     drop(daemon);
-    let daemon = change(&run, &b, 2, 2);
+    let daemon = change(&run, b, 2, 2);
     run.pull(&daemon, 2, 40, 30);
     drop(daemon);
     // At step 45 no checkpoint of B's is below the step (its first is at 47): the change is
     // found by a run through the change at 40 first.
-    let daemon = change(&run, &c, 2, 2);
+    let daemon = change(&run, c, 2, 2);
     run.pull(&daemon, 2, 45, 15);
     let log = daemon.log_text();
     assert!(
@@ -328,12 +328,12 @@ fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
     let daemon = run.start(2, 2, false).unwrap();
     run.pull(&daemon, 2, 0, 12);
     drop(daemon);
-    let files = || dir_bytes(&state);
+    let files = || dir_bytes(state);
     let before = files();
     assert!(before.iter().all(|(name, _)| !name.ends_with(".ckpt")));
 
     let err = run
-        .start_with(&b, 2, 2, &["--resume", "latest"])
+        .start_with(b, 2, 2, &["--resume", "latest"])
         .err()
         .unwrap();
     assert!(

@@ -220,7 +220,7 @@ impl Metrics {
                 })
                 .collect()
         };
-        let (segment_documents, segment_tokens): (Vec<(Labels, u64)>, Vec<(Labels, u64)>) = {
+        let (segment_documents, segment_tokens): (Series, Series) = {
             let counts = self
                 .segment_counts
                 .lock()
@@ -487,6 +487,8 @@ impl Metrics {
 
 /// A series' labels, in the order they are written.
 type Labels = Vec<(String, String)>;
+/// One family's series: each one's labels and value.
+type Series = Vec<(Labels, u64)>;
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs

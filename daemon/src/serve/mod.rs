@@ -164,7 +164,11 @@ impl Served {
             Some(_) if options.change_course => bail!(
                 "--change-course: a recipe with [lanes] (node daemons) cannot change course yet"
             ),
-            Some(_) => Work::Lanes(nodes::NodeLanes::open(&loaded, options, global_batch)?),
+            Some(_) => Work::Lanes(Box::new(nodes::NodeLanes::open(
+                &loaded,
+                options,
+                global_batch,
+            )?)),
             None => Work::Single(Box::new(course::Course::open(options, &loaded)?)),
         };
         // Sources are counted over the whole lineage (those of earlier recipes first).
@@ -458,5 +462,5 @@ impl Served {
 /// node's lanes.
 enum Work {
     Single(Box<course::Course>),
-    Lanes(nodes::NodeLanes),
+    Lanes(Box<nodes::NodeLanes>),
 }
