@@ -319,6 +319,58 @@ fn a_change_far_from_a_checkpoint_and_one_below_an_earlier_change_replay_exactly
 }
 
 #[test]
+fn best_fit_changes_course_with_its_pool_and_packs_the_same_windows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let best_fit = (
+        "seq_len = 512",
+        "seq_len = 512\nstrategy = \"best_fit\"\npool_documents = 64",
+    );
+    let buffer = ("buffer_size = 1000", "buffer_size = 100");
+    let a = quickstart_edit(tmp.path(), "a.toml", &[best_fit, buffer], &["finemath"]);
+    let b = quickstart_edit(
+        tmp.path(),
+        "b.toml",
+        &[best_fit, buffer, ("weight = 0.40", "weight = 0.10")],
+        &[],
+    );
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &a,
+        state: tmp.path().join("state"),
+        every: 3,
+    };
+    let daemon = run.start(2, 2, false).unwrap();
+    let mut got = run.pull(&daemon, 2, 0, 25);
+    drop(daemon);
+    let daemon = change(&run, &b, 2, 2);
+    got.extend(run.pull(&daemon, 2, 25, 25));
+    let log = daemon.log_text();
+    assert!(
+        log.contains("changed course at step 25 (window 100, "),
+        "{log}"
+    );
+    drop(daemon);
+    let packed = tmp.path().join("packed");
+    dsprep_ok(&[
+        "pack",
+        "--lineage",
+        run.state.to_str().unwrap(),
+        "--out",
+        packed.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let data = PackedDataset::open(&packed).unwrap();
+    assert!(
+        got == windows(&data, 0..200),
+        "best_fit: served and packed differ"
+    );
+    assert!(
+        data.manifest().packing.is_some(),
+        "padded windows (format 5)"
+    );
+}
+
+#[test]
 fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
     let setup = Setup::new();
     let (tmp, state) = (&setup.tmp, &setup.state);
