@@ -18,7 +18,7 @@
 #   prose 60 %, code 20 %, math 5 %, CJK 7.5 %, European 7.5 %). Nothing repeats.
 # CORE (default 1): the core every run is pinned to. PEER_VENV: a venv made by
 #   ../shared/bench/peer/setup.sh VENV --with-gigatoken; without it GigaToken is left out.
-# ENGINES (default "fast hf1 hf", plus gigatoken with PEER_VENV).
+# ENGINES (default "fast hf1 hf", plus gigatoken with PEER_VENV); KINDS (default all five texts).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$(realpath -m "$1")"; shift
@@ -66,7 +66,7 @@ run() {  # run ENGINE TEXT
 
 for name in $NAMES; do
   bench_tokenizer "$name"
-  for text in english code cjk european mix; do
+  for text in ${KINDS:-english code cjk european mix}; do
     for round in $(seq "$ROUNDS"); do
       for engine in $ENGINES; do
         load="$(cut -d' ' -f1-3 /proc/loadavg)"
