@@ -43,8 +43,9 @@ const PYTHON_FILES: usize = 150;
 /// The engine line of an `Hf1` stage when 1.x encodes.
 const HF1_LINE: &str = "HF tokenizers 1.0.0-rc.3 (engine Hf1 was asked for)";
 /// The engine line of Gemma's `Hf1` stage: 1.x refuses the file, HF 0.23 runs.
-const GEMMA_HF1_LINE: &str = "HF tokenizers: HF tokenizers 1.0.0-rc.3 its reader refused the \
-                              converted file: Byte fallback `<0x09>` not found in the vocabulary";
+const GEMMA_HF1_LINE: &str = "HF tokenizers: HF tokenizers 1.0.0-rc.3 does not read the file \
+                              (its reader refused the converted file: Byte fallback `<0x09>` not \
+                              found in the vocabulary)";
 
 /// One tokenizer under the three engines.
 struct Trio {

@@ -485,7 +485,10 @@ fn hf1_engine(json: &[u8]) -> Engine {
         },
         Err(why) => Engine {
             encoder: Encoder::Hf,
-            description: format!("HF tokenizers: HF tokenizers {} {why}", hf1::VERSION),
+            description: format!(
+                "HF tokenizers: HF tokenizers {} does not read the file ({why})",
+                hf1::VERSION
+            ),
         },
     }
 }
