@@ -1,10 +1,15 @@
-//! The fast path against HF `tokenizers`, document by document, on local files: an exactness
-//! soak over any text at hand, beyond the texts the differential tests carry.
+//! The fast path (or HF `tokenizers` 1.x) against HF `tokenizers` 0.23, document by document, on
+//! local files: an exactness soak over any text at hand, beyond the texts the differential tests
+//! carry.
 //!
 //! ```text
 //! cargo run --release -p dsprep-mixers --example engine_diff -- \
-//!     --tokenizer PATH --text DIR-or-FILE [--doc-bytes N] [--threads N] [--max-mb M] [--report K]
+//!     --tokenizer PATH --text DIR-or-FILE [--engine fast|hf1] [--doc-bytes N] [--threads N] \
+//!     [--max-mb M] [--report K]
 //! ```
+//!
+//! With `--engine hf1` HF 1.x's stage stands where the two fast engines do below (exit 2 if 1.x
+//! does not read the file).
 //!
 //! Takes every file under the folder that does not look binary (and `.json.gz` by row), cut
 //! into documents of about `--doc-bytes` at line ends (default 4096; 0: a file is one
@@ -33,6 +38,7 @@ const SHRINK_TRIES: usize = 4000;
 struct Args {
     tokenizer: PathBuf,
     text: PathBuf,
+    engine: String,
     doc_bytes: usize,
     threads: usize,
     max_bytes: usize,
@@ -40,7 +46,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, Box<dyn Error>> {
-    let (mut tokenizer, mut text) = (None, None);
+    let (mut tokenizer, mut text, mut engine) = (None, None, "fast".to_string());
     let (mut doc_bytes, mut threads, mut max_mb, mut report) = (4096, 1, f64::INFINITY, 10);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -48,6 +54,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         match flag.as_str() {
             "--tokenizer" => tokenizer = Some(PathBuf::from(value()?)),
             "--text" => text = Some(PathBuf::from(value()?)),
+            "--engine" => engine = value()?,
             "--doc-bytes" => doc_bytes = value()?.parse()?,
             "--threads" => threads = value()?.parse()?,
             "--max-mb" => max_mb = value()?.parse()?,
@@ -55,9 +62,13 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
+    if !["fast", "hf1"].contains(&engine.as_str()) {
+        return Err(format!("--engine {engine}: expected fast or hf1").into());
+    }
     Ok(Args {
         tokenizer: tokenizer.ok_or("--tokenizer PATH is required")?,
         text: text.ok_or("--text DIR-or-FILE is required")?,
+        engine,
         doc_bytes,
         threads: threads.max(1),
         max_bytes: (max_mb * 1e6).min(usize::MAX as f64) as usize,
@@ -65,17 +76,17 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
     })
 }
 
-/// The three stages compared.
+/// The stages compared: HF 0.23's, and those checked against it (the fast engine learnt from
+/// the file and the one built from its engine-cache entry, or HF 1.x's).
 struct Engines {
-    learnt: TokenizeStage,
-    from_entry: TokenizeStage,
+    checked: Vec<TokenizeStage>,
     hf: TokenizeStage,
 }
 
 impl Engines {
-    /// The fast path's ids for `text` (the learnt engine's, or the entry's where they differ
-    /// from HF's and the learnt one's do not) and HF's. An error is an answer too: `u32::MAX`
-    /// marks it, so an error on one side differs.
+    /// The checked engines' ids for `text` (the first that differs from HF's, else the last
+    /// one's) and HF's. An error is an answer too: `u32::MAX` marks it, so an error on one side
+    /// differs.
     fn ids(&self, text: &str) -> (Vec<u32>, Vec<u32>) {
         let encode = |stage: &TokenizeStage| {
             let mut ids = Vec::new();
@@ -84,11 +95,15 @@ impl Engines {
                 Err(_) => vec![u32::MAX],
             }
         };
-        let (learnt, hf) = (encode(&self.learnt), encode(&self.hf));
-        if learnt != hf {
-            return (learnt, hf);
+        let hf = encode(&self.hf);
+        let mut checked = Vec::new();
+        for stage in &self.checked {
+            checked = encode(stage);
+            if checked != hf {
+                break;
+            }
         }
-        (encode(&self.from_entry), hf)
+        (checked, hf)
     }
 
     fn differ(&self, text: &str) -> bool {
@@ -166,6 +181,8 @@ fn check_file(
             "file": path.display().to_string(),
             "document": index,
             "first_difference": first,
+            // The checked engine's ids under "fast" whichever it is (`--engine` says).
+            "checked_engine": args.engine,
             "fast": &a[first..(first + 8).min(a.len())],
             "hf": &b[first..(first + 8).min(b.len())],
             "shrunk": small,
@@ -187,20 +204,38 @@ fn main() -> Result<(), Box<dyn Error>> {
         let (json, cache) = (Arc::clone(&json), cache.map(Arc::clone));
         TokenizeStage::from_json_bytes_cached(json, &spec, &spec.path, choice, cache)
     };
-    // The first build learns the engine and keeps its entry; the second is built from it.
-    let engines = Engines {
-        learnt: stage(EngineChoice::Auto, Some(&cache))?,
-        from_entry: stage(EngineChoice::Auto, Some(&cache))?,
-        hf: stage(EngineChoice::Hf, None)?,
+    let engines = if args.engine == "hf1" {
+        Engines {
+            checked: vec![stage(EngineChoice::Hf1, None)?],
+            hf: stage(EngineChoice::Hf, None)?,
+        }
+    } else {
+        // The first build learns the engine and keeps its entry; the second is built from it.
+        Engines {
+            checked: vec![
+                stage(EngineChoice::Auto, Some(&cache))?,
+                stage(EngineChoice::Auto, Some(&cache))?,
+            ],
+            hf: stage(EngineChoice::Hf, None)?,
+        }
     };
-    let description = engines.learnt.engine_description();
-    if !description.starts_with("fast path") {
-        eprintln!("no fast path for this tokenizer: {description}");
-        std::process::exit(2);
-    }
-    let from_entry = engines.from_entry.engine_description();
-    if !from_entry.contains("(tables from the engine cache)") {
-        return Err(format!("the second stage was not built from the entry: {from_entry}").into());
+    let description = engines.checked[0].engine_description();
+    if args.engine == "hf1" {
+        if !description.starts_with("HF tokenizers 1.") {
+            eprintln!("HF tokenizers 1.x does not encode here: {description}");
+            std::process::exit(2);
+        }
+    } else {
+        if !description.starts_with("fast path") {
+            eprintln!("no fast path for this tokenizer: {description}");
+            std::process::exit(2);
+        }
+        let from_entry = engines.checked[1].engine_description();
+        if !from_entry.contains("(tables from the engine cache)") {
+            return Err(
+                format!("the second stage was not built from the entry: {from_entry}").into(),
+            );
+        }
     }
     let mut files = Vec::new();
     local_texts::collect_files(&args.text, local_texts::Files::All, &mut files)?;

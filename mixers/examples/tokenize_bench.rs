@@ -1,8 +1,8 @@
-//! Tokenize-stage throughput, HF engine vs fast path, on local text:
+//! Tokenize-stage throughput, HF engine (0.23, or 1.x: `hf1`) vs fast path, on local text:
 //!
 //! ```text
 //! cargo run --release -p dsprep-mixers --example tokenize_bench -- \
-//!     --tokenizer PATH --text-dir DIR-or-FILE --engine hf|fast --threads N --max-mb M
+//!     --tokenizer PATH --text-dir DIR-or-FILE --engine hf|hf1|fast --threads N --max-mb M
 //! ```
 //!
 //! Reads JSON-lines gzip files (`.json.gz`, field `text`, one document per row) and plain text
@@ -52,8 +52,8 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if !["hf", "fast"].contains(&engine.as_str()) {
-        return Err(format!("--engine {engine}: expected hf or fast").into());
+    if !["hf", "hf1", "fast"].contains(&engine.as_str()) {
+        return Err(format!("--engine {engine}: expected hf, hf1 or fast").into());
     }
     Ok(Args {
         tokenizer: tokenizer.ok_or("--tokenizer PATH is required")?,
@@ -119,10 +119,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let json = std::fs::read(&args.tokenizer)?;
     let spec = shared::tokenizer_spec(&args.tokenizer);
-    let choice = if args.engine == "hf" {
-        EngineChoice::Hf
-    } else {
-        EngineChoice::Auto
+    let choice = match args.engine.as_str() {
+        "hf" => EngineChoice::Hf,
+        "hf1" => EngineChoice::Hf1,
+        _ => EngineChoice::Auto,
     };
     // HF's own parse of the file, alone: the part of start-up no engine of ours can skip.
     let parsed = Instant::now();
@@ -134,6 +134,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let description = stage.engine_description();
     if args.engine == "fast" && !description.starts_with("fast path") {
         return Err(format!("no fast path for this tokenizer: {description}").into());
+    }
+    if args.engine == "hf1" && !description.starts_with("HF tokenizers 1.") {
+        return Err(format!("HF tokenizers 1.x does not encode here: {description}").into());
     }
 
     let mut files = Vec::new();
@@ -178,6 +181,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         "build_seconds": build_seconds,
         "hf_parse_seconds": hf_parse_seconds,
         "tokenizer": args.tokenizer.display().to_string(),
+        "engine_line": description,
     });
     println!("{line}");
     Ok(())

@@ -41,9 +41,11 @@ pub struct PackArgs {
     pub quiet: bool,
     /// Tokenizer engine: "auto" uses dsprep's fast path (byte-level or SentencePiece-style BPE)
     /// when it reproduces the tokenizer exactly (else HF, and says why); "hf" always uses HF
-    /// tokenizers. The fast path's tables are kept per tokenizer file in DSPREP_ENGINE_CACHE (a
-    /// directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines, else ~/.cache/dsprep/engines).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
+    /// tokenizers (0.23); "hf1" uses HF tokenizers 1.x (a release candidate, to measure it; HF
+    /// 0.23 when 1.x does not read the file). The fast path's tables are kept per tokenizer file
+    /// in DSPREP_ENGINE_CACHE (a directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines,
+    /// else ~/.cache/dsprep/engines).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "hf", "hf1"])]
     pub tokenizer_engine: String,
     /// For a recipe with `[lanes]`: pack only this part's lanes into OUT.lanes/ (a Slurm array
     /// task). Default with --parts absent: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN when
@@ -139,11 +141,11 @@ pub fn default_threads(threads: Option<usize>) -> anyhow::Result<usize> {
     }
 }
 
-/// `--tokenizer-engine` (clap has already restricted it to "auto" or "hf").
+/// `--tokenizer-engine` (clap has already restricted it to "auto", "hf" or "hf1").
 pub fn engine_choice(name: &str) -> EngineChoice {
-    if name == "hf" {
-        EngineChoice::Hf
-    } else {
-        EngineChoice::Auto
+    match name {
+        "hf" => EngineChoice::Hf,
+        "hf1" => EngineChoice::Hf1,
+        _ => EngineChoice::Auto,
     }
 }

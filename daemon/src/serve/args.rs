@@ -56,9 +56,11 @@ pub struct ServeArgs {
     pub insecure_metrics: bool,
     /// Tokenizer engine: "auto" uses dsprep's fast path (byte-level or SentencePiece-style BPE)
     /// when it reproduces the tokenizer exactly (else HF, and says why); "hf" always uses HF
-    /// tokenizers. The fast path's tables are kept per tokenizer file in DSPREP_ENGINE_CACHE (a
-    /// directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines, else ~/.cache/dsprep/engines).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "hf"])]
+    /// tokenizers (0.23); "hf1" uses HF tokenizers 1.x (a release candidate, to measure it; HF
+    /// 0.23 when 1.x does not read the file). The fast path's tables are kept per tokenizer file
+    /// in DSPREP_ENGINE_CACHE (a directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines,
+    /// else ~/.cache/dsprep/engines).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "hf", "hf1"])]
     pub tokenizer_engine: String,
     /// Directory for checkpoints (exact resume); none: no checkpoints.
     #[arg(long)]

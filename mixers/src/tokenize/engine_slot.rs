@@ -6,11 +6,21 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use super::FastEngine;
+use super::hf1::Hf1Engine;
+
+/// What encodes a document's text.
+pub(super) enum Encoder {
+    /// dsprep's fast path.
+    Fast(FastEngine),
+    /// HF `tokenizers` 1.x.
+    Hf1(Box<Hf1Engine>),
+    /// HF `tokenizers` 0.23: the stage's own parse of the file.
+    Hf,
+}
 
 /// The engine that encodes, and the line that says which it is.
 pub(super) struct Engine {
-    /// `Some` when the fast path runs, else HF's tokenizer does.
-    pub fast: Option<FastEngine>,
+    pub encoder: Encoder,
     pub description: String,
 }
 

@@ -7,7 +7,8 @@
 //! the `tokenizer.json` is one it reproduces step for step: byte-level BPE ([`byte_level`]) and
 //! SentencePiece-style BPE with byte fallback ([`sentencepiece`]), both on HF's own merge loop
 //! ([`merges`]) with a per-thread piece cache ([`piece_cache`]). Otherwise the stage says why and
-//! runs HF.
+//! runs HF. A third, HF `tokenizers` 1.x ([`hf1`]), runs only when asked for, to be measured
+//! beside the other two.
 
 mod added;
 mod build_beside;
@@ -21,6 +22,7 @@ mod deepseek_split;
 mod engine_cache;
 mod engine_slot;
 mod gpt2_split;
+mod hf1;
 mod merges;
 mod normalization;
 mod o200k_split;
@@ -38,7 +40,7 @@ use std::sync::{Arc, OnceLock};
 use crate::recipe::{TokenRef, TokenizerSpec};
 use byte_level::ByteLevelBpe;
 use engine_cache::{CachedHead, EngineTables};
-use engine_slot::{Engine, EngineSlot};
+use engine_slot::{Encoder, Engine, EngineSlot};
 use sentencepiece::SentencePieceBpe;
 use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
@@ -63,15 +65,18 @@ pub enum TokenizeError {
     Decode(String),
 }
 
-/// Which engine [`TokenizeStage`] may run. Both give the same ids; `Hf` exists to compare the
-/// two and as an escape hatch.
+/// Which engine [`TokenizeStage`] may run. All give the same ids; `Hf` exists to compare them
+/// and as an escape hatch, `Hf1` to measure HF `tokenizers` 1.x beside the other two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum EngineChoice {
     /// dsprep's fast path when the tokenizer.json is one it reproduces exactly, else HF.
     #[default]
     Auto,
-    /// Always HF `tokenizers`.
+    /// Always HF `tokenizers` 0.23.
     Hf,
+    /// HF `tokenizers` 1.x (a release candidate) when it reads the tokenizer.json, else HF 0.23
+    /// (the engine line says why).
+    Hf1,
 }
 
 /// The two engines of the fast path.
@@ -216,9 +221,10 @@ impl TokenizeStage {
         let (bos, eos) = resolve_specials(&Vocabulary::Hf(&hf), spec, origin)?;
         let mut engine = match choice {
             EngineChoice::Hf => Engine {
-                fast: None,
+                encoder: Encoder::Hf,
                 description: "HF tokenizers (engine Hf was asked for)".to_string(),
             },
+            EngineChoice::Hf1 => hf1_engine(&json),
             EngineChoice::Auto => {
                 let (engine, tables) = learn_engine(&hf);
                 if let (Some(cache), Some(tables)) = (&cache, tables) {
@@ -242,9 +248,9 @@ impl TokenizeStage {
         // hold tens of MB for the whole run (Qwen3 and Llama 3's vocabularies and merges) for a
         // `decode` or a pad that may never come: the file's bytes (a few MB, shared with the
         // caller) parse it again then, as after an engine-cache entry.
-        let (hf, json) = match engine.fast {
-            Some(_) => (OnceLock::new(), json),
-            None => (OnceLock::from(hf), Arc::default()),
+        let (hf, json) = match engine.encoder {
+            Encoder::Fast(_) | Encoder::Hf1(_) => (OnceLock::new(), json),
+            Encoder::Hf => (OnceLock::from(hf), Arc::default()),
         };
         Ok(Self {
             hf,
@@ -285,7 +291,7 @@ impl TokenizeStage {
             let fast = FastEngine::from_tables(&tables).map_err(|r| r.to_string())?;
             Ok(Engine {
                 description: format!("{} (tables from the engine cache)", fast.description()),
-                fast: Some(fast),
+                encoder: Encoder::Fast(fast),
             })
         });
         Ok(Some(Self {
@@ -317,7 +323,7 @@ impl TokenizeStage {
                     engine
                 }
                 Err(e) => Engine {
-                    fast: None,
+                    encoder: Encoder::Hf,
                     description: format!("HF tokenizers: {e}"),
                 },
             };
@@ -342,9 +348,10 @@ impl TokenizeStage {
     pub fn encode_doc(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TokenizeError> {
         let start_len = out.len();
         out.extend(self.bos);
-        let encoded = match &self.engine().fast {
-            Some(fast) => fast.encode(text, out),
-            None => self
+        let encoded = match &self.engine().encoder {
+            Encoder::Fast(fast) => fast.encode(text, out),
+            Encoder::Hf1(hf1) => hf1.encode(text, out),
+            Encoder::Hf => self
                 .hf()?
                 .encode_fast(text, false)
                 .map(|encoding| out.extend_from_slice(encoding.get_ids()))
@@ -454,17 +461,35 @@ fn learn_engine(hf: &Tokenizer) -> (Engine, Option<EngineTables>) {
         Ok((fast, tables)) => (
             Engine {
                 description: fast.description().to_string(),
-                fast: Some(fast),
+                encoder: Encoder::Fast(fast),
             },
             Some(tables),
         ),
         Err(refusal) => (
             Engine {
-                fast: None,
+                encoder: Encoder::Hf,
                 description: format!("HF tokenizers: {refusal}"),
             },
             None,
         ),
+    }
+}
+
+/// HF `tokenizers` 1.x's engine for the file `json`, or HF 0.23's when 1.x does not read it (the
+/// line says why: the ids are the same either way).
+fn hf1_engine(json: &[u8]) -> Engine {
+    match hf1::Hf1Engine::from_json(json) {
+        Ok(engine) => Engine {
+            description: engine.description(),
+            encoder: Encoder::Hf1(Box::new(engine)),
+        },
+        Err(why) => Engine {
+            encoder: Encoder::Hf,
+            description: format!(
+                "HF tokenizers: HF tokenizers {} does not read the file ({why})",
+                hf1::VERSION
+            ),
+        },
     }
 }
 
