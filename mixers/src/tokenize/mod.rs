@@ -65,8 +65,10 @@ pub enum TokenizeError {
     Decode(String),
 }
 
-/// Which engine [`TokenizeStage`] may run. All give the same ids; `Hf` exists to compare them
-/// and as an escape hatch, `Hf1` to measure HF `tokenizers` 1.x beside the other two.
+/// Which engine [`TokenizeStage`] may run. `Auto` and `Hf` give the same ids; `Hf` exists to
+/// compare them and as an escape hatch. `Hf1` measures HF `tokenizers` 1.x beside them: it gives
+/// the same ids on every file measured but one (Command R+, whose vocabulary holds emoji as raw
+/// UTF-8 tokens that 1.x emits and 0.23 never does: `mixers/tests/hf1_differential.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum EngineChoice {
     /// dsprep's fast path when the tokenizer.json is one it reproduces exactly, else HF.
