@@ -107,7 +107,10 @@ impl Lineage {
     /// The first window of `step`.
     pub fn window_of_step(&self, step: u64) -> u64 {
         let s = &self.segments[self.segment_at_step(step)];
-        s.from_window + (step - s.from_step) * s.global_batch
+        // Saturating: a step asked for far past any stream's end has no window either.
+        (step - s.from_step)
+            .saturating_mul(s.global_batch)
+            .saturating_add(s.from_window)
     }
 
     /// The first step served entirely from window `windows` on (a checkpoint after `windows`

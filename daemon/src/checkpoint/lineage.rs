@@ -101,9 +101,10 @@ fn check(lineage: &Lineage) -> Result<(), String> {
     }
     for (k, pair) in lineage.segments.windows(2).enumerate() {
         let (a, b) = (&pair[0], &pair[1]);
-        let expected =
-            a.from_window + (b.from_step - a.from_step.min(b.from_step)) * a.global_batch;
-        if b.from_step <= a.from_step || b.from_window != expected {
+        let expected = (b.from_step.checked_sub(a.from_step))
+            .and_then(|steps| steps.checked_mul(a.global_batch))
+            .and_then(|windows| windows.checked_add(a.from_window));
+        if b.from_step <= a.from_step || Some(b.from_window) != expected {
             return Err(format!(
                 "segment {} starts at step {} window {}, which does not follow segment {k} \
                  (step {}, {} windows a step)",

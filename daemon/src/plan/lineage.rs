@@ -26,7 +26,9 @@ fn describe(lineage: &Lineage) -> String {
         let recipe = lineage.effective_recipe(k);
         let window_tokens = recipe.packing.window_tokens() as u64;
         let end = lineage.segments.get(k + 1);
-        let tokens = end.map(|next| (next.from_window - s.from_window) * window_tokens);
+        let tokens = end.map(|next| {
+            (next.from_window.saturating_sub(s.from_window)).saturating_mul(window_tokens)
+        });
         let _ = writeln!(
             out,
             "segment {k}: recipe {} from step {} (window {}, document {}), {} windows a step \

@@ -407,7 +407,8 @@ impl Course {
             .as_ref()
             .map_or((0, 0), |c| (c.meta.segment, c.state.packer.windows_emitted));
         let window_tokens = loaded.recipe.packing.window_tokens() as u64;
-        let near = at + 1 == kept && (window - windows) * window_tokens <= NEAR_TOKENS;
+        let near = at + 1 == kept
+            && window.saturating_sub(windows).saturating_mul(window_tokens) <= NEAR_TOKENS;
         let prospective = stored.changed(
             change.recipe.clone(),
             change.base.clone(),
