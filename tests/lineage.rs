@@ -18,6 +18,19 @@ fn windows(data: &PackedDataset, range: std::ops::Range<u64>) -> Vec<u8> {
         .collect()
 }
 
+/// `dsprep pack --lineage FROM --out OUT` (a state directory or its lineage.json), opened.
+fn pack_lineage(from: &Path, out: &Path) -> PackedDataset {
+    dsprep_ok(&[
+        "pack",
+        "--lineage",
+        from.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    PackedDataset::open(out).unwrap()
+}
+
 /// The quickstart (absolute paths) with `replace` applied and the sources named in `drop` cut.
 fn quickstart_edit(dir: &Path, name: &str, replace: &[(&str, &str)], drop: &[&str]) -> PathBuf {
     let path = quickstart_variant(dir, name, replace);
@@ -159,15 +172,7 @@ fn changes_of_course_continue_the_stream_exactly_and_pack_lineage_replays_them()
 
     // Offline equals served: the packed lineage is what the ranks got, window for window.
     let packed = tmp.path().join("packed");
-    dsprep_ok(&[
-        "pack",
-        "--lineage",
-        state.to_str().unwrap(),
-        "--out",
-        packed.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let data = PackedDataset::open(&packed).unwrap();
+    let data = pack_lineage(state, &packed);
     assert_eq!(got.len(), 640 * 513 * 2);
     assert!(
         got == windows(&data, 0..640),
@@ -303,15 +308,7 @@ fn a_change_far_from_a_checkpoint_and_one_below_an_earlier_change_replay_exactly
     );
     let packed = tmp.path().join("packed");
     let lineage_file = state.join("lineage.json");
-    dsprep_ok(&[
-        "pack",
-        "--lineage",
-        lineage_file.to_str().unwrap(),
-        "--out",
-        packed.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let data = PackedDataset::open(&packed).unwrap();
+    let data = pack_lineage(&lineage_file, &packed);
     assert!(
         got == windows(&data, 0..200),
         "the replaced branch's stream differs"
@@ -351,15 +348,7 @@ fn best_fit_changes_course_with_its_pool_and_packs_the_same_windows() {
     );
     drop(daemon);
     let packed = tmp.path().join("packed");
-    dsprep_ok(&[
-        "pack",
-        "--lineage",
-        run.state.to_str().unwrap(),
-        "--out",
-        packed.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let data = PackedDataset::open(&packed).unwrap();
+    let data = pack_lineage(&run.state, &packed);
     assert!(
         got == windows(&data, 0..200),
         "best_fit: served and packed differ"

@@ -213,38 +213,45 @@ pub fn verify_lineage(dir: &Path, lineage: &Path) -> anyhow::Result<()> {
             lineage.display()
         );
     };
-    let place = |hash: &str, step: u64, window: u64, documents: u64, batch: u64| {
+    let place = |(hash, step, window, documents, batch): (&str, u64, u64, u64, u64)| {
         format!(
             "recipe {hash} from step {step} (window {window}, document {documents}), {batch} \
              windows a step"
         )
     };
-    for k in 0..got.len().max(want.segments.len()) {
-        let packed = got.get(k).map(|s| {
-            place(
-                &s.recipe_hash,
+    let packed: Vec<String> = (got.iter())
+        .map(|s| {
+            (
+                &*s.recipe_hash,
                 s.from_step,
                 s.from_window,
                 s.from_documents,
                 s.global_batch,
             )
-        });
-        let served = want.segments.get(k).map(|s| {
-            place(
-                &s.recipe_hash,
+        })
+        .map(place)
+        .collect();
+    let served: Vec<String> = (want.segments.iter())
+        .map(|s| {
+            (
+                &*s.recipe_hash,
                 s.from_step,
                 s.from_window,
                 s.from_documents,
                 s.global_batch,
             )
-        });
+        })
+        .map(place)
+        .collect();
+    for k in 0..packed.len().max(served.len()) {
+        let (packed, served) = (packed.get(k), served.get(k));
         if packed != served {
             bail!(
                 "{} does not pack the lineage {}: segment {k} is {} in the pack, {} in the lineage",
                 dir.display(),
                 lineage.display(),
-                packed.unwrap_or_else(|| "absent".into()),
-                served.unwrap_or_else(|| "absent".into())
+                packed.map_or("absent", String::as_str),
+                served.map_or("absent", String::as_str)
             );
         }
     }
