@@ -426,6 +426,22 @@ fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
         "a refused attempt changed the state directory"
     );
 
+    // A pack of a lineage that is not there says so.
+    let missing = tmp.path().join("no-state");
+    let err = dsprep_fails(&[
+        "pack",
+        "--lineage",
+        missing.to_str().unwrap(),
+        "--out",
+        tmp.path().join("never").to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(&format!(
+            "error: {} does not exist: give a daemon's --state-dir, or the lineage.json in it",
+            missing.display()
+        )),
+        "{err}"
+    );
     // A lineage torn or edited by hand is refused by name.
     let path = state.join("lineage.json");
     let text = std::fs::read_to_string(&path).unwrap();

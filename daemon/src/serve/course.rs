@@ -538,6 +538,13 @@ fn start_of(from: Option<&Loaded<CheckpointMeta>>) -> (usize, StreamStart) {
 
 /// The lineage a pack replays: a lineage file, or a state directory's.
 pub fn read_lineage(path: &Path) -> anyhow::Result<Lineage> {
+    if !path.exists() {
+        bail!(
+            "{} does not exist: give a daemon's --state-dir, or the {} in it",
+            path.display(),
+            lineage_file::LINEAGE_FILE
+        );
+    }
     lineage_file::read(path)?.ok_or_else(|| {
         anyhow::anyhow!(
             "{} holds no lineage ({} is written by `dsprep serve --state-dir`)",
