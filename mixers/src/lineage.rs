@@ -95,15 +95,6 @@ impl Lineage {
             .unwrap_or(0)
     }
 
-    /// The segment whose recipe draws the stream's `documents`-th document (0-based: the one
-    /// drawn after `documents` were).
-    pub fn segment_at_documents(&self, documents: u64) -> usize {
-        self.segments
-            .iter()
-            .rposition(|s| s.from_documents <= documents)
-            .unwrap_or(0)
-    }
-
     /// The first window of `step`.
     pub fn window_of_step(&self, step: u64) -> u64 {
         let s = &self.segments[self.segment_at_step(step)];
@@ -211,18 +202,6 @@ impl Lineage {
             micro_batch,
         });
         next
-    }
-
-    /// Whether the stream this lineage defines is the same as `other`'s up to `step` (so a
-    /// change at `step` keeps what was served below it).
-    pub fn same_below(&self, other: &Lineage, step: u64) -> bool {
-        let cut = |l: &Lineage| -> Vec<Segment> {
-            (l.segments.iter())
-                .filter(|s| s.from_step < step)
-                .cloned()
-                .collect()
-        };
-        cut(self) == cut(other)
     }
 }
 

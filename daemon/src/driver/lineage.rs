@@ -7,9 +7,11 @@
 //! [`Segments::run`]; where a change is made, [`Segments::documents_at_window`] finds the
 //! document it takes over at.
 
-use super::pipeline::{PipelineConfig, ProducedDoc};
+use super::pipeline::{ChunkDoc, PipelineConfig};
 use super::pretokenize::Pretokenized;
-use super::run::{Flow, RunEnd, Snapshots, StreamStart, WindowSink, open_start, run_stream};
+use super::run::{
+    Flow, RunEnd, Snapshots, StreamStart, WindowSink, deliver, open_start, pack_doc, run_stream,
+};
 use super::stream::{LoadedRecipe, Locator, build_stream};
 use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::checkpoint::PipelineState;
@@ -49,11 +51,17 @@ impl Segments {
         Segments { lineage, loaded }
     }
 
-    /// Per segment, per source, its shards' display paths in reading order (what a checkpoint
-    /// of the segment must match). Lists every source that the segment reads.
-    pub fn shard_names(&self, k: usize) -> anyhow::Result<Vec<Vec<String>>> {
-        let stream = build_stream(&self.loaded[k], 1)?;
-        Ok(Locator::new(stream.mixer()).shard_names())
+    /// Segment `k`'s stream built (every source it reads listed, `threads` tokenizing ahead in
+    /// a mix in tokens), and per source its shards' display paths in reading order (what a
+    /// checkpoint of the segment must match). A run of the segment may take the stream
+    /// ([`Segments::run`]'s `built`), so its sources are listed once.
+    pub fn list(
+        &self,
+        k: usize,
+        threads: usize,
+    ) -> anyhow::Result<(Vec<Vec<String>>, DocStream<Pretokenized>)> {
+        let stream = build_stream(&self.loaded[k], threads)?;
+        Ok((Locator::new(stream.mixer()).shard_names(), stream))
     }
 
     /// Run from segment `k` at `start` to the end of the data (or the sink's stop), crossing
@@ -170,26 +178,18 @@ impl Segments {
                         .map_err(|e| anyhow!(e).context(locator.locate(&doc.pos)))?;
                 }
             }
-            let produced = ProducedDoc {
+            let doc = ChunkDoc {
                 source: doc.pos.source,
-                start_tokens: packer.position_tokens(),
-                tokens: ids.len() as u64,
                 piece: doc.pos.piece,
+                tokens: &ids,
             };
-            sink.document(produced);
-            packer.push_doc(&ids, doc.pos.source, &mut windows);
-            documents += 1;
-            sink.pushed(documents, packer.windows_emitted());
-            if let Some(counters) = packer.counters() {
-                sink.packing(&counters, packer.pool_documents());
-            }
-            let first = packer.windows_emitted() - windows.len() as u64;
-            for (index, w) in (first..).zip(windows.drain(..)) {
-                if index >= window {
-                    held.push(w); // the next recipe's first step: given once the change is made
-                } else if sink.window(w, &snapshots)? == Flow::Stop {
-                    return Ok(None);
-                }
+            pack_doc(&mut packer, doc, &mut documents, &mut windows, sink);
+            // Windows at and past the change's open the next recipe's first step: given once the
+            // change is made.
+            let past = packer.windows_emitted().saturating_sub(window) as usize;
+            held.extend(windows.drain(windows.len() - past.min(windows.len())..));
+            if deliver(&packer, &mut windows, sink, &snapshots)? {
+                return Ok(None);
             }
         }
         Ok(Some(Live {
@@ -213,7 +213,7 @@ impl Segments {
         let Live {
             stream,
             packer,
-            held,
+            mut held,
             ..
         } = live;
         let state = PipelineState {
@@ -225,11 +225,8 @@ impl Segments {
         let mut next = build_stream(&self.loaded[k], config.threads)?;
         (next.restore_from(&state.stream, docs))
             .with_context(|| format!("the change of course at segment {k}"))?;
-        let snapshots = Snapshots::unused();
-        for w in held {
-            if sink.window(w, &snapshots)? == Flow::Stop {
-                return Ok(RunEnd::stopped());
-            }
+        if deliver(&packer, &mut held, sink, &Snapshots::unused())? {
+            return Ok(RunEnd::stopped());
         }
         let start = StreamStart::Live {
             packer: Box::new(packer),

@@ -4,7 +4,7 @@
 //! pack`, its lane parts, the single daemon's producer and the node daemons' lanes all run
 //! through [`run_stream`]; each is only a sink.
 
-use super::pipeline::{self, PipelineConfig, ProducedDoc};
+use super::pipeline::{self, ChunkDoc, PipelineConfig, ProducedDoc};
 use super::pretokenize::Pretokenized;
 use super::stream::{LoadedRecipe, Locator};
 use anyhow::{Context, anyhow};
@@ -138,10 +138,7 @@ pub fn run_stream(
     let mut windows = Vec::new();
     let run = pipeline::run(stream, &loaded.stage, &config, &locate, |chunk| {
         for doc in chunk.docs() {
-            sink.document(doc.produced(packer.position_tokens()));
-            packer.push_doc(doc.tokens, doc.source, &mut windows);
-            documents += 1;
-            sink.pushed(documents, packer.windows_emitted());
+            pack_doc(&mut packer, doc, &mut documents, &mut windows, sink);
         }
         let stopping = deliver(&packer, &mut windows, sink, &snapshots)?;
         if let Some(state) = chunk.state
@@ -223,9 +220,25 @@ pub fn open_start(
     })
 }
 
+/// Pack one document: `sink` told of it as the packer takes it and of where the packer stands
+/// after, `documents` (the stream's documents packed) counted on, the windows it completes added
+/// to `windows`.
+pub fn pack_doc(
+    packer: &mut WindowPacker,
+    doc: ChunkDoc<'_>,
+    documents: &mut u64,
+    windows: &mut Vec<PackedWindow>,
+    sink: &mut impl WindowSink,
+) {
+    sink.document(doc.produced(packer.position_tokens()));
+    packer.push_doc(doc.tokens, doc.source, windows);
+    *documents += 1;
+    sink.pushed(*documents, packer.windows_emitted());
+}
+
 /// Tell `sink` where the `best_fit` packer stands, then give it the windows in order until one
 /// answers stop; true if one did. `windows` is emptied either way.
-fn deliver(
+pub fn deliver(
     packer: &WindowPacker,
     windows: &mut Vec<PackedWindow>,
     sink: &mut impl WindowSink,

@@ -11,11 +11,12 @@ use crate::checkpoint::{CheckpointDir, CheckpointMeta, Loaded, RunIdentity};
 use crate::driver::LoadedRecipe;
 use crate::driver::lineage::Segments;
 use crate::driver::pipeline::PipelineConfig;
+use crate::driver::pretokenize::Pretokenized;
 use crate::driver::run::StreamStart;
 use anyhow::{Context, bail};
-use dsprep_mixers::Recipe;
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lineage::{Lineage, check_edit};
+use dsprep_mixers::{DocStream, Recipe};
 use std::path::{Path, PathBuf};
 
 /// The stream a single daemon serves, and where its lineage and checkpoints are kept.
@@ -29,6 +30,9 @@ pub struct Course {
     pub change: Option<Change>,
     /// The state directory's lineage file and checkpoints (none without `--state-dir`).
     pub kept: Option<(PathBuf, CheckpointDir)>,
+    /// The stream of one segment, built to list its sources: the first run takes it when it
+    /// starts in that segment.
+    listed: Option<(usize, Box<DocStream<Pretokenized>>)>,
 }
 
 /// `--change-course`: the recipe to take over at the step the trainers resume from.
@@ -45,6 +49,8 @@ pub struct Placed {
     pub resume: Option<Loaded<CheckpointMeta>>,
     /// A change of course to make on the way, from `resume` (below the step).
     pub change: Option<PreparedChange>,
+    /// The segment's stream, built already (its sources listed when the daemon opened).
+    pub built: Option<Box<DocStream<Pretokenized>>>,
 }
 
 /// The folder a recipe's relative paths resolve from, as the lineage records it (absolute, so
@@ -103,7 +109,8 @@ impl Course {
             micro_batch,
         );
         let segments = Segments::load(now.clone(), loaded);
-        let own_shards = segments.shard_names(0)?;
+        // The new recipe's own listing: the stream of a fresh start, or what a change checks.
+        let (own_shards, own_stream) = segments.list(0, options.threads)?;
         let fresh = |kept| Course {
             segments,
             shards: vec![own_shards.clone()],
@@ -111,6 +118,7 @@ impl Course {
             micro_batch,
             change: None,
             kept,
+            listed: Some((0, Box::new(own_stream))),
         };
         let Some(dir) = &options.state_dir else {
             if options.resume {
@@ -186,9 +194,17 @@ impl Course {
         let same = last.recipe_hash == loaded.recipe.hash()
             && (stored.segments.iter()).any(|s| s.global_batch == global_batch);
         let segments = Segments::load(stored.clone(), loaded);
-        let shards = (0..segments.loaded.len())
-            .map(|k| segments.shard_names(k))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        // Every segment's listing (a checkpoint of any may be resumed from); the last one's
+        // stream kept, where a resume usually starts.
+        let last_k = segments.loaded.len() - 1;
+        let mut shards = Vec::with_capacity(segments.loaded.len());
+        let mut listed = None;
+        for k in 0..=last_k {
+            let (names, stream) =
+                segments.list(k, if k == last_k { options.threads } else { 1 })?;
+            shards.push(names);
+            listed = (k == last_k && same).then(|| (k, Box::new(stream)));
+        }
         let mut course = Course {
             segments,
             shards,
@@ -196,6 +212,7 @@ impl Course {
             micro_batch,
             change: None,
             kept: None,
+            listed,
         };
         if same {
             checkpoints.check_newest(&course.identity())?;
@@ -333,6 +350,7 @@ impl Course {
                 let (segments, shards) = self.commit_change(&prepared, documents, began)?;
                 self.segments = segments;
                 self.shards = shards;
+                self.listed = None;
             }
         }
         let lineage = match &inline {
@@ -359,11 +377,17 @@ impl Course {
             (None, Some((_, dir))) => dir.newest_for(step, &self.identity())?,
             (None, None) => None,
         };
+        let segment = resume.as_ref().map_or(0, |r| r.meta.segment);
+        let built = match (self.listed.take(), &inline) {
+            (Some((k, stream)), None) if k == segment => Some(stream),
+            _ => None,
+        };
         Ok(Placed {
             step,
-            segment: resume.as_ref().map_or(0, |r| r.meta.segment),
+            segment,
             resume,
             change: inline,
+            built,
         })
     }
 
@@ -460,7 +484,7 @@ impl Course {
         );
         let segments = Segments::load(next.clone(), &base.loaded[0]);
         let mut shards = self.shards[..*kept].to_vec();
-        shards.push(segments.shard_names(*kept)?);
+        shards.push(segments.list(*kept, 1)?.0);
         if let Some((path, dir)) = &self.kept {
             // The checkpoints at and past the step that the new lineage cannot use: the
             // replaced branch's (one at the change itself, before it, stays).

@@ -218,7 +218,8 @@ impl Producer<'_> {
         };
         let run = match change {
             None => {
-                (self.course.segments).run(start.segment, from, None, &self.config, &mut sink)?
+                let built = start.built.take().map(|stream| *stream);
+                (self.course.segments).run(start.segment, from, built, &self.config, &mut sink)?
             }
             Some(change) => {
                 // Up to the change on this thread, then the change written, then the rest.
