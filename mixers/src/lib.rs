@@ -20,7 +20,7 @@ pub mod rng;
 pub mod shuffle;
 pub mod split;
 pub mod stream;
-pub mod tokenize;
+pub use dsprep_tokenize as tokenize;
 
 pub use doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor};
 pub use mixer::{MixError, Mixer};

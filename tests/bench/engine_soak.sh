@@ -29,7 +29,7 @@ if [[ -z "${TEXTS:-}" ]]; then
     [[ -d "$dir" ]] && TEXTS="$TEXTS $dir"
   done
 fi
-(cd "$ROOT" && cargo build --release -q -p dsprep-mixers --example engine_diff)
+(cd "$ROOT" && cargo build --release -q -p dsprep-tokenize --example engine_diff)
 BIN="$ROOT/target/release/examples/engine_diff"
 mkdir -p "$RESULTS.d"; : > "$RESULTS"
 

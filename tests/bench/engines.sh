@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 RESULTS="$OUT/runs.jsonl"
 
 if [ -z "${DSPREP_TOKENIZE_BENCH:-}" ]; then
-  (cd "$ROOT" && cargo build --release -p dsprep-mixers --example tokenize_bench --quiet)
+  (cd "$ROOT" && cargo build --release -p dsprep-tokenize --example tokenize_bench --quiet)
 fi
 BENCH="${DSPREP_TOKENIZE_BENCH:-${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/tokenize_bench}"
 

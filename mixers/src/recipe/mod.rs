@@ -12,6 +12,7 @@ mod validate;
 
 pub use filter::{CompareOp, RowFilter};
 pub use location::{DEFAULT_REVISION, HUB_SCHEME, HubLocation};
+pub use dsprep_tokenize::{TokenRef, TokenizerSpec};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -37,35 +38,6 @@ pub struct Recipe {
     /// `[[source]]` tables, in the order written; the order is part of the stream.
     #[serde(rename = "source", default)]
     pub sources: Vec<SourceSpec>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TokenizerSpec {
-    /// A Hugging Face `tokenizer.json`, relative to the recipe file's folder.
-    pub path: String,
-    /// Appended to every document (token string or id). Required: it is what separates
-    /// documents once they are packed.
-    pub eos: TokenRef,
-    /// Prepended to every document when set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bos: Option<TokenRef>,
-}
-
-/// A special token named by its string (`"<|endoftext|>"`) or its id (`50256`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(untagged)]
-pub enum TokenRef {
-    Id(u32),
-    Text(String),
-}
-
-impl std::fmt::Display for TokenRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TokenRef::Id(id) => write!(f, "id {id}"),
-            TokenRef::Text(text) => write!(f, "{text:?}"),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -4,16 +4,16 @@
 //! Gemma and Gemma 3 and into ones the fast path refuses, and tiny hand-made vocabularies. A variant the fast path accepts must give HF's ids; one it
 //! refuses must name the reason in `engine_description()` and still encode (with HF).
 
-#[path = "../../tests/support/fetched_tokenizer.rs"]
+#[path = "../../../tests/support/fetched_tokenizer.rs"]
 mod support;
 
 use std::sync::LazyLock;
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
-use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
+use dsprep_tokenize::{EngineChoice, TokenizeStage};
 use serde_json::{Value, json};
 
-const GPT2: &str = "../config/tokenizers/gpt2/tokenizer.json";
+const GPT2: &str = "../../config/tokenizers/gpt2/tokenizer.json";
 
 static GPT2_JSON: LazyLock<Value> = LazyLock::new(|| {
     let bytes = std::fs::read(GPT2).expect("gpt2 tokenizer.json (tests run from mixers/)");

@@ -10,21 +10,21 @@
 //! registry, and its comparisons are skipped, loudly, only when the registry cannot be reached
 //! and `DSPREP_REQUIRE_TOKENIZERS` is not set.
 
-#[path = "../../tests/support/fetched_tokenizer.rs"]
+#[path = "../../../tests/support/fetched_tokenizer.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::sync::LazyLock;
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
-use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
+use dsprep_tokenize::{EngineChoice, TokenizeStage};
 use proptest::prelude::*;
 
 // Every file a test reads is in the repository (a fresh clone has nothing beside it).
-const GPT2: &str = "../config/tokenizers/gpt2/tokenizer.json";
-const QWEN3: &str = "../config/tokenizers/qwen3/tokenizer.json";
-const C4_DIR: &str = "../config/samples/c4/en";
+const GPT2: &str = "../../config/tokenizers/gpt2/tokenizer.json";
+const QWEN3: &str = "../../config/tokenizers/qwen3/tokenizer.json";
+const C4_DIR: &str = "../../config/samples/c4/en";
 const PYTHON_STDLIB: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11";
 
 /// The same tokenizer.json under both engines.
@@ -767,7 +767,7 @@ fn sentencepiece_cuts_between_every_ascii_pair_as_hf() {
 
 #[test]
 fn thousand_c4_rows_match() {
-    let path = "../tests/bench/data/c4-en-1000.json.gz";
+    let path = "../../tests/bench/data/c4-en-1000.json.gz";
     let gz = flate2::read::GzDecoder::new(std::fs::File::open(path).expect("bench rows"));
     let rows: Vec<(String, String)> = BufReader::new(gz)
         .lines()

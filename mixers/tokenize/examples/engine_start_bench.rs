@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dsprep_mixers::tokenize::{EngineChoice, SharedEngineCache, TokenizeStage};
+use dsprep_tokenize::{EngineChoice, SharedEngineCache, TokenizeStage};
 
 #[path = "shared/mod.rs"]
 mod shared;

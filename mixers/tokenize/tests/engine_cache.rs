@@ -4,7 +4,7 @@
 //! the recipe's tokens is ignored (the engine line says why), the engine is built from the file,
 //! and a sound entry takes the bad one's place.
 
-#[path = "../../tests/support/fetched_tokenizer.rs"]
+#[path = "../../../tests/support/fetched_tokenizer.rs"]
 mod support;
 
 use std::collections::HashMap;
@@ -12,8 +12,8 @@ use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
-use dsprep_mixers::tokenize::{EngineCache, EngineChoice, SharedEngineCache, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
+use dsprep_tokenize::{EngineCache, EngineChoice, SharedEngineCache, TokenizeStage};
 
 /// Entries in memory, counting stores.
 #[derive(Default)]
@@ -63,7 +63,7 @@ fn stage(json: &[u8], spec: &TokenizerSpec, cache: Option<&Arc<MemoryCache>>) ->
 }
 
 fn c4_rows(n: usize) -> Vec<String> {
-    let path = "../tests/bench/data/c4-en-1000.json.gz";
+    let path = "../../tests/bench/data/c4-en-1000.json.gz";
     let gz = flate2::read::GzDecoder::new(std::fs::File::open(path).expect("bench rows"));
     BufReader::new(gz)
         .lines()
@@ -90,13 +90,13 @@ fn tokenizers() -> Vec<(&'static str, String, &'static str, Option<TokenRef>)> {
     let mut list = vec![
         (
             "gpt2",
-            "../config/tokenizers/gpt2/tokenizer.json".to_string(),
+            "../../config/tokenizers/gpt2/tokenizer.json".to_string(),
             "<|endoftext|>",
             None,
         ),
         (
             "qwen3",
-            "../config/tokenizers/qwen3/tokenizer.json".to_string(),
+            "../../config/tokenizers/qwen3/tokenizer.json".to_string(),
             "<|endoftext|>",
             Some(TokenRef::Text("<|im_start|>".into())),
         ),
@@ -182,7 +182,7 @@ fn an_engine_from_the_cache_gives_the_same_ids() {
 
 /// The entry kept for GPT-2, and the cache holding it.
 fn gpt2_cache() -> (Vec<u8>, String, Arc<MemoryCache>) {
-    let json = std::fs::read("../config/tokenizers/gpt2/tokenizer.json").expect("gpt2");
+    let json = std::fs::read("../../config/tokenizers/gpt2/tokenizer.json").expect("gpt2");
     let cache = Arc::new(MemoryCache::default());
     let built = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
     let sha = built.sha256().to_string();
@@ -306,7 +306,7 @@ fn tables_that_do_not_build_are_learnt_from_the_file_and_replaced() {
 #[test]
 fn an_entry_for_another_file_is_ignored() {
     let (_, gpt2_sha, cache) = gpt2_cache();
-    let qwen3 = std::fs::read("../config/tokenizers/qwen3/tokenizer.json").expect("qwen3");
+    let qwen3 = std::fs::read("../../config/tokenizers/qwen3/tokenizer.json").expect("qwen3");
     let qwen3_sha = stage(&qwen3, &spec("<|endoftext|>", None), None)
         .sha256()
         .to_string();

@@ -104,11 +104,11 @@ fn le_word(at: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenize::FastEngine;
+    use crate::FastEngine;
 
     /// GPT-2's tables, learnt from the shipped file.
     fn gpt2() -> EngineTables {
-        let hf = tokenizers::Tokenizer::from_file("../config/tokenizers/gpt2/tokenizer.json")
+        let hf = tokenizers::Tokenizer::from_file("../../config/tokenizers/gpt2/tokenizer.json")
             .expect("gpt2");
         FastEngine::learn(&hf).expect("fast path")
     }

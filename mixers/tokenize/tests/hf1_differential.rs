@@ -20,7 +20,7 @@
 //!   [1130] under 1.x, [188568, 230] under 0.23. Its documents holding any character of those
 //!   tokens are counted, not compared, for HF 1.x (the fast path is compared on all of them).
 
-#[path = "../../tests/support/fetched_tokenizer.rs"]
+#[path = "../../../tests/support/fetched_tokenizer.rs"]
 mod support;
 
 use std::collections::HashSet;
@@ -28,13 +28,13 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::sync::LazyLock;
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
-use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
+use dsprep_tokenize::{EngineChoice, TokenizeStage};
 
-const GPT2: &str = "../config/tokenizers/gpt2/tokenizer.json";
-const QWEN3: &str = "../config/tokenizers/qwen3/tokenizer.json";
-const C4_SAMPLES: &str = "../config/samples/c4/en";
-const C4_1000: &str = "../tests/bench/data/c4-en-1000.json.gz";
+const GPT2: &str = "../../config/tokenizers/gpt2/tokenizer.json";
+const QWEN3: &str = "../../config/tokenizers/qwen3/tokenizer.json";
+const C4_SAMPLES: &str = "../../config/samples/c4/en";
+const C4_1000: &str = "../../tests/bench/data/c4-en-1000.json.gz";
 const PYTHON_STDLIB: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11";
 /// Python files read from the standard library, at most (sorted by path): enough code to cover
 /// what it is, not a minute per tokenizer in a debug build.

@@ -7,7 +7,7 @@
 pub mod local_texts;
 pub mod memory_cache;
 
-use dsprep_mixers::recipe::{TokenRef, TokenizerSpec};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
 
 /// A recipe's `[tokenizer]` for the file at `path`, its EOS id 0: the examples count and compare
 /// ids, whatever the EOS.

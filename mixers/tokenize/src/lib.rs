@@ -32,12 +32,13 @@ mod pipeline;
 mod prefetch;
 mod regex_copies;
 mod sentencepiece;
+mod spec;
 mod token_list;
 mod whole_tokens;
 
 use std::sync::{Arc, OnceLock};
 
-use crate::recipe::{TokenRef, TokenizerSpec};
+pub use spec::{TokenRef, TokenizerSpec};
 use byte_level::ByteLevelBpe;
 use engine_cache::{CachedHead, EngineTables};
 use engine_slot::{Encoder, Engine, EngineSlot};

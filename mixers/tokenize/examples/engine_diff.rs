@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use dsprep_mixers::tokenize::{EngineChoice, SharedEngineCache, TokenizeStage};
+use dsprep_tokenize::{EngineChoice, SharedEngineCache, TokenizeStage};
 
 #[path = "shared/mod.rs"]
 mod shared;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use dsprep_mixers::tokenize::EngineCache;
+use dsprep_tokenize::EngineCache;
 
 #[derive(Default)]
 pub struct MemoryCache(Mutex<HashMap<String, Vec<u8>>>);

@@ -15,7 +15,7 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use dsprep_mixers::tokenize::{EngineChoice, TokenizeStage};
+use dsprep_tokenize::{EngineChoice, TokenizeStage};
 
 #[path = "shared/mod.rs"]
 mod shared;
