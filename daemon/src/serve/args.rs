@@ -54,13 +54,15 @@ pub struct ServeArgs {
     /// daemon's counters.
     #[arg(long)]
     pub insecure_metrics: bool,
-    /// Tokenizer engine: "auto" uses dsprep's fast path (byte-level or SentencePiece-style BPE)
-    /// when it reproduces the tokenizer exactly (else HF, and says why); "hf" always uses HF
-    /// tokenizers (0.23); "hf1" uses HF tokenizers 1.x (a release candidate, to measure it; HF
-    /// 0.23 when 1.x does not read the file). The fast path's tables are kept per tokenizer file
-    /// in DSPREP_ENGINE_CACHE (a directory, or "off"; default $XDG_CACHE_HOME/dsprep/engines,
-    /// else ~/.cache/dsprep/engines).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "hf", "hf1"])]
+    /// Tokenizer engine; every engine gives the same ids. "auto": the fastest measured for the
+    /// file's family (HF tokenizers 1.x for byte-level BPE; dsprep's own for SentencePiece-style
+    /// BPE and for files 1.x does not encode exactly; else HF 0.23), the log's engine line says
+    /// which and why. "own": dsprep's own engine where it reproduces the file (else HF 0.23);
+    /// "hf": HF tokenizers 0.23; "hf1": HF tokenizers 1.x (a release candidate; HF 0.23 when
+    /// 1.x does not read the file). What "auto" chose, and dsprep's engine's tables, are kept per
+    /// tokenizer file in DSPREP_ENGINE_CACHE (a directory, or "off"; default
+    /// $XDG_CACHE_HOME/dsprep/engines, else ~/.cache/dsprep/engines).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "own", "hf", "hf1"])]
     pub tokenizer_engine: String,
     /// Directory for checkpoints (exact resume); none: no checkpoints.
     #[arg(long)]

@@ -3,7 +3,7 @@
 //! carry.
 //!
 //! ```text
-//! cargo run --release -p dsprep-mixers --example engine_diff -- \
+//! cargo run --release -p dsprep-tokenize --example engine_diff -- \
 //!     --tokenizer PATH --text DIR-or-FILE [--engine fast|hf1] [--doc-bytes N] [--threads N] \
 //!     [--max-mb M] [--report K]
 //! ```

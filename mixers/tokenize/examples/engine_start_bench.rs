@@ -1,7 +1,7 @@
 //! What a run's first document waits for when the fast engine comes from its engine-cache entry:
 //!
 //! ```text
-//! cargo run --release -p dsprep-mixers --example engine_start_bench -- --tokenizer PATH [--rounds R]
+//! cargo run --release -p dsprep-tokenize --example engine_start_bench -- --tokenizer PATH [--rounds R]
 //! ```
 //!
 //! Learns the engine from the file once and keeps its entry in memory, then R times (default 9)

@@ -1,8 +1,10 @@
-//! Tokenize-stage throughput, HF engine (0.23, or 1.x: `hf1`) vs fast path, on local text:
+//! Tokenize-stage throughput of one engine on local text: `auto` (the engine a pack runs), `fast`
+//! (dsprep's own engine; an error where it does not reproduce the file), `hf1` (HF tokenizers 1.x),
+//! `hf` (HF tokenizers 0.23):
 //!
 //! ```text
-//! cargo run --release -p dsprep-mixers --example tokenize_bench -- \
-//!     --tokenizer PATH --text-dir DIR-or-FILE --engine hf|hf1|fast --threads N --max-mb M
+//! cargo run --release -p dsprep-tokenize --example tokenize_bench -- \
+//!     --tokenizer PATH --text-dir DIR-or-FILE --engine auto|fast|hf1|hf --threads N --max-mb M
 //! ```
 //!
 //! Reads JSON-lines gzip files (`.json.gz`, field `text`, one document per row) and plain text
@@ -52,8 +54,8 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if !["hf", "hf1", "fast"].contains(&engine.as_str()) {
-        return Err(format!("--engine {engine}: expected hf, hf1 or fast").into());
+    if !["auto", "hf", "hf1", "fast"].contains(&engine.as_str()) {
+        return Err(format!("--engine {engine}: expected auto, hf, hf1 or fast").into());
     }
     Ok(Args {
         tokenizer: tokenizer.ok_or("--tokenizer PATH is required")?,
@@ -122,6 +124,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let choice = match args.engine.as_str() {
         "hf" => EngineChoice::Hf,
         "hf1" => EngineChoice::Hf1,
+        "fast" => EngineChoice::Own,
         _ => EngineChoice::Auto,
     };
     // HF's own parse of the file, alone: the part of start-up no engine of ours can skip.

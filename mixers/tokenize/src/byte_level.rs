@@ -17,65 +17,13 @@ use tokenizers::Tokenizer;
 use super::added::{AddedSplitter, Segment};
 use super::build_beside;
 use super::byte_vocab::{self, ByteVocab, VocabTables};
-use super::char_classes::HandBack;
-use super::cl100k_split::Cl100kSplitter;
-use super::deepseek_split::DeepSeekSplitter;
-use super::gpt2_split::{GPT2_PATTERN, Gpt2Splitter};
 use super::normalization::Normalization;
-use super::o200k_split::O200kSplitter;
 use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, AddedSpec, OuterCut, PieceSplit, Refusal};
+use super::pipeline::{self, AddedSpec, OuterCut, Refusal};
 use super::regex_copies::RegexCopies;
+use super::scanner::{self, HandBack, Scanner};
 use super::token_list::TokenList;
-
-/// A hand-written scanner that gives the same pieces as the pre-tokenizer's regex (GPT-2's, the
-/// cl100k family's, the o200k family's), or as all its splits one after another (DeepSeek V3's).
-enum Scanner {
-    Gpt2(Gpt2Splitter),
-    Cl100k(Cl100kSplitter),
-    O200k(O200kSplitter),
-    DeepSeek(DeepSeekSplitter),
-}
-
-impl Scanner {
-    /// The scanner for the cuts before the last, `outer`, and the last split, if there is one.
-    fn for_splits(outer: &[OuterCut], last: &PieceSplit) -> Result<Option<Self>, String> {
-        let regex_splits: Option<Vec<_>> = outer
-            .iter()
-            .map(|cut| match cut {
-                OuterCut::Regex(split) => Some(split),
-                OuterCut::Numbers { .. } => None,
-            })
-            .chain([Some(last)])
-            .map(|s| s.map(|s| (s.pattern.as_str(), s.keep_matches, s.keep_gaps)))
-            .collect();
-        if let Some(scanner) = regex_splits
-            .as_deref()
-            .and_then(DeepSeekSplitter::for_splits)
-        {
-            return scanner.map(|s| Some(Self::DeepSeek(s)));
-        }
-        if last.pattern == GPT2_PATTERN {
-            return Gpt2Splitter::new().map(|s| Some(Self::Gpt2(s)));
-        }
-        if let Some(scanner) = O200kSplitter::for_pattern(&last.pattern) {
-            return scanner.map(|s| Some(Self::O200k(s)));
-        }
-        Cl100kSplitter::for_pattern(&last.pattern)
-            .transpose()
-            .map(|s| s.map(Self::Cl100k))
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Self::Gpt2(_) => "GPT-2",
-            Self::Cl100k(_) => "cl100k-family",
-            Self::O200k(_) => "o200k-family",
-            Self::DeepSeek(_) => "DeepSeek V3",
-        }
-    }
-}
 
 /// A cut HF makes before the last split: a regex Split (DeepSeek V3's digit groups and CJK runs),
 /// its regex in copies and what it keeps, or `Digits` (Command R+'s).
@@ -122,8 +70,9 @@ pub(crate) struct ByteLevelBpe {
     /// The splits before the last, in order; each cuts every piece the one before kept.
     outer: Vec<OuterSplit>,
     regexes: RegexCopies,
-    /// The pattern scanned by hand instead of by fancy-regex (same matches), where it can be.
-    scanner: Option<Scanner>,
+    /// The pattern scanned by hand instead of by fancy-regex (same matches), where a scanner
+    /// is registered for it, and the scanner's name.
+    scanner: Option<(&'static str, Box<dyn Scanner>)>,
     keep_matches: bool,
     keep_gaps: bool,
     vocab: ByteVocab,
@@ -263,13 +212,13 @@ impl ByteLevelBpe {
                 OuterCut::Numbers { individual: false } => "Digits (runs) then ".to_string(),
             })
             .collect();
-        let last = PieceSplit {
-            pattern: tables.pattern.clone(),
-            keep_matches: tables.keep_matches,
-            keep_gaps: tables.keep_gaps,
+        let scanner = match scanner::for_pattern(&tables.pattern) {
+            Some((name, built)) => Some((
+                name,
+                built.map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?,
+            )),
+            None => None,
         };
-        let scanner = Scanner::for_splits(&tables.outer, &last)
-            .map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?;
         let description = format!(
             "fast path: dsprep's byte-level BPE, HF's merge loop over HF's merges ({} tokens, \
              {} merges{}, {} tokens looked up whole; normalizer {}; {} added tokens; \
@@ -287,7 +236,7 @@ impl ByteLevelBpe {
             outer_patterns,
             tables.pattern,
             match &scanner {
-                Some(scanner) => format!(", scanned by dsprep's {} scanner", scanner.name()),
+                Some((name, _)) => format!(", scanned by dsprep's {name} scanner"),
                 None => String::new(),
             },
             piece_cache::CACHE_BYTES >> 10,
@@ -343,22 +292,13 @@ impl ByteLevelBpe {
         })
     }
 
-    /// HF's pre-tokenizer and BPE on a text between added tokens: all its splits at once where a
-    /// scanner does them all (DeepSeek V3's), else split after split. A scanner that hands the
-    /// text back has its ids taken back, and the regexes cut the text.
+    /// HF's pre-tokenizer and BPE on a text between added tokens, split after split.
     fn encode_split(
         &self,
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
-        if let Some(Scanner::DeepSeek(scanner)) = &self.scanner {
-            let mark = out.len();
-            match self.encode_matches(text, scanner.find_iter(text), cache, out) {
-                Err(Cut::HandBack) => out.truncate(mark),
-                other => return other.map_err(Cut::into_message),
-            }
-        }
         self.encode_outer(0, text, cache, out)
     }
 
@@ -422,19 +362,10 @@ impl ByteLevelBpe {
         let from_regex = || self.regexes.for_this_thread().find_iter(text).map(Ok);
         let mark = out.len();
         let scanned = match &self.scanner {
-            Some(Scanner::Gpt2(scanner)) => {
-                self.encode_matches(text, scanner.find_iter(text), cache, out)
+            Some((_, scanner)) => {
+                self.encode_matches(text, scanner::find_iter(scanner.as_ref(), text), cache, out)
             }
-            Some(Scanner::Cl100k(scanner)) => {
-                self.encode_matches(text, scanner.find_iter(text), cache, out)
-            }
-            Some(Scanner::O200k(scanner)) => {
-                self.encode_matches(text, scanner.find_iter(text), cache, out)
-            }
-            // DeepSeek V3's scanner cuts whole texts in `encode_split`, not pieces here.
-            Some(Scanner::DeepSeek(_)) | None => {
-                self.encode_matches(text, from_regex(), cache, out)
-            }
+            None => self.encode_matches(text, from_regex(), cache, out),
         };
         match scanned {
             Err(Cut::HandBack) => {

@@ -98,6 +98,17 @@ fn token_bytes(token: &str, char_to_byte: &FxHashMap<char, u8>) -> Option<Vec<u8
         .collect()
 }
 
+/// How many of the model's vocabulary entries (added tokens aside) have a character outside the
+/// byte-level alphabet: none in a byte-level BPE's vocabulary as GPT-2 wrote it; Command R+'s
+/// 1,403 emoji and symbols written in raw UTF-8; every multi-byte token of a SentencePiece-style
+/// vocabulary.
+pub(crate) fn raw_utf8_tokens(bpe: &BPE) -> usize {
+    let alphabet: FxHashSet<char> = byte_to_char().into_iter().collect();
+    (bpe.get_vocab().keys())
+        .filter(|token| token.chars().any(|c| !alphabet.contains(&c)))
+        .count()
+}
+
 /// Read the vocabulary and merges of HF's byte-level BPE model.
 pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
     let char_to_byte: FxHashMap<char, u8> = byte_to_char()

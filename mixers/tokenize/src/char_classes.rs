@@ -2,9 +2,7 @@
 //! `\s`, and case-insensitive letters), taken from `regex-syntax`, the crate fancy-regex compiles
 //! HF's patterns with, so scanner and regex use the same Unicode tables; the runs of one class,
 //! which classify ASCII with a byte table (built from those tables) and test runs of ASCII letters
-//! and of spaces 8 bytes at a time, decoding a character only where they meet a non-ASCII byte;
-//! the bound past which a scanner hands a text back to the regex; and the loop that tiles a text
-//! with matches.
+//! and of spaces 8 bytes at a time, decoding a character only where they meet a non-ASCII byte.
 
 use regex_syntax::hir::{Class, HirKind};
 
@@ -94,12 +92,6 @@ impl CharClasses {
         Ok(classes)
     }
 
-    /// The kind of `b` if it is a whole character (ASCII), else `None`.
-    #[inline]
-    pub(crate) fn byte_kind(&self, b: u8) -> Option<Kind> {
-        self.bytes[usize::from(b)]
-    }
-
     fn classify(&self, c: char) -> Kind {
         let c = u32::from(c);
         if contains(&self.letters, c) {
@@ -167,27 +159,6 @@ impl CharClasses {
         }
     }
 
-    /// The end of the match at `start` (a whitespace character) of `\s*[\r\n]+|\s+(?!\S)|\s+`,
-    /// the alternatives the cl100k family's, DeepSeek V3's and o200k's patterns end with. The
-    /// regex walks the whole run for these, so past [`SCANNED_RUN_LIMIT`] the text is handed back.
-    pub(crate) fn newline_or_spaces_end(
-        &self,
-        text: &str,
-        start: usize,
-    ) -> Result<usize, HandBack> {
-        let (end, newline_end) = self.spaces_end(text, start);
-        if end - start > SCANNED_RUN_LIMIT {
-            return Err(HandBack);
-        }
-        // \s*[\r\n]+ : \s* gives back characters until a CR or LF can follow, so the match ends
-        // just after the run's last CR or LF (no CR or LF follows it inside the run).
-        if let Some(newline_end) = newline_end {
-            return Ok(newline_end);
-        }
-        // \s+(?!\S)|\s+ over the run.
-        Ok(spaces_before_word_end(text, start, end))
-    }
-
     /// [`Self::run_end`] for letters, whose ASCII stretches are tested 8 bytes at a time.
     #[inline]
     pub(crate) fn letters_end(&self, text: &str, at: usize) -> usize {
@@ -212,18 +183,6 @@ fn non_letters(chunk: u64) -> u64 {
     let from_a = folded + ONES * (0x80 - u64::from(b'a'));
     let past_z = folded + ONES * (0x80 - u64::from(b'z') - 1);
     !(from_a & !past_z & !chunk) & HIGH_BITS
-}
-
-/// The high bit of each byte of `chunk` that is an ASCII character in `lo..=hi`, and of no
-/// other byte.
-#[inline]
-pub(crate) fn ascii_in_range(chunk: u64, lo: u8, hi: u8) -> u64 {
-    // Each byte less its high bit, plus 0x80 − lo (at most 0xff: no carry into the next byte):
-    // the sum's high bit says the byte is at least `lo`; plus 0x80 − hi − 1, past `hi`.
-    let low = chunk & !HIGH_BITS;
-    let from_lo = low + ONES * (0x80 - u64::from(lo));
-    let past_hi = low + ONES * (0x80 - u64::from(hi) - 1);
-    from_lo & !past_hi & !chunk & HIGH_BITS
 }
 
 /// The end of a run from byte `at` of `bytes`, 8 bytes at a time: `stops` gives, of a
@@ -262,45 +221,6 @@ pub(crate) fn ascii_letters_end(bytes: &[u8], at: usize) -> usize {
     ascii_run_end(bytes, at, non_letters, |b| b.is_ascii_alphabetic())
 }
 
-/// `[\r\n]`, the patterns' line ends.
-#[inline]
-pub(crate) fn is_cr_or_lf(b: u8) -> bool {
-    b == b'\r' || b == b'\n'
-}
-
-/// The end of the cl100k and o200k families' ` ?[^\s\p{L}\p{N}]+` (DeepSeek V3's
-/// ` ?[\p{P}\p{S}]+`, the same over ASCII) and what `trailing` takes after it (`[\r\n]*`,
-/// `[\r\n/]*`) from byte `start`, where the run is ASCII punctuation,
-/// after one space or not, and ends at ASCII: the commonest shape in code after words and
-/// whitespace (" =", "):", "("). `None` wherever the scanner's general path must decide: the run
-/// ends at a character that is not ASCII or is a control (either could carry it on), or one
-/// punctuation character is followed by a letter (it may start a word, `[^\r\n\p{L}\p{N}]?`
-/// taken, or be a contraction's apostrophe).
-#[inline]
-pub(crate) fn ascii_punctuation_end(
-    bytes: &[u8],
-    start: usize,
-    trailing: impl Fn(u8) -> bool,
-) -> Option<usize> {
-    let body = start + usize::from(bytes.get(start) == Some(&b' '));
-    if !bytes.get(body)?.is_ascii_punctuation() {
-        return None;
-    }
-    let mut end = body + 1;
-    while bytes.get(end).is_some_and(u8::is_ascii_punctuation) {
-        end += 1;
-    }
-    match bytes.get(end) {
-        Some(b) if b.is_ascii_alphabetic() && end == start + 1 => return None,
-        Some(b) if !(b.is_ascii_alphanumeric() || b.is_ascii_whitespace()) => return None,
-        _ => {}
-    }
-    while bytes.get(end).is_some_and(|&b| trailing(b)) {
-        end += 1;
-    }
-    Some(end)
-}
-
 /// The end of the match at `start` of GPT-2's and cl100k's `\s+(?!\S)|\s+` over the whitespace
 /// run `start..end`: the run less its last character when a non-space follows (the run does not
 /// end the text) and that leaves at least one character; else the whole run (at the text's end)
@@ -315,118 +235,6 @@ pub(crate) fn spaces_before_word_end(text: &str, start: usize, end: usize) -> us
         .and_then(|s| s.chars().next_back())
         .map_or(0, char::len_utf8);
     if end - last > start { end - last } else { end }
-}
-
-/// How far a scanner follows one whitespace run before it hands the text back to HF's regex.
-/// fancy-regex backtracks through the whole run for `\s*[\r\n]+` and `\s+(?!\S)` and gives up
-/// past its backtrack limit (1,000,000 steps; measured with GPT-2's, cl100k's and Qwen's
-/// patterns: a run of 999,999 spaces, tabs or NBSPs), after which HF stops splitting; the regex,
-/// not the scanner, must then cut the text. A byte count is at least the character count, so
-/// this bound is safe for any characters; a test pins that the regex holds up to it.
-pub(crate) const SCANNED_RUN_LIMIT: usize = 64 * 1024;
-
-/// A scanner met a whitespace run longer than [`SCANNED_RUN_LIMIT`]: cut this text with HF's
-/// regex instead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HandBack;
-
-/// A scanner's matches as HF's regex reports them: from the start of `text`, `match_end(at)` gives
-/// the end of the match starting at `at`, so the `(start, end)` ranges tile the text. After a
-/// [`HandBack`] nothing more is scanned: the regex cuts the whole text.
-pub(crate) fn tile<'a>(
-    text: &'a str,
-    match_end: impl Fn(usize) -> Result<usize, HandBack> + 'a,
-) -> impl Iterator<Item = Result<(usize, usize), HandBack>> + 'a {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        if at >= text.len() {
-            return None;
-        }
-        let found = match_end(at).map(|end| (at, end));
-        at = found.map_or(text.len(), |(_, end)| end);
-        Some(found)
-    })
-}
-
-/// What the scanners' differential tests share: texts to draw, and the check of long runs.
-#[cfg(test)]
-pub(crate) mod scanner_checks {
-    use super::{HandBack, SCANNED_RUN_LIMIT};
-    use proptest::prelude::*;
-
-    /// Punctuation runs as code has them, and every way [`super::ascii_punctuation_end`] hands
-    /// one back: before a letter ("(A", "(a", "'s"), at a character that is not ASCII (".\u{301}",
-    /// "!é", ",日", and punctuation or symbols the run goes on into: "!«", "+€", ")」") or at a
-    /// control ("\u{b}", "\u{1f}"); `/` and CR LF after a run.
-    pub(crate) const PUNCTUATION_RUNS: &str = "(A) ((a (a (HTTP ( a ): =\n\n x = {}\n\tif (x) \
-        {\r\n/ y',)]\u{b}z ,\u{1f}z .\u{301} !é ,日 (1 '' ''s 's, ',\n !/\n/ !«x» +€5 )」";
-
-    /// ASCII stretches long enough for the 8-byte steps.
-    pub(crate) fn ascii_stretch() -> impl Strategy<Value = String> {
-        prop_oneof![
-            "[a-zA-Z]{1,20}",
-            "[0-9]{1,12}",
-            " {1,12}",
-            "[ \t\r\n]{1,6}",
-            "[ -~]{1,24}",
-        ]
-    }
-
-    /// Whitespace of the kinds the patterns treat apart: U+0020, CR and LF, other ASCII and
-    /// Unicode spaces, line and paragraph separators.
-    pub(crate) fn whitespace() -> impl Strategy<Value = char> {
-        prop::sample::select(vec![
-            ' ', '\n', '\r', '\t', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{1680}', '\u{2003}',
-            '\u{2028}', '\u{2029}', '\u{3000}',
-        ])
-    }
-
-    /// Texts of up to 48 characters drawn from `characters`.
-    pub(crate) fn text_of(
-        characters: impl Strategy<Value = char>,
-    ) -> impl Strategy<Value = String> {
-        proptest::collection::vec(characters, 0..48).prop_map(|cs| cs.into_iter().collect())
-    }
-
-    /// Texts of up to 32 pieces: a character drawn from `characters`, or an ASCII stretch.
-    pub(crate) fn text_with_ascii_stretches(
-        characters: impl Strategy<Value = char>,
-    ) -> impl Strategy<Value = String> {
-        let piece = prop_oneof![
-            3 => characters.prop_map(String::from),
-            2 => ascii_stretch(),
-        ];
-        proptest::collection::vec(piece, 0..32).prop_map(|pieces| pieces.concat())
-    }
-
-    /// The hand-back bound is safe: up to it, HF's regex never gives up on a run of any of
-    /// `units`, in the shapes that make it backtrack through the whole run (and `more_shapes`,
-    /// each a prefix and a suffix), and the scanner agrees with it there; past it, the scanner
-    /// hands a whitespace run back.
-    pub(crate) fn assert_long_runs(
-        units: &[&str],
-        more_shapes: &[(&str, &str)],
-        ours: impl Fn(&str) -> Vec<Result<(usize, usize), HandBack>>,
-        hf: impl Fn(&str) -> Vec<(usize, usize)>,
-    ) {
-        let shapes = [("", "x"), ("\n", "x"), ("x", ""), ("!", "1")];
-        for unit in units {
-            let run = unit.repeat((SCANNED_RUN_LIMIT - 1) / unit.len());
-            for (prefix, suffix) in shapes.iter().chain(more_shapes) {
-                let text = format!("{prefix}{run}{suffix}");
-                let expected = hf(&text);
-                let covered: usize = expected.iter().map(|(s, e)| e - s).sum();
-                assert_eq!(covered, text.len(), "HF's regex gave up on {unit:?}");
-                let found: Vec<_> = ours(&text)
-                    .into_iter()
-                    .map(|m| m.expect("no hand-back"))
-                    .collect();
-                assert_eq!(found, expected, "{unit:?} after {prefix:?}");
-            }
-        }
-        let text = format!("a{}b", " ".repeat(SCANNED_RUN_LIMIT + 1));
-        assert_eq!(ours(&text), [Ok((0, 1)), Err(HandBack)]);
-    }
 }
 
 #[cfg(test)]

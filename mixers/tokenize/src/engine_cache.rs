@@ -25,7 +25,7 @@ use super::packed_tables;
 use super::sentencepiece::SentencePieceTables;
 
 /// The first word of an entry; bump the number when the entry's layout changes.
-const FORMAT: &str = "dsprep-engine-cache/7";
+const FORMAT: &str = "dsprep-engine-cache/8";
 
 /// The `tokenizers` release whose parse the tables follow (a test checks it against Cargo.lock).
 pub(crate) const TOKENIZERS_VERSION: &str = "0.23.2";
@@ -38,11 +38,13 @@ pub trait EngineCache {
     fn store(&self, tokenizer_sha256: &str, entry: &[u8]);
 }
 
-/// What a fast engine is built from.
+/// What the engine is built from: dsprep's tables, or, for HF `tokenizers` 1.x, nothing but the
+/// file itself (the entry then records the choice and the head).
 #[derive(Serialize, Deserialize)]
 pub(crate) enum EngineTables {
     ByteLevel(ByteLevelTables),
     SentencePiece(SentencePieceTables),
+    Hf1,
 }
 
 /// An entry's head: what the stage needs of HF's tokenizer without parsing the file again.

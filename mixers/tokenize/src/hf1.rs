@@ -42,8 +42,9 @@ impl Hf1Engine {
         })
     }
 
-    pub fn description(&self) -> String {
-        format!("HF tokenizers {VERSION} (engine Hf1 was asked for)")
+    /// The engine line: the engine, and `why` it encodes.
+    pub fn description(&self, why: &str) -> String {
+        format!("HF tokenizers {VERSION} ({why})")
     }
 
     /// Append the ids of `text` to `out`; on error `out` may hold some of them (the stage

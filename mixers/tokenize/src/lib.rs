@@ -3,34 +3,31 @@
 //! in document order. The ids are exactly those of HF `tokenizers`
 //! (`encode(text, add_special_tokens=False)`), which the manifest's tokenizer sha256 promises.
 //!
-//! Two engines produce those ids: HF `tokenizers` itself, and dsprep's fast path, chosen only when
-//! the `tokenizer.json` is one it reproduces step for step: byte-level BPE ([`byte_level`]) and
-//! SentencePiece-style BPE with byte fallback ([`sentencepiece`]), both on HF's own merge loop
-//! ([`merges`]) with a per-thread piece cache ([`piece_cache`]). Otherwise the stage says why and
-//! runs HF. A third, HF `tokenizers` 1.x ([`hf1`]), runs only when asked for, to be measured
-//! beside the other two.
+//! Three engines produce those ids, chosen per file by what was measured fastest ([`choice`]):
+//! HF `tokenizers` 1.x ([`hf1`]) for byte-level BPE; dsprep's own engine, only where the
+//! `tokenizer.json` is one it reproduces step for step, for SentencePiece-style BPE with byte
+//! fallback ([`sentencepiece`]) and for byte-level BPE that 1.x does not encode exactly
+//! ([`byte_level`], its pre-tokenizer regex run by a [`scanner`] where one is registered), both on
+//! HF's own merge loop ([`merges`]) with a per-thread piece cache ([`piece_cache`]); and HF
+//! `tokenizers` 0.23 for anything else, the stage saying why.
 
 mod added;
 mod build_beside;
 mod byte_level;
 mod byte_vocab;
 mod char_classes;
-mod cl100k_split;
-mod class_table;
-mod contractions;
-mod deepseek_split;
+mod choice;
 mod engine_cache;
 mod engine_slot;
-mod gpt2_split;
 mod hf1;
 mod merges;
 mod normalization;
-mod o200k_split;
 mod packed_tables;
 mod piece_cache;
 mod pipeline;
 mod prefetch;
 mod regex_copies;
+mod scanner;
 mod sentencepiece;
 mod spec;
 mod token_list;
@@ -66,15 +63,20 @@ pub enum TokenizeError {
     Decode(String),
 }
 
-/// Which engine [`TokenizeStage`] may run. `Auto` and `Hf` give the same ids; `Hf` exists to
-/// compare them and as an escape hatch. `Hf1` measures HF `tokenizers` 1.x beside them: it gives
-/// the same ids on every file measured but one (Command R+, whose vocabulary holds emoji as raw
-/// UTF-8 tokens that 1.x emits and 0.23 never does: `mixers/tests/hf1_differential.rs`).
+/// Which engine [`TokenizeStage`] may run. All give the same ids (HF 0.23's); `Auto` is the
+/// fastest for the file, the others exist to compare them and as escape hatches. `Hf1` is not
+/// exact for one file measured (Command R+, whose vocabulary holds emoji as raw UTF-8 tokens that
+/// 1.x emits and 0.23 never does: `mixers/tokenize/tests/hf1_differential.rs`), which is why
+/// `Auto` does not give it such a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum EngineChoice {
-    /// dsprep's fast path when the tokenizer.json is one it reproduces exactly, else HF.
+    /// The engine measured fastest for the file's family ([`choice`]): HF `tokenizers` 1.x for
+    /// byte-level BPE, dsprep's own engine for SentencePiece-style BPE and for a file 1.x does
+    /// not encode exactly, HF 0.23 for what neither reproduces.
     #[default]
     Auto,
+    /// dsprep's own engine when the tokenizer.json is one it reproduces exactly, else HF 0.23.
+    Own,
     /// Always HF `tokenizers` 0.23.
     Hf,
     /// HF `tokenizers` 1.x (a release candidate) when it reads the tokenizer.json, else HF 0.23
@@ -104,6 +106,11 @@ impl FastEngine {
             EngineTables::ByteLevel(t) => Self::ByteLevel(Box::new(ByteLevelBpe::from_tables(t)?)),
             EngineTables::SentencePiece(t) => {
                 Self::SentencePiece(Box::new(SentencePieceBpe::from_tables(t)?))
+            }
+            EngineTables::Hf1 => {
+                return Err(pipeline::Refusal::new(
+                    "the tables say HF tokenizers 1.x encodes, not the fast path",
+                ));
             }
         })
     }
@@ -228,8 +235,9 @@ impl TokenizeStage {
                 description: "HF tokenizers (engine Hf was asked for)".to_string(),
             },
             EngineChoice::Hf1 => hf1_engine(&json),
+            EngineChoice::Own => learn_engine(&hf).0,
             EngineChoice::Auto => {
-                let (engine, tables) = learn_engine(&hf);
+                let (engine, tables) = auto_engine(&hf, &json);
                 if let (Some(cache), Some(tables)) = (&cache, tables) {
                     keep_entry(
                         cache.as_ref(),
@@ -289,8 +297,19 @@ impl TokenizeStage {
             return Ok(None);
         }
         let tables_at = entry.tables_at;
+        let file = Arc::clone(json);
         let engine = EngineSlot::build_beside(move || {
             let tables = engine_cache::parse_tables(&bytes[tables_at..])?;
+            if let EngineTables::Hf1 = tables {
+                let hf1 = hf1::Hf1Engine::from_json(&file)?;
+                return Ok(Engine {
+                    description: format!(
+                        "{} (chosen by the engine cache)",
+                        hf1.description(choice::HF1_REASON)
+                    ),
+                    encoder: Encoder::Hf1(Box::new(hf1)),
+                });
+            }
             let fast = FastEngine::from_tables(&tables).map_err(|r| r.to_string())?;
             Ok(Engine {
                 description: format!("{} (tables from the engine cache)", fast.description()),
@@ -317,7 +336,7 @@ impl TokenizeStage {
         self.engine.get(|why| {
             let mut engine = match self.hf() {
                 Ok(hf) => {
-                    let (engine, tables) = learn_engine(hf);
+                    let (engine, tables) = auto_engine(hf, &self.json);
                     if let (Some(cache), Some(tables), Ok(extent)) =
                         (&self.cache, tables, vocab_extent(hf, &self.origin))
                     {
@@ -478,12 +497,35 @@ fn learn_engine(hf: &Tokenizer) -> (Engine, Option<EngineTables>) {
     }
 }
 
+/// The engine [`EngineChoice::Auto`] runs for `hf`, read from the file `json`
+/// ([`choice::route`]), and what an engine-cache entry keeps of it.
+fn auto_engine(hf: &Tokenizer, json: &[u8]) -> (Engine, Option<EngineTables>) {
+    match choice::route(hf, json) {
+        choice::Route::Hf1(hf1) => (
+            Engine {
+                description: hf1.description(choice::HF1_REASON),
+                encoder: Encoder::Hf1(hf1),
+            },
+            Some(EngineTables::Hf1),
+        ),
+        choice::Route::Own(why_not_hf1) => {
+            let (mut engine, tables) = learn_engine(hf);
+            if let Some(why) = why_not_hf1 {
+                engine
+                    .description
+                    .push_str(&format!("; not HF tokenizers 1.x: {why}"));
+            }
+            (engine, tables)
+        }
+    }
+}
+
 /// HF `tokenizers` 1.x's engine for the file `json`, or HF 0.23's when 1.x does not read it (the
 /// line says why: the ids are the same either way).
 fn hf1_engine(json: &[u8]) -> Engine {
     match hf1::Hf1Engine::from_json(json) {
         Ok(engine) => Engine {
-            description: engine.description(),
+            description: engine.description("engine Hf1 was asked for"),
             encoder: Encoder::Hf1(Box::new(engine)),
         },
         Err(why) => Engine {

@@ -18,16 +18,21 @@ pub(crate) struct LargeTables<'a> {
     pub whole: &'a TokenList,
 }
 
-fn large_tables(tables: &EngineTables) -> LargeTables<'_> {
+/// `None` for HF 1.x's entry, which has no tables (its two counts are 0).
+fn large_tables(tables: &EngineTables) -> Option<LargeTables<'_>> {
     match tables {
-        EngineTables::ByteLevel(tables) => tables.large_tables(),
-        EngineTables::SentencePiece(tables) => tables.large_tables(),
+        EngineTables::ByteLevel(tables) => Some(tables.large_tables()),
+        EngineTables::SentencePiece(tables) => Some(tables.large_tables()),
+        EngineTables::Hf1 => None,
     }
 }
 
 /// Append `tables`' large tables to `out`.
 pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), String> {
-    let LargeTables { merges, whole } = large_tables(tables);
+    let Some(LargeTables { merges, whole }) = large_tables(tables) else {
+        out.extend_from_slice(&[0; 8]);
+        return Ok(());
+    };
     let count = |n: usize| u32::try_from(n).map_err(|_| format!("{n} entries in one table"));
     out.extend_from_slice(&count(merges.len())?.to_le_bytes());
     for &(left, right, merged) in merges {
@@ -70,6 +75,8 @@ pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String
     match tables {
         EngineTables::ByteLevel(tables) => tables.set_large_tables(merges, whole),
         EngineTables::SentencePiece(tables) => tables.set_large_tables(merges, whole),
+        EngineTables::Hf1 if merges.is_empty() && whole.len() == 0 => {}
+        EngineTables::Hf1 => return Err("HF 1.x's entry holds tables".to_string()),
     }
     Ok(())
 }
@@ -128,12 +135,12 @@ mod tests {
     fn the_large_tables_read_back_as_written() {
         let (learnt, json, bytes) = written();
         let mut read_back: EngineTables = serde_json::from_slice(&json).expect("parses");
-        assert!(
-            large_tables(&read_back).merges.is_empty(),
-            "the JSON leaves them out"
-        );
+        fn tables(t: &EngineTables) -> LargeTables<'_> {
+            large_tables(t).expect("dsprep's engine's tables")
+        }
+        assert!(tables(&read_back).merges.is_empty(), "the JSON leaves them out");
         read(&mut read_back, &bytes).expect("reads");
-        let (a, b) = (large_tables(&learnt), large_tables(&read_back));
+        let (a, b) = (tables(&learnt), tables(&read_back));
         assert_eq!(b.merges.len(), 50_000);
         assert_eq!(a.merges, b.merges);
         assert_eq!(b.whole.len(), 50_256);
@@ -159,5 +166,19 @@ mod tests {
         );
         let longer = [bytes.as_slice(), b"\0\0"].concat();
         assert_eq!(error(&longer), "2 bytes after the last table");
+    }
+
+    /// HF 1.x's entry has no tables: two zero counts, and tables in one are refused.
+    #[test]
+    fn hf1_entries_hold_no_tables() {
+        let mut bytes = Vec::new();
+        write(&EngineTables::Hf1, &mut bytes).expect("writes");
+        assert_eq!(bytes, [0; 8]);
+        read(&mut EngineTables::Hf1, &bytes).expect("reads");
+        let (_, _, gpt2_bytes) = written();
+        assert_eq!(
+            read(&mut EngineTables::Hf1, &gpt2_bytes).expect_err("refused"),
+            "HF 1.x's entry holds tables"
+        );
     }
 }

@@ -13,7 +13,7 @@ use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
-use super::gpt2_split::GPT2_PATTERN;
+use super::scanner::GPT2_PATTERN;
 use super::normalization::Normalization;
 
 /// Why the fast path is not used; shown in `engine_description()`.
