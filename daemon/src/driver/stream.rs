@@ -104,14 +104,29 @@ pub fn load_parsed(
             .map_err(|e| anyhow!("recipe {}: {e}", path.display()))?,
     };
     release_freed_heap();
+    let stage = Arc::new(stage);
+    build_engine_beside(&stage);
     Ok(LoadedRecipe {
         recipe,
         base,
         tokenizer_json,
-        stage: Arc::new(stage),
+        stage,
         plan: None,
         pad_id,
     })
+}
+
+/// Build the stage's engine (from its engine-cache entry) on a thread of its own while the run
+/// starts (shards listed, the shuffle buffer filled), so the first document does not wait for all
+/// of it. Should no thread start, the first document builds it.
+fn build_engine_beside(stage: &Arc<TokenizeStage>) {
+    let stage = Arc::clone(stage);
+    let started = std::thread::Builder::new()
+        .name("dsprep-engine".into())
+        .spawn(move || stage.build_engine());
+    if let Err(e) = started {
+        tracing::debug!("no thread to build the tokenizer engine beside the run: {e}");
+    }
 }
 
 /// The mixer over the recipe's sources (0-weight sources are not listed or read). A Hub client

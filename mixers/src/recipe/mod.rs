@@ -10,9 +10,9 @@ mod filter;
 mod location;
 mod validate;
 
+pub use dsprep_tokenize::{TokenRef, TokenizerSpec};
 pub use filter::{CompareOp, RowFilter};
 pub use location::{DEFAULT_REVISION, HUB_SCHEME, HubLocation};
-pub use dsprep_tokenize::{TokenRef, TokenizerSpec};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

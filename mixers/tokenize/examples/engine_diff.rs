@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! cargo run --release -p dsprep-tokenize --example engine_diff -- \
-//!     --tokenizer PATH --text DIR-or-FILE [--engine fast|hf1] [--doc-bytes N] [--threads N] \
+//!     --tokenizer PATH --text DIR-or-FILE [--engine fast|auto|hf1] [--doc-bytes N] [--threads N] \
 //!     [--max-mb M] [--report K]
 //! ```
 //!
-//! With `--engine hf1` HF 1.x's stage stands where the two fast engines do below (exit 2 if 1.x
-//! does not read the file).
+//! `--engine fast` (the default) checks dsprep's own engine (`Own`); `--engine auto` the engine
+//! a pack runs (HF 1.x or dsprep's, `Auto`), learnt and from its entry alike; with `--engine hf1`
+//! HF 1.x's stage alone stands where the two engines do below (exit 2 if 1.x does not read the
+//! file).
 //!
 //! Takes every file under the folder that does not look binary (and `.json.gz` by row), cut
 //! into documents of about `--doc-bytes` at line ends (default 4096; 0: a file is one
@@ -62,7 +64,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if !["fast", "hf1"].contains(&engine.as_str()) {
+    if !["fast", "hf1", "auto"].contains(&engine.as_str()) {
         return Err(format!("--engine {engine}: expected fast or hf1").into());
     }
     Ok(Args {
@@ -210,28 +212,32 @@ fn main() -> Result<(), Box<dyn Error>> {
             hf: stage(EngineChoice::Hf, None)?,
         }
     } else {
-        // The first build learns the engine and keeps its entry; the second is built from it.
+        // The first build chooses (and learns) the engine and keeps its entry; the second is
+        // built from it.
+        let choice = match args.engine.as_str() {
+            "auto" => EngineChoice::Auto,
+            _ => EngineChoice::Own,
+        };
         Engines {
-            checked: vec![
-                stage(EngineChoice::Auto, Some(&cache))?,
-                stage(EngineChoice::Auto, Some(&cache))?,
-            ],
+            checked: vec![stage(choice, Some(&cache))?, stage(choice, Some(&cache))?],
             hf: stage(EngineChoice::Hf, None)?,
         }
     };
     let description = engines.checked[0].engine_description();
-    if args.engine == "hf1" {
-        if !description.starts_with("HF tokenizers 1.") {
-            eprintln!("HF tokenizers 1.x does not encode here: {description}");
-            std::process::exit(2);
-        }
-    } else {
-        if !description.starts_with("fast path") {
-            eprintln!("no fast path for this tokenizer: {description}");
-            std::process::exit(2);
-        }
+    let wanted = match args.engine.as_str() {
+        "hf1" => "HF tokenizers 1.",
+        "auto" if description.starts_with("HF tokenizers 1.") => "HF tokenizers 1.",
+        _ => "fast path",
+    };
+    if !description.starts_with(wanted) {
+        eprintln!("{wanted} does not encode here: {description}");
+        std::process::exit(2);
+    }
+    if args.engine != "hf1" {
         let from_entry = engines.checked[1].engine_description();
-        if !from_entry.contains("(tables from the engine cache)") {
+        if !from_entry.ends_with("(tables from the engine cache)")
+            && !from_entry.ends_with("(chosen by the engine cache)")
+        {
             return Err(
                 format!("the second stage was not built from the entry: {from_entry}").into(),
             );

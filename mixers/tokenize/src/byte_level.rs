@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use super::added::{AddedSplitter, Segment};
-use super::build_beside;
 use super::byte_vocab::{self, ByteVocab, VocabTables};
 use super::normalization::Normalization;
 use super::packed_tables::LargeTables;
@@ -181,25 +180,22 @@ impl ByteLevelBpe {
     pub fn from_tables(tables: &ByteLevelTables) -> Result<Self, Refusal> {
         let raw_added = AddedSplitter::new(&tables.added, false)?;
         let normalized_added = AddedSplitter::new(&tables.added, true)?;
-        // Every split's regex (its first copy) compiles while the vocabulary's tables fill.
-        let (compiled, vocab) = build_beside::join(
-            || {
-                let outer = tables
-                    .outer
-                    .iter()
-                    .map(|cut| match cut {
-                        OuterCut::Regex(split) => Ok(OuterSplit::Regex {
-                            regexes: RegexCopies::new(&split.pattern)?,
-                            keep_matches: split.keep_matches,
-                            keep_gaps: split.keep_gaps,
-                        }),
-                        &OuterCut::Numbers { individual } => Ok(OuterSplit::Numbers { individual }),
-                    })
-                    .collect::<Result<Vec<_>, String>>()?;
-                Ok::<_, String>((outer, RegexCopies::new(&tables.pattern)?))
-            },
-            || ByteVocab::from_tables(&tables.vocab),
-        );
+        let compiled = (|| {
+            let outer = tables
+                .outer
+                .iter()
+                .map(|cut| match cut {
+                    OuterCut::Regex(split) => Ok(OuterSplit::Regex {
+                        regexes: RegexCopies::new(&split.pattern)?,
+                        keep_matches: split.keep_matches,
+                        keep_gaps: split.keep_gaps,
+                    }),
+                    &OuterCut::Numbers { individual } => Ok(OuterSplit::Numbers { individual }),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok::<_, String>((outer, RegexCopies::new(&tables.pattern)?))
+        })();
+        let vocab = ByteVocab::from_tables(&tables.vocab);
         let (outer, regexes) = compiled
             .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
         let vocab = vocab?;

@@ -9,7 +9,6 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use tokenizers::models::bpe::BPE;
 
-use super::build_beside;
 use super::merges::{BytePairs, Merges};
 use super::pipeline::Refusal;
 use super::token_list::TokenList;
@@ -55,11 +54,8 @@ impl ByteVocab {
                 tables.byte_ids.len()
             ))
         })?;
-        // The whole-token table fills while the merge table does.
-        let (whole, merges) = build_beside::join(
-            || WholeTokens::new(&tables.whole),
-            || Merges::new(tables.merges.iter().copied()),
-        );
+        let whole = WholeTokens::new(&tables.whole);
+        let merges = Merges::new(tables.merges.iter().copied());
         Ok(Self {
             whole,
             byte_pairs: BytePairs::new(&merges, byte_ids),
@@ -98,13 +94,15 @@ fn token_bytes(token: &str, char_to_byte: &FxHashMap<char, u8>) -> Option<Vec<u8
         .collect()
 }
 
-/// How many of the model's vocabulary entries (added tokens aside) have a character outside the
-/// byte-level alphabet: none in a byte-level BPE's vocabulary as GPT-2 wrote it; Command R+'s
-/// 1,403 emoji and symbols written in raw UTF-8; every multi-byte token of a SentencePiece-style
-/// vocabulary.
-pub(crate) fn raw_utf8_tokens(bpe: &BPE) -> usize {
+/// How many of the model's vocabulary entries, other than the `added` tokens' contents, have a
+/// character outside the byte-level alphabet: none in a byte-level BPE's vocabulary as GPT-2
+/// wrote it; Command R+'s 1,403 emoji and symbols written in raw UTF-8; every multi-byte token
+/// of a SentencePiece-style vocabulary.
+pub(crate) fn raw_utf8_tokens(bpe: &BPE, added: &[String]) -> usize {
     let alphabet: FxHashSet<char> = byte_to_char().into_iter().collect();
+    let added: FxHashSet<&str> = added.iter().map(String::as_str).collect();
     (bpe.get_vocab().keys())
+        .filter(|token| !added.contains(token.as_str()))
         .filter(|token| token.chars().any(|c| !alphabet.contains(&c)))
         .count()
 }

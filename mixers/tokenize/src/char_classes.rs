@@ -4,6 +4,7 @@
 //! which classify ASCII with a byte table (built from those tables) and test runs of ASCII letters
 //! and of spaces 8 bytes at a time, decoding a character only where they meet a non-ASCII byte.
 
+use super::scanner::{HandBack, SCANNED_RUN_LIMIT};
 use regex_syntax::hir::{Class, HirKind};
 
 /// Which of the pattern's classes a character is in (they are disjoint).
@@ -92,6 +93,12 @@ impl CharClasses {
         Ok(classes)
     }
 
+    /// The kind of `b` if it is a whole character (ASCII), else `None`.
+    #[inline]
+    pub(crate) fn byte_kind(&self, b: u8) -> Option<Kind> {
+        self.bytes[usize::from(b)]
+    }
+
     fn classify(&self, c: char) -> Kind {
         let c = u32::from(c);
         if contains(&self.letters, c) {
@@ -159,6 +166,27 @@ impl CharClasses {
         }
     }
 
+    /// The end of the match at `start` (a whitespace character) of `\s*[\r\n]+|\s+(?!\S)|\s+`,
+    /// the alternatives the cl100k family's pattern ends with. The
+    /// regex walks the whole run for these, so past [`SCANNED_RUN_LIMIT`] the text is handed back.
+    pub(crate) fn newline_or_spaces_end(
+        &self,
+        text: &str,
+        start: usize,
+    ) -> Result<usize, HandBack> {
+        let (end, newline_end) = self.spaces_end(text, start);
+        if end - start > SCANNED_RUN_LIMIT {
+            return Err(HandBack);
+        }
+        // \s*[\r\n]+ : \s* gives back characters until a CR or LF can follow, so the match ends
+        // just after the run's last CR or LF (no CR or LF follows it inside the run).
+        if let Some(newline_end) = newline_end {
+            return Ok(newline_end);
+        }
+        // \s+(?!\S)|\s+ over the run.
+        Ok(spaces_before_word_end(text, start, end))
+    }
+
     /// [`Self::run_end`] for letters, whose ASCII stretches are tested 8 bytes at a time.
     #[inline]
     pub(crate) fn letters_end(&self, text: &str, at: usize) -> usize {
@@ -219,6 +247,44 @@ fn ascii_spaces_end(bytes: &[u8], at: usize) -> usize {
 /// The end of the run of ASCII letters from byte `at` of `bytes`, 8 bytes at a time.
 pub(crate) fn ascii_letters_end(bytes: &[u8], at: usize) -> usize {
     ascii_run_end(bytes, at, non_letters, |b| b.is_ascii_alphabetic())
+}
+
+/// `[\r\n]`, the patterns' line ends.
+#[inline]
+pub(crate) fn is_cr_or_lf(b: u8) -> bool {
+    b == b'\r' || b == b'\n'
+}
+
+/// The end of the cl100k family's ` ?[^\s\p{L}\p{N}]+` and what `trailing` takes after it (`[\r\n]*`,
+/// `[\r\n/]*`) from byte `start`, where the run is ASCII punctuation,
+/// after one space or not, and ends at ASCII: the commonest shape in code after words and
+/// whitespace (" =", "):", "("). `None` wherever the scanner's general path must decide: the run
+/// ends at a character that is not ASCII or is a control (either could carry it on), or one
+/// punctuation character is followed by a letter (it may start a word, `[^\r\n\p{L}\p{N}]?`
+/// taken, or be a contraction's apostrophe).
+#[inline]
+pub(crate) fn ascii_punctuation_end(
+    bytes: &[u8],
+    start: usize,
+    trailing: impl Fn(u8) -> bool,
+) -> Option<usize> {
+    let body = start + usize::from(bytes.get(start) == Some(&b' '));
+    if !bytes.get(body)?.is_ascii_punctuation() {
+        return None;
+    }
+    let mut end = body + 1;
+    while bytes.get(end).is_some_and(u8::is_ascii_punctuation) {
+        end += 1;
+    }
+    match bytes.get(end) {
+        Some(b) if b.is_ascii_alphabetic() && end == start + 1 => return None,
+        Some(b) if !(b.is_ascii_alphanumeric() || b.is_ascii_whitespace()) => return None,
+        _ => {}
+    }
+    while bytes.get(end).is_some_and(|&b| trailing(b)) {
+        end += 1;
+    }
+    Some(end)
 }
 
 /// The end of the match at `start` of GPT-2's and cl100k's `\s+(?!\S)|\s+` over the whitespace

@@ -3,16 +3,25 @@
 //! the choice is speed, measured per family on the seed mix (BENCHMARKS.md, "Tokenizer engines"):
 //! where dsprep's own engine is not at least 1.25 × HF `tokenizers` 1.x, 1.x encodes.
 //!
-//! - Byte-level BPE (GPT-2, Qwen3, Llama 3, cl100k, o200k, Tekken, DeepSeek V3, Claude): HF 1.x,
-//!   0.7–1.1 × ours on the mix (o200k 0.99–1.39 over two runs, not shown ≥ 1.25).
+//! - Byte-level BPE (GPT-2, Llama 3, cl100k, o200k, Tekken, DeepSeek V3): HF 1.x, whose speed
+//!   ours is 0.8–0.96 × on the mix (o200k 0.99–1.39 over two runs, not shown ≥ 1.25).
 //! - SentencePiece-style BPE with byte fallback (Llama 2, Yi, Gemma 3; Gemma, which 1.x does not
 //!   read): dsprep's, 4.4–4.8 × 1.x.
-//! - A byte-level vocabulary with tokens written in raw UTF-8 (Command R+'s emoji): dsprep's, as
-//!   1.x is not exact for it (it emits those tokens; 0.23, the ids' reference, never does).
+//! - Where 1.x is not exact, dsprep's, whatever the speed: a byte-level vocabulary with tokens
+//!   written in raw UTF-8 (Command R+'s emoji: 1.x emits them; 0.23, the ids' reference, never
+//!   does), and a Unicode normalizer (Qwen2/2.5/3's and Command R+'s NFC, Claude's NFKC: 1.x
+//!   normalizes with newer Unicode tables than 0.23, so combining marks 0.23 does not know, as
+//!   in "a\u{1DFA}\u{301}" or Arabic's U+0898, are reordered and composed under 1.x only, and
+//!   NFKC maps "𞀰", U+1E030, to "а" under 1.x only). Qwen3 was as fast under either (1.00–1.04).
 //! - Anything else: dsprep's engine when it reproduces HF's pipeline, else HF 0.23.
+//!
+//! One more difference is per document, not per file: past a whitespace run of 64 KiB, 0.23's
+//! regex can give up and leave the rest of the text uncut, where 1.x cuts on; such a document is
+//! encoded by HF 0.23 itself ([`super::hf1::cuts_like_hf`]).
 
 use tokenizers::Tokenizer;
 use tokenizers::models::ModelWrapper;
+use tokenizers::normalizers::NormalizerWrapper;
 
 use super::byte_vocab;
 use super::hf1::Hf1Engine;
@@ -42,7 +51,16 @@ pub(crate) fn route(hf: &Tokenizer, json: &[u8]) -> Route {
                 .to_string(),
         ));
     }
-    let raw = byte_vocab::raw_utf8_tokens(bpe);
+    if let Some(name) = hf.get_normalizer().and_then(unicode_normalizer) {
+        return Route::Own(Some(format!(
+            "normalizer {name}, which HF tokenizers 1.x applies with other Unicode tables than \
+             0.23"
+        )));
+    }
+    let added: Vec<String> = (hf.get_added_tokens_decoder().into_values())
+        .map(|token| token.content)
+        .collect();
+    let raw = byte_vocab::raw_utf8_tokens(bpe, &added);
     if raw > 0 {
         return Route::Own(Some(format!(
             "{raw} vocabulary tokens are written in raw UTF-8, which HF tokenizers 1.x emits and \
@@ -55,5 +73,19 @@ pub(crate) fn route(hf: &Tokenizer, json: &[u8]) -> Route {
             "HF tokenizers {} does not read the file ({why})",
             super::hf1::VERSION
         ))),
+    }
+}
+
+/// The Unicode normalization form the normalizer applies (in a Sequence too), if any.
+fn unicode_normalizer(normalizer: &NormalizerWrapper) -> Option<&'static str> {
+    match normalizer {
+        NormalizerWrapper::NFC(_) => Some("NFC"),
+        NormalizerWrapper::NFD(_) => Some("NFD"),
+        NormalizerWrapper::NFKC(_) => Some("NFKC"),
+        NormalizerWrapper::NFKD(_) => Some("NFKD"),
+        NormalizerWrapper::Sequence(sequence) => {
+            sequence.as_ref().iter().find_map(unicode_normalizer)
+        }
+        _ => None,
     }
 }

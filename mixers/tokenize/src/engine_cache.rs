@@ -1,6 +1,8 @@
-//! The fast engine's tables as bytes, so that what a `tokenizer.json` teaches the engine (HF's
-//! parse of the file, the merge table as ids, the pre-tokenizer and added-token settings) is
-//! worked out once per file on a machine, not once per process. The caller keeps the bytes (the
+//! The engine chosen for a `tokenizer.json`, and dsprep's own engine's tables, as bytes, so that
+//! what a file teaches the stage (HF's parse of the file, which engine encodes it, the merge table
+//! as ids, the pre-tokenizer and added-token settings) is worked out once per file on a machine,
+//! not once per process. For HF `tokenizers` 1.x the entry is the choice and the head: 1.x reads
+//! the file itself. The caller keeps the bytes (the
 //! daemon in files: `daemon/src/tokenizer_cache.rs`); this module only writes and checks them.
 //!
 //! An entry is one header line, `dsprep-engine-cache/7 <sha256 of the payload>`, then the payload:
@@ -30,12 +32,22 @@ const FORMAT: &str = "dsprep-engine-cache/8";
 /// The `tokenizers` release whose parse the tables follow (a test checks it against Cargo.lock).
 pub(crate) const TOKENIZERS_VERSION: &str = "0.23.2";
 
-/// Where the caller keeps entries, by the sha256 (hex) of the tokenizer file they are for.
+/// Where the caller keeps entries, by key: the sha256 (hex) of the tokenizer file they are for,
+/// and `-own` after it for the entry of [`crate::EngineChoice::Own`] (the same file may run
+/// another engine under `Auto`). A key is ASCII letters, digits and `-`: fit for a file name.
 pub trait EngineCache {
-    /// The entry for `tokenizer_sha256`, if one is kept (unchecked bytes).
-    fn load(&self, tokenizer_sha256: &str) -> Option<Vec<u8>>;
-    /// Keep `entry` for `tokenizer_sha256`. Failing to keep it is not an error for the caller.
-    fn store(&self, tokenizer_sha256: &str, entry: &[u8]);
+    /// The entry under `key`, if one is kept (unchecked bytes).
+    fn load(&self, key: &str) -> Option<Vec<u8>>;
+    /// Keep `entry` under `key`. Failing to keep it is not an error for the caller.
+    fn store(&self, key: &str, entry: &[u8]);
+}
+
+/// The key of the entry for the tokenizer file `sha256` under `choice`.
+pub(crate) fn key(sha256: &str, choice: crate::EngineChoice) -> String {
+    match choice {
+        crate::EngineChoice::Own => format!("{sha256}-own"),
+        _ => sha256.to_string(),
+    }
 }
 
 /// What the engine is built from: dsprep's tables, or, for HF `tokenizers` 1.x, nothing but the
@@ -129,6 +141,12 @@ pub(crate) fn check(bytes: &[u8], tokenizer_sha256: &str) -> Result<CheckedEntry
         head,
         tables_at: head_end + 1,
     })
+}
+
+/// Whether the tables of a checked entry (`bytes[entry.tables_at..]`) are HF 1.x's, which hold
+/// nothing but the choice.
+pub(crate) fn is_hf1(tables: &[u8]) -> bool {
+    tables.starts_with(b"\"Hf1\"\n")
 }
 
 /// The tables of a checked entry (`bytes[entry.tables_at..]`): their JSON line, then their large

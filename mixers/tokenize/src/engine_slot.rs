@@ -1,19 +1,16 @@
-//! The stage's engine, built now or still being built: an engine-cache entry's tables are parsed
-//! and made into the fast engine on a thread of their own while the run starts (shards listed,
-//! the shuffle buffer filled), and the first document to encode waits for it, once.
+//! The stage's engine, built now or still to build: from an engine-cache entry the engine is
+//! parsed and built by whichever thread first asks for it, [`super::TokenizeStage::build_engine`]
+//! (a thread of the caller's, while the run starts: shards listed, the shuffle buffer filled) or
+//! the first document to encode. The crate starts no thread of its own.
 
 use std::sync::{Mutex, OnceLock};
-use std::thread::JoinHandle;
-
-use super::FastEngine;
-use super::hf1::Hf1Engine;
 
 /// What encodes a document's text.
 pub(super) enum Encoder {
     /// dsprep's fast path.
-    Fast(FastEngine),
+    Fast(super::FastEngine),
     /// HF `tokenizers` 1.x.
-    Hf1(Box<Hf1Engine>),
+    Hf1(Box<super::hf1::Hf1Engine>),
     /// HF `tokenizers` 0.23: the stage's own parse of the file.
     Hf,
 }
@@ -24,60 +21,46 @@ pub(super) struct Engine {
     pub description: String,
 }
 
-/// What a building thread gives: the engine, or why it could not build one.
+/// What building gives: the engine, or why it could not build one.
 type Build = Result<Engine, String>;
 
-/// An engine, ready or being built on a thread of its own.
+/// Builds the engine, once.
+type Builder = Box<dyn FnOnce() -> Build + Send>;
+
+/// An engine, ready or still to build.
 pub(super) struct EngineSlot {
     ready: OnceLock<Engine>,
-    /// The building thread until the engine is first asked for.
-    building: Mutex<Option<JoinHandle<Build>>>,
+    /// The build, until the engine is first asked for.
+    pending: Mutex<Option<Builder>>,
 }
 
 impl EngineSlot {
     pub fn ready(engine: Engine) -> Self {
         Self {
             ready: OnceLock::from(engine),
-            building: Mutex::new(None),
+            pending: Mutex::new(None),
         }
     }
 
-    /// Build the engine with `build` on a thread of its own. Should no thread start, the first
-    /// [`Self::get`] has its fallback build one, saying why.
-    pub fn build_beside(build: impl FnOnce() -> Build + Send + 'static) -> Self {
-        let handle = std::thread::Builder::new()
-            .name("dsprep-engine".into())
-            .spawn(build)
-            .ok();
+    /// An engine `build` makes when it is first asked for.
+    pub fn later(build: impl FnOnce() -> Build + Send + 'static) -> Self {
         Self {
             ready: OnceLock::new(),
-            building: Mutex::new(handle),
+            pending: Mutex::new(Some(Box::new(build))),
         }
     }
 
-    /// The engine, waiting for its thread the first time it is asked for. When the thread gave
-    /// no engine, `fallback` makes one from why not.
+    /// The engine, built by this call if it is the first to ask (others asking meanwhile wait
+    /// for it). When the build gives no engine, `fallback` makes one from why not.
     pub fn get(&self, fallback: impl FnOnce(String) -> Engine) -> &Engine {
         self.ready.get_or_init(|| {
-            let handle = self.building.lock().ok().and_then(|mut b| b.take());
-            let why = match handle.map(JoinHandle::join) {
-                Some(Ok(Ok(engine))) => return engine,
-                Some(Ok(Err(why))) => why,
-                Some(Err(_)) => "building the engine from it panicked".to_string(),
-                None => "no thread could be started to build the engine from it".to_string(),
+            let build = self.pending.lock().ok().and_then(|mut p| p.take());
+            let why = match build.map(|build| build()) {
+                Some(Ok(engine)) => return engine,
+                Some(Err(why)) => why,
+                None => "the engine's build was lost (a panic while building it)".to_string(),
             };
             fallback(why)
         })
-    }
-}
-
-impl Drop for EngineSlot {
-    /// No building thread outlives its stage.
-    fn drop(&mut self) {
-        if let Ok(building) = self.building.get_mut()
-            && let Some(handle) = building.take()
-        {
-            let _ = handle.join();
-        }
     }
 }

@@ -17,6 +17,32 @@ thread_local! {
     static TOKENS: RefCell<Vec<PipelineToken>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Whether 1.x cuts `text` into the pieces 0.23 cuts it into, as far as is known: not where a
+/// whitespace run is longer than 64 KiB. There fancy-regex, which 0.23 splits with, may give up
+/// (its backtrack limit, at about a million characters) and leave the rest of the text uncut,
+/// where 1.x's pre-tokenizer cuts on (a million spaces under cl100k and o200k: 3 ids against
+/// 7,819). The bound is the one below which dsprep's scanners are proven to match the regex
+/// ([`crate::scanner::SCANNED_RUN_LIMIT`]); a text over it goes to 0.23. Texts of at most 64 KiB,
+/// most documents, are not read at all.
+pub(crate) fn cuts_like_hf(text: &str) -> bool {
+    const LIMIT: usize = crate::scanner::SCANNED_RUN_LIMIT;
+    if text.len() <= LIMIT {
+        return true;
+    }
+    let mut run = 0;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            run += c.len_utf8();
+            if run > LIMIT {
+                return false;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    true
+}
+
 /// HF `tokenizers` 1.x's tokenizer for one `tokenizer.json`.
 pub(crate) struct Hf1Engine {
     tokenizer: PipelineTokenizer,
@@ -70,5 +96,34 @@ impl Hf1Engine {
             out.extend(tokens.iter().map(|t| t.id()));
             encoded
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cuts_like_hf;
+    use crate::scanner::SCANNED_RUN_LIMIT as LIMIT;
+
+    /// Only a whitespace run over the bound sends a text to 0.23: of spaces, or of wider
+    /// whitespace (U+3000, three bytes), counted in bytes; a long text without one stays.
+    #[test]
+    fn a_whitespace_run_past_the_bound_goes_to_hf_023() {
+        assert!(cuts_like_hf(&" ".repeat(LIMIT)));
+        assert!(cuts_like_hf(&format!("a{}b", " ".repeat(LIMIT))));
+        assert!(!cuts_like_hf(&format!("a{}b", " ".repeat(LIMIT + 1))));
+        assert!(!cuts_like_hf(&format!(
+            "a{}",
+            "\u{3000}".repeat(LIMIT / 3 + 1)
+        )));
+        assert!(!cuts_like_hf(&format!(
+            "x\n{}\t",
+            "\u{a0} ".repeat(LIMIT / 3 + 1)
+        )));
+        assert!(cuts_like_hf(&"word ".repeat(3 * LIMIT)));
+        assert!(cuts_like_hf(&format!(
+            "{}x{}",
+            " ".repeat(LIMIT),
+            " ".repeat(LIMIT)
+        )));
     }
 }

@@ -12,7 +12,6 @@
 //! `tokenizers` 0.23 for anything else, the stage saying why.
 
 mod added;
-mod build_beside;
 mod byte_level;
 mod byte_vocab;
 mod char_classes;
@@ -35,12 +34,12 @@ mod whole_tokens;
 
 use std::sync::{Arc, OnceLock};
 
-pub use spec::{TokenRef, TokenizerSpec};
 use byte_level::ByteLevelBpe;
 use engine_cache::{CachedHead, EngineTables};
 use engine_slot::{Encoder, Engine, EngineSlot};
 use sentencepiece::SentencePieceBpe;
 use sha2::{Digest, Sha256};
+pub use spec::{TokenRef, TokenizerSpec};
 use tokenizers::Tokenizer;
 
 pub use engine_cache::EngineCache;
@@ -138,16 +137,18 @@ pub struct TokenizeStage {
     /// shared with the caller that read them ([`Self::from_json_bytes_cached`]).
     json: Arc<Vec<u8>>,
     origin: String,
-    /// The engine that encodes: built with the stage, or, from an engine-cache entry, on a
-    /// thread of its own while the run starts.
+    /// The engine that encodes: built with the stage, or, from an engine-cache entry, by the
+    /// first caller of [`Self::build_engine`] or [`Self::encode_doc`].
     engine: EngineSlot,
     bos: Option<u32>,
     eos: u32,
     vocab_size: u32,
     sha256: String,
-    /// The engine cache an entry came from: should that entry's tables not build, the engine
-    /// learnt from the file instead replaces it there.
-    cache: Option<SharedEngineCache>,
+    /// The engine cache an entry came from, and the entry's key: should that entry's tables not
+    /// build, the engine chosen from the file instead replaces it there.
+    cache: Option<(SharedEngineCache, String)>,
+    /// `Auto` or `Own`: what chooses the engine again should an entry's not build.
+    choice: EngineChoice,
 }
 
 /// An engine cache the stage may keep, to replace an entry found unsound on the building thread.
@@ -204,7 +205,8 @@ impl TokenizeStage {
     /// As [`Self::from_json_bytes_with`], reading the fast engine's tables from `cache` when it
     /// holds a sound entry for this file, and keeping them there when it does not. The ids are
     /// the same either way; the engine line says which it was. From an entry, the engine is
-    /// built on a thread of its own and the first document encoded waits for it.
+    /// built when first asked for: a caller that has a thread to spare runs
+    /// [`Self::build_engine`] on it while the run starts, else the first document builds it.
     ///
     /// The stage keeps `json` (shared, not copied) until it parses HF's tokenizer, if ever.
     pub fn from_json_bytes_cached(
@@ -215,12 +217,14 @@ impl TokenizeStage {
         cache: Option<SharedEngineCache>,
     ) -> Result<Self, TokenizeError> {
         let sha256 = hex::encode(Sha256::digest(json.as_slice()));
-        let cache = cache.filter(|_| choice == EngineChoice::Auto);
+        let cache = cache.filter(|_| matches!(choice, EngineChoice::Auto | EngineChoice::Own));
+        let key = engine_cache::key(&sha256, choice);
         let mut ignored = None;
         if let Some(cache) = &cache
-            && let Some(bytes) = cache.load(&sha256)
+            && let Some(bytes) = cache.load(&key)
         {
-            match Self::from_cache_entry(bytes, &json, spec, origin, &sha256, cache) {
+            let kept = (Arc::clone(cache), key.clone());
+            match Self::from_cache_entry(bytes, &json, spec, origin, &sha256, kept, choice) {
                 Ok(Some(stage)) => return Ok(stage),
                 Ok(None) => {}
                 Err(why) => ignored = Some(why),
@@ -235,17 +239,11 @@ impl TokenizeStage {
                 description: "HF tokenizers (engine Hf was asked for)".to_string(),
             },
             EngineChoice::Hf1 => hf1_engine(&json),
-            EngineChoice::Own => learn_engine(&hf).0,
-            EngineChoice::Auto => {
-                let (engine, tables) = auto_engine(&hf, &json);
+            EngineChoice::Auto | EngineChoice::Own => {
+                let (engine, tables) = choose_engine(choice, &hf, &json);
                 if let (Some(cache), Some(tables)) = (&cache, tables) {
-                    keep_entry(
-                        cache.as_ref(),
-                        &sha256,
-                        &hf,
-                        (vocab_size, dense_ids),
-                        &tables,
-                    );
+                    let head = cached_head(&sha256, &hf, (vocab_size, dense_ids));
+                    keep_entry(cache.as_ref(), &key, &head, &tables);
                 }
                 engine
             }
@@ -273,6 +271,7 @@ impl TokenizeStage {
             vocab_size,
             sha256,
             cache: None,
+            choice,
         })
     }
 
@@ -285,7 +284,8 @@ impl TokenizeStage {
         spec: &TokenizerSpec,
         origin: &str,
         sha256: &str,
-        cache: &SharedEngineCache,
+        cache: (SharedEngineCache, String),
+        choice: EngineChoice,
     ) -> Result<Option<Self>, String> {
         let entry = engine_cache::check(&bytes, sha256)?;
         let vocabulary = Vocabulary::Cached(&entry.head);
@@ -297,10 +297,11 @@ impl TokenizeStage {
             return Ok(None);
         }
         let tables_at = entry.tables_at;
-        let file = Arc::clone(json);
-        let engine = EngineSlot::build_beside(move || {
-            let tables = engine_cache::parse_tables(&bytes[tables_at..])?;
-            if let EngineTables::Hf1 = tables {
+        // HF 1.x's entry names the engine and holds no tables: 1.x reads the file's bytes.
+        let file = engine_cache::is_hf1(&bytes[tables_at..]).then(|| Arc::clone(json));
+        let engine = EngineSlot::later(move || {
+            if let Some(file) = file {
+                engine_cache::parse_tables(&bytes[tables_at..])?;
                 let hf1 = hf1::Hf1Engine::from_json(&file)?;
                 return Ok(Engine {
                     description: format!(
@@ -310,6 +311,7 @@ impl TokenizeStage {
                     encoder: Encoder::Hf1(Box::new(hf1)),
                 });
             }
+            let tables = engine_cache::parse_tables(&bytes[tables_at..])?;
             let fast = FastEngine::from_tables(&tables).map_err(|r| r.to_string())?;
             Ok(Engine {
                 description: format!("{} (tables from the engine cache)", fast.description()),
@@ -325,7 +327,8 @@ impl TokenizeStage {
             eos,
             vocab_size: entry.head.vocab_size,
             sha256: sha256.to_string(),
-            cache: Some(Arc::clone(cache)),
+            cache: Some(cache),
+            choice,
         }))
     }
 
@@ -336,11 +339,12 @@ impl TokenizeStage {
         self.engine.get(|why| {
             let mut engine = match self.hf() {
                 Ok(hf) => {
-                    let (engine, tables) = auto_engine(hf, &self.json);
-                    if let (Some(cache), Some(tables), Ok(extent)) =
+                    let (engine, tables) = choose_engine(self.choice, hf, &self.json);
+                    if let (Some((cache, key)), Some(tables), Ok(extent)) =
                         (&self.cache, tables, vocab_extent(hf, &self.origin))
                     {
-                        keep_entry(cache.as_ref(), &self.sha256, hf, extent, &tables);
+                        let head = cached_head(&self.sha256, hf, extent);
+                        keep_entry(cache.as_ref(), key, &head, &tables);
                     }
                     engine
                 }
@@ -372,8 +376,8 @@ impl TokenizeStage {
         out.extend(self.bos);
         let encoded = match &self.engine().encoder {
             Encoder::Fast(fast) => fast.encode(text, out),
-            Encoder::Hf1(hf1) => hf1.encode(text, out),
-            Encoder::Hf => self
+            Encoder::Hf1(hf1) if hf1::cuts_like_hf(text) => hf1.encode(text, out),
+            Encoder::Hf1(_) | Encoder::Hf => self
                 .hf()?
                 .encode_fast(text, false)
                 .map(|encoding| out.extend_from_slice(encoding.get_ids()))
@@ -396,9 +400,16 @@ impl TokenizeStage {
             .map_err(|e| TokenizeError::Decode(e.to_string()))
     }
 
-    /// Which engine encodes, and under [`EngineChoice::Auto`] why HF runs when it does (e.g.
-    /// "HF tokenizers: normalizer NFKC is not reproduced by the fast path"). For logs and
-    /// manifests: the ids do not depend on it. Waits for an engine still being built.
+    /// Build the engine now if it is still to build (from an engine-cache entry), so that the
+    /// first document does not wait for it. Any thread may call it, once or more; threads that
+    /// encode meanwhile wait for it.
+    pub fn build_engine(&self) {
+        self.engine();
+    }
+
+    /// Which engine encodes and why (e.g. "HF tokenizers: normalizer Lowercase is not
+    /// reproduced by the fast path"). For logs and manifests: the ids do not depend on it.
+    /// Builds an engine still to build.
     pub fn engine_description(&self) -> String {
         self.engine().description.clone()
     }
@@ -497,9 +508,16 @@ fn learn_engine(hf: &Tokenizer) -> (Engine, Option<EngineTables>) {
     }
 }
 
-/// The engine [`EngineChoice::Auto`] runs for `hf`, read from the file `json`
-/// ([`choice::route`]), and what an engine-cache entry keeps of it.
-fn auto_engine(hf: &Tokenizer, json: &[u8]) -> (Engine, Option<EngineTables>) {
+/// The engine `choice` (`Auto` or `Own`) runs for `hf`, read from the file `json`, and what an
+/// engine-cache entry keeps of it.
+fn choose_engine(
+    choice: EngineChoice,
+    hf: &Tokenizer,
+    json: &[u8],
+) -> (Engine, Option<EngineTables>) {
+    if choice == EngineChoice::Own {
+        return learn_engine(hf);
+    }
     match choice::route(hf, json) {
         choice::Route::Hf1(hf1) => (
             Engine {
@@ -538,16 +556,10 @@ fn hf1_engine(json: &[u8]) -> Engine {
     }
 }
 
-/// Keep in `cache` the entry for the tokenizer file `sha256`: the engine's `tables` and the
-/// head the stage starts from. `extent` is [`vocab_extent`]'s.
-fn keep_entry(
-    cache: &(dyn EngineCache + Send + Sync),
-    sha256: &str,
-    hf: &Tokenizer,
-    (vocab_size, dense_ids): (u32, u32),
-    tables: &EngineTables,
-) {
-    let head = CachedHead {
+/// What an engine-cache entry keeps of HF's tokenizer for the file `sha256`, so that a stage
+/// starts without parsing it. `extent` is [`vocab_extent`]'s.
+fn cached_head(sha256: &str, hf: &Tokenizer, (vocab_size, dense_ids): (u32, u32)) -> CachedHead {
+    CachedHead {
         tokenizer_sha256: sha256.to_string(),
         built_by: engine_cache::built_by(),
         vocab_size,
@@ -557,9 +569,18 @@ fn keep_entry(
             .into_iter()
             .map(|(id, token)| (token.content, id))
             .collect(),
-    };
-    if let Ok(bytes) = engine_cache::to_bytes(&head, tables) {
-        cache.store(sha256, &bytes);
+    }
+}
+
+/// Keep in `cache`, under `key`, the entry of `head` and the engine's `tables`.
+fn keep_entry(
+    cache: &(dyn EngineCache + Send + Sync),
+    key: &str,
+    head: &CachedHead,
+    tables: &EngineTables,
+) {
+    if let Ok(bytes) = engine_cache::to_bytes(head, tables) {
+        cache.store(key, &bytes);
     }
 }
 

@@ -138,7 +138,10 @@ mod tests {
         fn tables(t: &EngineTables) -> LargeTables<'_> {
             large_tables(t).expect("dsprep's engine's tables")
         }
-        assert!(tables(&read_back).merges.is_empty(), "the JSON leaves them out");
+        assert!(
+            tables(&read_back).merges.is_empty(),
+            "the JSON leaves them out"
+        );
         read(&mut read_back, &bytes).expect("reads");
         let (a, b) = (tables(&learnt), tables(&read_back));
         assert_eq!(b.merges.len(), 50_000);

@@ -13,8 +13,8 @@ use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
-use super::scanner::GPT2_PATTERN;
 use super::normalization::Normalization;
+use super::scanner::GPT2_PATTERN;
 
 /// Why the fast path is not used; shown in `engine_description()`.
 #[derive(Debug, Clone, PartialEq, Eq)]

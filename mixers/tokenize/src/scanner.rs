@@ -7,6 +7,8 @@
 //! any scanner over a text, and one conformance harness (`scanner/conformance.rs`) checks every
 //! registered scanner against HF's own regex type on the same texts.
 
+mod cl100k;
+mod contractions;
 mod gpt2;
 
 pub(crate) use gpt2::PATTERN as GPT2_PATTERN;
@@ -56,14 +58,27 @@ pub(crate) struct Registered {
     pub build: fn() -> Result<Box<dyn Scanner>, String>,
 }
 
-/// Every scanner, by HF's pattern. GPT-2's is the one the byte-level engine still runs: for
-/// files HF `tokenizers` 1.x does not encode exactly (Command R+: BENCHMARKS.md, "Tokenizer
-/// engines"). A file with any other pattern is cut by HF's regex type.
-pub(crate) const REGISTRY: &[Registered] = &[Registered {
-    name: "GPT-2",
-    pattern: gpt2::PATTERN,
-    build: gpt2::build,
-}];
+/// Every scanner, by HF's pattern: those of the byte-level files dsprep's engine runs because HF
+/// `tokenizers` 1.x does not encode them exactly (BENCHMARKS.md, "Tokenizer engines"): GPT-2's
+/// (Command R+, Claude) and the cl100k family's (Qwen2/2.5/3; Llama 3 and cl100k_base share the
+/// scanner). A file with any other pattern is cut by HF's regex type.
+pub(crate) const REGISTRY: &[Registered] = &[
+    Registered {
+        name: "GPT-2",
+        pattern: gpt2::PATTERN,
+        build: gpt2::build,
+    },
+    Registered {
+        name: "cl100k-family",
+        pattern: cl100k::QWEN2_PATTERN,
+        build: cl100k::build_qwen2,
+    },
+    Registered {
+        name: "cl100k-family",
+        pattern: cl100k::CL100K_PATTERN,
+        build: cl100k::build_cl100k,
+    },
+];
 
 /// The registered scanner for `pattern`, built, with its name; `None` when none is registered.
 pub(crate) fn for_pattern(

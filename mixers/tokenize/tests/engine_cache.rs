@@ -1,8 +1,9 @@
-//! The engine cache: a fast engine built from a cache entry gives exactly the ids, BOS/EOS and
-//! vocabulary size of one built from the file (and of HF), on real C4 rows, for every tokenizer
-//! of the fast path; an entry that is corrupt, cut short, for another file or unable to resolve
-//! the recipe's tokens is ignored (the engine line says why), the engine is built from the file,
-//! and a sound entry takes the bad one's place.
+//! The engine cache: dsprep's own engine built from a cache entry ([`EngineChoice::Own`]) gives
+//! exactly the ids, BOS/EOS and vocabulary size of one built from the file (and of HF), on real
+//! C4 rows, for every tokenizer it reproduces; so does the engine `Auto` chose, from its entry; an
+//! entry that is corrupt, cut short, of an older format (an engine since replaced), for another
+//! file or unable to resolve the recipe's tokens is ignored (the engine line says why), the
+//! engine is built from the file, and a sound entry takes the bad one's place.
 
 #[path = "../../../tests/support/fetched_tokenizer.rs"]
 mod support;
@@ -12,8 +13,8 @@ use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dsprep_tokenize::{TokenRef, TokenizerSpec};
 use dsprep_tokenize::{EngineCache, EngineChoice, SharedEngineCache, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
 
 /// Entries in memory, counting stores.
 #[derive(Default)]
@@ -51,12 +52,22 @@ fn spec(eos: &str, bos: Option<TokenRef>) -> TokenizerSpec {
     }
 }
 
+/// A stage running dsprep's own engine, its tables from `cache` when it holds them.
 fn stage(json: &[u8], spec: &TokenizerSpec, cache: Option<&Arc<MemoryCache>>) -> TokenizeStage {
+    stage_with(json, spec, cache, EngineChoice::Own)
+}
+
+fn stage_with(
+    json: &[u8],
+    spec: &TokenizerSpec,
+    cache: Option<&Arc<MemoryCache>>,
+    choice: EngineChoice,
+) -> TokenizeStage {
     TokenizeStage::from_json_bytes_cached(
         Arc::new(json.to_vec()),
         spec,
         "test",
-        EngineChoice::Auto,
+        choice,
         cache.map(|c| Arc::clone(c) as SharedEngineCache),
     )
     .expect("tokenizer builds")
@@ -189,8 +200,9 @@ fn gpt2_cache() -> (Vec<u8>, String, Arc<MemoryCache>) {
     (json, sha, cache)
 }
 
+/// The entry of dsprep's own engine for the file `sha`.
 fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
-    cache.entries.lock().expect("not poisoned")[sha].clone()
+    cache.entries.lock().expect("not poisoned")[&format!("{sha}-own")].clone()
 }
 
 /// An entry of the current format around `payload`, its hash right: what only a build with a
@@ -198,7 +210,7 @@ fn entry(cache: &MemoryCache, sha: &str) -> Vec<u8> {
 fn sealed(payload: &[u8]) -> Vec<u8> {
     use sha2::Digest;
     let header = format!(
-        "dsprep-engine-cache/7 {}\n",
+        "dsprep-engine-cache/8 {}\n",
         hex::encode(sha2::Sha256::digest(payload))
     );
     [header.as_bytes(), payload].concat()
@@ -227,8 +239,8 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ("empty", Vec::new(), "no header line"),
         (
             "the previous format",
-            [b"dsprep-engine-cache/6".as_slice(), &sound[21..]].concat(),
-            "format \"dsprep-engine-cache/6\", this build reads \"dsprep-engine-cache/7\"",
+            [b"dsprep-engine-cache/7".as_slice(), &sound[21..]].concat(),
+            "format \"dsprep-engine-cache/7\", this build reads \"dsprep-engine-cache/8\"",
         ),
         (
             "no head line",
@@ -242,7 +254,7 @@ fn a_damaged_entry_is_ignored_and_replaced() {
         ),
     ];
     for (what, bytes, why) in damaged {
-        cache.insert(&sha, bytes);
+        cache.insert(&format!("{sha}-own"), bytes);
         let stage = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
         let line = stage.engine_description();
         assert!(
@@ -276,7 +288,7 @@ fn tables_that_do_not_build_are_learnt_from_the_file_and_replaced() {
         + 1;
     let payload = [&sound[header_end..head_end], b"{not the tables".as_slice()].concat();
     let forged = sealed(&payload);
-    cache.insert(&sha, forged);
+    cache.insert(&format!("{sha}-own"), forged);
     let rows = c4_rows(50);
     let expected = ids(&stage(&json, &spec("<|endoftext|>", None), None), &rows);
     let first = stage(&json, &spec("<|endoftext|>", None), Some(&cache));
@@ -311,7 +323,7 @@ fn an_entry_for_another_file_is_ignored() {
         .sha256()
         .to_string();
     let gpt2_entry = entry(&cache, &gpt2_sha);
-    cache.insert(&qwen3_sha, gpt2_entry);
+    cache.insert(&format!("{qwen3_sha}-own"), gpt2_entry);
     let stage = stage(&qwen3, &spec("<|endoftext|>", None), Some(&cache));
     let line = stage.engine_description();
     assert!(
@@ -350,7 +362,7 @@ fn tokens_the_entry_cannot_resolve_go_to_hf() {
         Arc::new(json.clone()),
         &unknown,
         "test",
-        EngineChoice::Auto,
+        EngineChoice::Own,
         Some(cache as SharedEngineCache),
     )
     .err()
@@ -381,7 +393,7 @@ fn a_stage_beside_the_fast_engine_shares_the_files_bytes() {
         TokenizeStage::from_json_bytes_cached(Arc::clone(&json), &eos, "test", choice, cache)
             .expect("builds")
     };
-    let build = |cache| build_with(cache, EngineChoice::Auto);
+    let build = |cache| build_with(cache, EngineChoice::Own);
     let cached = build(Some(cache as SharedEngineCache));
     assert_eq!(
         Arc::strong_count(&json),
@@ -408,4 +420,89 @@ fn a_stage_beside_the_fast_engine_shares_the_files_bytes() {
     let hf = build_with(None, EngineChoice::Hf);
     assert_eq!(Arc::strong_count(&json), 1, "HF encodes: HF kept, no bytes");
     assert_eq!(hf.decode(&[31_373]).expect("decodes"), "hello");
+}
+
+/// Under `Auto` the entry keeps the engine chosen: for GPT-2 and Qwen3 HF tokenizers 1.x, which
+/// reads the file itself, so the entry is its head and the choice. The next stage starts from it
+/// (no HF 0.23 parse) and gives HF 0.23's ids; `Own`'s entry for the same file is another.
+#[test]
+fn auto_keeps_its_choice() {
+    let rows = c4_rows(100);
+    for path in [
+        "../../config/tokenizers/gpt2/tokenizer.json",
+        "../../config/tokenizers/qwen3/tokenizer.json",
+    ] {
+        let json = std::fs::read(path).expect("tokenizer");
+        let eos = spec("<|endoftext|>", None);
+        let cache = Arc::new(MemoryCache::default());
+        let built = stage_with(&json, &eos, Some(&cache), EngineChoice::Auto);
+        assert_eq!(cache.stores(), 1, "{path}");
+        let sha = built.sha256().to_string();
+        let kept = cache.entries.lock().expect("not poisoned")[&sha].clone();
+        let tables = kept.split(|&b| b == b'\n').nth(2).expect("tables line");
+        assert_eq!(tables, b"\"Hf1\"", "{path}: the choice, no tables");
+        let cached = stage_with(&json, &eos, Some(&cache), EngineChoice::Auto);
+        assert_eq!(cache.stores(), 1, "{path}: a hit writes nothing");
+        assert_eq!(
+            cached.engine_description(),
+            format!(
+                "{} (chosen by the engine cache)",
+                built.engine_description()
+            ),
+        );
+        assert!(
+            built
+                .engine_description()
+                .starts_with("HF tokenizers 1.0.0-rc.3 (byte-level BPE"),
+            "{}",
+            built.engine_description()
+        );
+        let hf = TokenizeStage::from_json_bytes_with(&json, &eos, "test", EngineChoice::Hf)
+            .expect("HF builds");
+        let expected = ids(&hf, &rows);
+        assert_eq!(ids(&built, &rows), expected, "{path}: built");
+        assert_eq!(ids(&cached, &rows), expected, "{path}: from the cache");
+        assert_eq!(cached.vocab_size(), hf.vocab_size());
+        let own = stage_with(&json, &eos, Some(&cache), EngineChoice::Own);
+        assert!(own.engine_description().starts_with("fast path"));
+        assert_eq!(cache.stores(), 2, "{path}: Own keeps an entry of its own");
+        assert_eq!(ids(&own, &rows), expected, "{path}: own engine");
+    }
+}
+
+/// An entry written before this build chose HF 1.x for GPT-2 (format 7: dsprep's byte-level
+/// tables, kept under the file's sha256) is ignored, with the reason, and replaced by the choice.
+#[test]
+fn an_entry_of_a_replaced_engine_is_ignored_and_rebuilt() {
+    let (json, sha, cache) = gpt2_cache();
+    let own = entry(&cache, &sha);
+    let old = [b"dsprep-engine-cache/7".as_slice(), &own[21..]].concat();
+    cache.insert(&sha, old);
+    let eos = spec("<|endoftext|>", None);
+    let stage = stage_with(&json, &eos, Some(&cache), EngineChoice::Auto);
+    let line = stage.engine_description();
+    assert!(
+        line.starts_with("HF tokenizers 1.0.0-rc.3 (byte-level BPE"),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(
+            "; engine cache entry ignored: format \"dsprep-engine-cache/7\", this build reads \
+             \"dsprep-engine-cache/8\""
+        ),
+        "{line}"
+    );
+    let rebuilt = cache.entries.lock().expect("not poisoned")[&sha].clone();
+    assert!(rebuilt.starts_with(b"dsprep-engine-cache/8 "));
+    let next = stage_with(&json, &eos, Some(&cache), EngineChoice::Auto);
+    assert!(
+        next.engine_description()
+            .ends_with("(chosen by the engine cache)"),
+        "{}",
+        next.engine_description()
+    );
+    let rows = c4_rows(50);
+    let hf = TokenizeStage::from_json_bytes_with(&json, &eos, "test", EngineChoice::Hf)
+        .expect("HF builds");
+    assert_eq!(ids(&next, &rows), ids(&hf, &rows));
 }

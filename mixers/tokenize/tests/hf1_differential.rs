@@ -1,5 +1,5 @@
 //! HF `tokenizers` 1.x ([`EngineChoice::Hf1`]) against HF 0.23 ([`EngineChoice::Hf`], the oracle)
-//! and dsprep's fast path ([`EngineChoice::Auto`]), document by document: `encode_doc` of all
+//! and dsprep's fast path ([`EngineChoice::Own`]), document by document: `encode_doc` of all
 //! three must give the same ids (BOS and EOS included) for every shipped tokenizer (GPT-2, Qwen3)
 //! and every one config/tokenizers/fetch.sh fetches, on the shipped C4 rows, the 1,000 C4 rows of
 //! tests/bench/data, source code (this crate's Rust, Python's standard library when installed),
@@ -7,7 +7,7 @@
 //! text among them). A mismatch is reported with its text, never loosened here.
 //!
 //! The fetched files are skipped, loudly, only when the registry cannot be reached and
-//! `DSPREP_REQUIRE_TOKENIZERS` is not set (as in fast_bpe_differential.rs).
+//! `DSPREP_REQUIRE_TOKENIZERS` is not set (as in engine_differential.rs).
 //!
 //! What HF 1.0.0-rc.3 is known to do differently is written down here and checked to still be so
 //! (the release that fixes one fails its test, and the entry goes):
@@ -28,8 +28,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::sync::LazyLock;
 
-use dsprep_tokenize::{TokenRef, TokenizerSpec};
 use dsprep_tokenize::{EngineChoice, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
 
 const GPT2: &str = "../../config/tokenizers/gpt2/tokenizer.json";
 const QWEN3: &str = "../../config/tokenizers/qwen3/tokenizer.json";
@@ -127,7 +127,7 @@ fn trio(name: &'static str, path: &Path) -> Trio {
         name,
         hf: stage(name, &json, EngineChoice::Hf),
         hf1: stage(name, &json, EngineChoice::Hf1),
-        fast: stage(name, &json, EngineChoice::Auto),
+        fast: stage(name, &json, EngineChoice::Own),
         added,
         raw,
     }

@@ -85,7 +85,6 @@ impl Gpt2Splitter {
         }
         Ok(spaces_before_word_end(text, start, end))
     }
-
 }
 
 /// The registry's builder.

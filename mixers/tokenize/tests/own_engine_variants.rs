@@ -1,4 +1,5 @@
-//! When the tokenize stage takes its fast path and when it refuses: GPT-2's tokenizer.json edited
+//! When dsprep's own engine ([`EngineChoice::Own`]: the fast path) reproduces a file and when it
+//! refuses: GPT-2's tokenizer.json edited
 //! into variants (other normalizers, split behaviours, added-token flags, merge orders, …), Yi's
 //! (SentencePiece-style BPE, fetched) edited into the normalizers and pre-tokenizers of Llama 2,
 //! Gemma and Gemma 3 and into ones the fast path refuses, and tiny hand-made vocabularies. A variant the fast path accepts must give HF's ids; one it
@@ -9,8 +10,8 @@ mod support;
 
 use std::sync::LazyLock;
 
-use dsprep_tokenize::{TokenRef, TokenizerSpec};
 use dsprep_tokenize::{EngineChoice, TokenizeStage};
+use dsprep_tokenize::{TokenRef, TokenizerSpec};
 use serde_json::{Value, json};
 
 const GPT2: &str = "../../config/tokenizers/gpt2/tokenizer.json";
@@ -52,7 +53,7 @@ fn encode(stage: &TokenizeStage, text: &str) -> Vec<u32> {
 
 /// The variant takes the fast path and agrees with HF on every text.
 fn assert_fast_and_equal(json: &Value, texts: &[&str]) {
-    let fast = stage(json, EngineChoice::Auto);
+    let fast = stage(json, EngineChoice::Own);
     let hf = stage(json, EngineChoice::Hf);
     let description = fast.engine_description();
     assert!(description.starts_with("fast path"), "{description}");
@@ -63,7 +64,7 @@ fn assert_fast_and_equal(json: &Value, texts: &[&str]) {
 
 /// The variant runs HF, and says why.
 fn assert_refused(json: &Value, reason: &str) {
-    let auto = stage(json, EngineChoice::Auto);
+    let auto = stage(json, EngineChoice::Own);
     let description = auto.engine_description();
     assert!(description.starts_with("HF tokenizers: "), "{description}");
     assert!(
@@ -109,7 +110,7 @@ fn nfkc_normalizer_is_reproduced() {
             }));
         });
         assert_fast_and_equal(&json, &texts);
-        let fast = stage(&json, EngineChoice::Auto);
+        let fast = stage(&json, EngineChoice::Own);
         assert!(
             fast.engine_description().contains("normalizer NFKC"),
             "{}",
@@ -145,7 +146,7 @@ fn normalized_added_token_matches_its_nfc_form() {
         }));
     });
     assert_fast_and_equal(&json, &["café! cafe\u{301}! cafe!", "xcafé!!"]);
-    let ids = encode(&stage(&json, EngineChoice::Auto), "café!");
+    let ids = encode(&stage(&json, EngineChoice::Own), "café!");
     assert_eq!(ids, [50257, 0]);
 }
 
@@ -216,7 +217,7 @@ fn splits_one_after_another_are_reproduced() {
             ]});
         });
         assert_fast_and_equal(&json, &texts);
-        let description = stage(&json, EngineChoice::Auto).engine_description();
+        let description = stage(&json, EngineChoice::Own).engine_description();
         assert!(description.contains("\" then \""), "{description}");
     }
     // The last cut before a ByteLevel without its regex must be a regex Split.
@@ -265,7 +266,7 @@ fn digits_before_the_last_split_are_reproduced() {
             j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": steps});
         });
         assert_fast_and_equal(&json, &texts);
-        let description = stage(&json, EngineChoice::Auto).engine_description();
+        let description = stage(&json, EngineChoice::Own).engine_description();
         assert!(description.contains(shown), "{description}");
     }
 }
@@ -288,7 +289,7 @@ fn other_pre_tokenizers_fall_back_to_hf() {
 #[test]
 fn model_and_tokenizer_settings_fall_back_to_hf() {
     let dropout = gpt2_with(|j| j["model"]["dropout"] = json!(0.1));
-    let description = stage(&dropout, EngineChoice::Auto).engine_description();
+    let description = stage(&dropout, EngineChoice::Own).engine_description();
     assert!(description.contains("dropout"), "{description}");
     let fallback = gpt2_with(|j| j["model"]["byte_fallback"] = json!(true));
     // byte_fallback is SentencePiece-style BPE, whose engine wants its normalizer.
@@ -352,7 +353,7 @@ fn a_token_only_a_non_listed_pair_makes_is_never_merged() {
     assert_fast_and_equal(&json, &["abc", "abcab", "xabc abc"]);
     let a = GPT2_JSON["model"]["vocab"]["a"].as_u64().expect("a");
     assert_eq!(
-        encode(&stage(&json, EngineChoice::Auto), "abc"),
+        encode(&stage(&json, EngineChoice::Own), "abc"),
         [a as u32, 256, 0]
     );
 }
@@ -364,10 +365,10 @@ fn token_no_merge_reaches_is_left_out_unless_ignore_merges() {
     let texts = ["xyz", "abxyz", " xyz xyzab", "ab"];
     let strict = tiny_bpe(&["ab", "xyz"], &["a b"], false);
     assert_fast_and_equal(&strict, &texts);
-    assert_eq!(encode(&stage(&strict, EngineChoice::Auto), "xyz").len(), 4);
+    assert_eq!(encode(&stage(&strict, EngineChoice::Own), "xyz").len(), 4);
     let lookup = tiny_bpe(&["ab", "xyz"], &["a b"], true);
     assert_fast_and_equal(&lookup, &texts);
-    assert_eq!(encode(&stage(&lookup, EngineChoice::Auto), "xyz"), [257, 0]);
+    assert_eq!(encode(&stage(&lookup, EngineChoice::Own), "xyz"), [257, 0]);
 }
 
 /// Vocabularies converted from tiktoken (Llama 3, cl100k) list every split of a token into two
@@ -387,7 +388,7 @@ fn several_merges_for_one_token_in_rank_order_take_the_fast_path() {
     ];
     let json = tiny_bpe(&["ab", "bc", "abc"], &["a b", "b c", "a bc", "ab c"], false);
     assert_fast_and_equal(&json, &texts);
-    assert_eq!(encode(&stage(&json, EngineChoice::Auto), "abc"), [258, 0]);
+    assert_eq!(encode(&stage(&json, EngineChoice::Own), "abc"), [258, 0]);
     let lookup = tiny_bpe(&["ab", "bc", "abc"], &["a b", "b c", "a bc", "ab c"], true);
     assert_fast_and_equal(&lookup, &texts);
 }
@@ -426,7 +427,7 @@ fn sentencepiece_normalizers_and_pre_tokenizers() {
     });
     assert_fast_and_equal(&llama2_like, TEXTS);
     assert!(
-        stage(&llama2_like, EngineChoice::Auto)
+        stage(&llama2_like, EngineChoice::Own)
             .engine_description()
             .contains("normalizer Prepend \"▁\" + Replace")
     );
@@ -469,7 +470,7 @@ fn sentencepiece_normalizers_and_pre_tokenizers() {
     for scheme in ["first", "always", "never"] {
         let json = metaspace(scheme, false);
         assert_fast_and_equal(&json, &metaspace_texts);
-        let description = stage(&json, EngineChoice::Auto).engine_description();
+        let description = stage(&json, EngineChoice::Own).engine_description();
         assert!(
             description.contains(&format!("Metaspace (prepend_scheme {scheme})")),
             "{description}"
