@@ -18,7 +18,10 @@
 #   prose 60 %, code 20 %, math 5 %, CJK 7.5 %, European 7.5 %). Nothing repeats.
 # CORE (default 1): the core every run is pinned to. PEER_VENV: a venv made by
 #   ../shared/bench/peer/setup.sh VENV --with-gigatoken; without it GigaToken is left out.
-# ENGINES (default "fast hf1 hf", plus gigatoken with PEER_VENV); KINDS (default all five texts).
+# ENGINES (default "fast hf1 hf", plus gigatoken with PEER_VENV): auto (the engine a pack runs),
+# fast (dsprep's own), hf1, hf, gigatoken, and before: BEFORE_BENCH, a tokenize_bench built from
+# an earlier commit, run with `--engine fast` (the fast path as it was there). KINDS (default all
+# five texts).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$(realpath -m "$1")"; shift
@@ -55,6 +58,9 @@ print(json.dumps(r))' "$@"
 
 run() {  # run ENGINE TEXT
   case "$1" in
+    before)  # dsprep's engine as a build before this one ran it (BEFORE_BENCH, `--engine fast`)
+      taskset -c "$CORE" "$BEFORE_BENCH" --tokenizer "$TOK" --text-dir "$TEXTS/$2.json.gz" \
+        --engine fast --threads 1 --max-mb 1000 ;;
     gigatoken)
       RAYON_NUM_THREADS=1 taskset -c "$CORE" "$PEER_VENV/bin/python" \
         "$ROOT/tests/bench/gigatoken_stage.py" "$TOK" "$TEXTS/$2.json.gz" ;;

@@ -12,7 +12,7 @@
 //!   does), and a Unicode normalizer (Qwen2/2.5/3's and Command R+'s NFC, Claude's NFKC: 1.x
 //!   normalizes with newer Unicode tables than 0.23, so combining marks 0.23 does not know, as
 //!   in "a\u{1DFA}\u{301}" or Arabic's U+0898, are reordered and composed under 1.x only, and
-//!   NFKC maps "𞀰", U+1E030, to "а" under 1.x only). Qwen3 was as fast under either (1.00–1.04).
+//!   NFKC maps U+1E030 to U+0430 under 1.x only). Qwen3 was as fast under either (1.00–1.04).
 //! - Anything else: dsprep's engine when it reproduces HF's pipeline, else HF 0.23.
 //!
 //! One more difference is per document, not per file: past a whitespace run of 64 KiB, 0.23's

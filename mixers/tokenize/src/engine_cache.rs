@@ -5,10 +5,12 @@
 //! the file itself. The caller keeps the bytes (the
 //! daemon in files: `daemon/src/tokenizer_cache.rs`); this module only writes and checks them.
 //!
-//! An entry is one header line, `dsprep-engine-cache/7 <sha256 of the payload>`, then the payload:
+//! An entry is one header line, `dsprep-engine-cache/8 <sha256 of the payload>`, then the payload:
 //! a head line (JSON: the tokenizer file's sha256, the build that wrote it, the vocabulary's
-//! extent and added tokens), the engine's tables (JSON, one line) and their two large tables as
-//! little-endian words (`packed_tables.rs`). It is used only when the payload's
+//! extent and added tokens), the engine's tables (JSON, one line: `"Hf1"` for HF 1.x, which has
+//! none) and their two large tables as little-endian words (`packed_tables.rs`; two zero counts
+//! for HF 1.x). Format 8 added HF 1.x's entries: an entry of format 7 held dsprep's tables for
+//! files `Auto` now gives to 1.x, and is rebuilt like any entry of another format. It is used only when the payload's
 //! hash matches, it names the same tokenizer file (sha256 of its bytes) and it was written by the
 //! same build of the engine (this crate's version and the `tokenizers` version its parse
 //! follows); anything else is ignored, with the reason, and the engine is built from the file as
@@ -84,8 +86,9 @@ pub(crate) struct CheckedEntry {
 /// This build of the engine, as an entry records it.
 pub(crate) fn built_by() -> String {
     format!(
-        "dsprep-mixers {} / tokenizers {TOKENIZERS_VERSION}",
-        env!("CARGO_PKG_VERSION")
+        "dsprep-tokenize {} / tokenizers {TOKENIZERS_VERSION} / tokenizers {}",
+        env!("CARGO_PKG_VERSION"),
+        super::hf1::VERSION
     )
 }
 
