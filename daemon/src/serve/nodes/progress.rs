@@ -100,9 +100,14 @@ struct ProgressState {
 impl LaneProgress {
     /// The progress file of the stream `stream_id` under `state_dir`, opened (created) once; the
     /// facts already there (an earlier run's) are read at once.
+    #[cfg(test)]
     pub fn new(spec: LanesSpec, state_dir: &Path, stream_id: &str) -> std::io::Result<Self> {
-        let dir = state_dir.join(format!("lanes-{stream_id}"));
-        std::fs::create_dir_all(&dir)?;
+        Self::in_dir(spec, &state_dir.join(format!("lanes-{stream_id}")))
+    }
+
+    /// The progress file in `dir` (a stream's folder, or a branch's after a change of course).
+    pub fn in_dir(spec: LanesSpec, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
         let path = dir.join("progress.bin");
         let file = std::fs::OpenOptions::new()
             .read(true)
