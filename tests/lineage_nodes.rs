@@ -40,26 +40,68 @@ fn recipes(dir: &Path) -> (PathBuf, PathBuf) {
     (a, b)
 }
 
-/// Node `node` of `nodes` serving `recipe` (world 4 × micro batch 1) on `dir/node<N>.sock`.
-fn node(dir: &Path, recipe: &Path, node: u32, nodes: u32, extra: &[&str]) -> Daemon {
+/// Node `node` of `nodes` serving `recipe` (world × micro batch) on `dir/node<N>.sock`.
+fn start(
+    dir: &Path,
+    recipe: &Path,
+    (node, nodes): (u32, u32),
+    (world, mb): (u32, u32),
+    extra: &[&str],
+) -> Result<Daemon, String> {
     let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
     let mut more = vec!["--metrics", "off", "--checkpoint-every", "3"];
     more.extend_from_slice(extra);
-    let args = node_args(dir, node, nodes, 4, 1, &more);
+    let args = node_args(dir, node, nodes, world, mb, &more);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Daemon::start_with(recipe, &endpoint, &args).unwrap()
+    Daemon::start_with(recipe, &endpoint, &args)
 }
 
+/// `count` node daemons of `recipe`, world 4 × micro batch 1.
 fn nodes(dir: &Path, recipe: &Path, count: u32, extra: &[&str]) -> Vec<Daemon> {
+    nodes_of(dir, recipe, count, (4, 1), extra)
+}
+
+fn nodes_of(
+    dir: &Path,
+    recipe: &Path,
+    count: u32,
+    layout: (u32, u32),
+    extra: &[&str],
+) -> Vec<Daemon> {
     (0..count)
-        .map(|n| node(dir, recipe, n, count, extra))
+        .map(|n| start(dir, recipe, (n, count), layout, extra).unwrap())
         .collect()
 }
 
-/// Every rank's taps from `start` for `steps` steps, its output files (checked later).
+/// Every rank's taps (world 4) from `start` for `steps` steps, its output files.
 fn pull(dir: &Path, daemons: &[Daemon], start: u64, steps: u64, tag: &str) -> Vec<PathBuf> {
+    pull_world(dir, daemons, 4, start, steps, tag)
+}
+
+fn pull_world(
+    dir: &Path,
+    daemons: &[Daemon],
+    world: u32,
+    start: u64,
+    steps: u64,
+    tag: &str,
+) -> Vec<PathBuf> {
     let daemons: Vec<&Daemon> = daemons.iter().collect();
-    tap_all(dir, &daemons, 4, start, steps, tag, &[])
+    tap_all(dir, &daemons, world, start, steps, tag, &[])
+}
+
+/// `dsprep pack --lineage STATE --out DIR/lineage`, opened.
+fn pack_lineage(dir: &Path) -> PackedDataset {
+    let (state, out) = (dir.join("state"), dir.join("lineage"));
+    dsprep_ok(&[
+        "pack",
+        "--lineage",
+        state.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    PackedDataset::open(&out).unwrap()
 }
 
 #[test]
@@ -93,17 +135,7 @@ fn two_node_daemons_change_course_and_serve_exactly_the_packed_lineage() {
     outs.push(pull(dir, &daemons, 67, 13, "c"));
     drop(daemons);
 
-    let state = dir.join("state");
-    let packed_out = dir.join("lineage");
-    dsprep_ok(&[
-        "pack",
-        "--lineage",
-        state.to_str().unwrap(),
-        "--out",
-        packed_out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let packed = PackedDataset::open(&packed_out).unwrap();
+    let packed = pack_lineage(dir);
     let marks = chain_marks(&packed, 80 * 4);
     let plain_a = dir.join("plain-a");
     dsprep_ok(&[
@@ -135,6 +167,64 @@ fn two_node_daemons_change_course_and_serve_exactly_the_packed_lineage() {
         assert!(
             got[40 * ROW..] != below[40 * ROW..80 * ROW],
             "rank {rank}: B changed nothing"
+        );
+    }
+}
+
+/// Four node daemons (world 8 × micro batch 2): A to step 12, a change to B at step 12 served to
+/// step 20, then the trainers roll back to step 9 (below the change) and resume there; an edit
+/// of `[lanes]` is refused first, naming the field, with nothing changed. Every step each rank
+/// received, the replayed ones included, is `dsprep pack --lineage`'s.
+#[test]
+fn four_node_daemons_change_course_and_a_rollback_below_it_replays_the_lineage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b) = recipes(dir);
+    let layout = (8, 2);
+    let daemons = nodes_of(dir, &a, 4, layout, &[]);
+    let first = pull_world(dir, &daemons, 8, 0, 12, "a");
+    drop(daemons);
+    let lanes = recipe_variant(
+        &b,
+        dir,
+        "lanes.toml",
+        &[("block_windows = 2", "block_windows = 4")],
+    );
+    let change = ["--resume", "latest", "--change-course"];
+    let lineage_before = std::fs::read(dir.join("state/lineage.json")).unwrap();
+    let e = start(dir, &lanes, (0, 4), layout, &change)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        e.contains("lanes: count 8 × block_windows 2 → count 8 × block_windows 4"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("state/lineage.json")).unwrap(),
+        lineage_before,
+        "a refused change writes nothing"
+    );
+    let daemons = nodes_of(dir, &b, 4, layout, &change);
+    let second = pull_world(dir, &daemons, 8, 12, 8, "b");
+    drop(daemons);
+    let daemons = nodes_of(dir, &b, 4, layout, &["--resume", "latest"]);
+    let third = pull_world(dir, &daemons, 8, 9, 15, "c");
+    drop(daemons);
+    let packed = pack_lineage(dir);
+    let marks = chain_marks(&packed, 24 * 16);
+    let row = 2 * ROW;
+    for rank in 0..8usize {
+        let want = expected_rank_bytes(&packed, 8, 2, rank as u64);
+        let read = |out: &PathBuf, steps| {
+            assert_eq!(assert_tap_chains(out, &marks), steps, "rank {rank}");
+            std::fs::read(out).unwrap()
+        };
+        let got = [read(&first[rank], 12), read(&second[rank], 8)].concat();
+        assert!(got == want[..20 * row], "rank {rank}: steps 0..20 differ");
+        let again = read(&third[rank], 15);
+        assert!(
+            again == want[9 * row..24 * row],
+            "rank {rank}: the rollback to step 9 differs from the lineage"
         );
     }
 }

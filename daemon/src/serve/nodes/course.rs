@@ -26,6 +26,7 @@ use crate::driver::lanes::{LaneInputs, deal_segments};
 use crate::driver::lineage::Segments;
 use crate::driver::pipeline::PipelineConfig;
 use crate::driver::run::StreamStart;
+use crate::files::patiently;
 use crate::serve::ServeOptions;
 use crate::serve::store::StepStore;
 use anyhow::{Context, bail};
@@ -45,6 +46,8 @@ pub struct NodeCourse {
     pub inputs: Vec<Arc<LaneInputs>>,
     /// `--change-course`: made (node 0) or taken from node 0 at the first request.
     change: Option<Change>,
+    /// Node 0's lineage, to write at the first request.
+    unwritten: bool,
     state_dir: Option<PathBuf>,
     node: u32,
     world_size: u32,
@@ -75,19 +78,10 @@ impl NodeCourse {
         if options.change_course && !(options.resume && options.state_dir.is_some()) {
             bail!("--change-course needs --resume latest and --state-dir");
         }
-        let write_fresh = |lineage: &Lineage| -> anyhow::Result<()> {
-            match (&path, node) {
-                (Some(path), 0) => {
-                    if let Some(dir) = path.parent() {
-                        std::fs::create_dir_all(dir).with_context(|| {
-                            format!("cannot create the state directory {}", dir.display())
-                        })?;
-                    }
-                    lineage_file::write(path, lineage)
-                }
-                _ => Ok(()),
-            }
-        };
+        // Node 0 writes the lineage at the first request (on the producer's thread, as it
+        // writes every other file of the shared state directory: a full one is waited on).
+        let writer = path.is_some() && node == 0;
+        let mut unwritten = false;
         let (lineage, change) = match stored {
             None if options.change_course => bail!(
                 "{} has no lineage (it predates them, or no daemon of the stream ever started): \
@@ -96,7 +90,7 @@ impl NodeCourse {
                 (options.state_dir.as_deref()).map_or(String::new(), |d| d.display().to_string())
             ),
             None => {
-                write_fresh(&fresh)?;
+                unwritten = writer;
                 (fresh, None)
             }
             Some(stored) if !options.resume => {
@@ -112,7 +106,7 @@ impl NodeCourse {
                             .map_or("", |s| s.recipe_hash.as_str())
                     );
                 }
-                write_fresh(&fresh)?;
+                unwritten = writer;
                 (fresh, None)
             }
             Some(mut stored) => {
@@ -124,7 +118,7 @@ impl NodeCourse {
                     if stored.segments.len() == 1 && last.global_batch != global_batch {
                         // One recipe: steps of any global batch cover the same stream.
                         stored = fresh.clone();
-                        write_fresh(&stored)?;
+                        unwritten = writer;
                     }
                     (stored, None)
                 } else if !options.change_course {
@@ -180,6 +174,7 @@ impl NodeCourse {
             inputs,
             lineage,
             change,
+            unwritten,
             state_dir: options.state_dir.clone(),
             node,
             world_size,
@@ -297,6 +292,14 @@ impl NodeCourse {
         branch_dir: impl Fn(usize) -> Option<PathBuf>,
         store: &StepStore,
     ) -> anyhow::Result<bool> {
+        if std::mem::take(&mut self.unwritten)
+            && let Some(dir) = &self.state_dir
+        {
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!("cannot create the state directory {}", dir.display())
+            })?;
+            write_lineage(&lineage_file::path_in(dir), &self.lineage)?;
+        }
         let Some(change) = self.change.take() else {
             return Ok(true);
         };
@@ -428,9 +431,10 @@ impl NodeCourse {
             let documents = match window {
                 0 => 0,
                 _ => {
-                    let (k, start, _) = lane_start(&below, lane, checkpoints, window - 1)?;
+                    let from = lane_start(&below, lane, checkpoints, window - 1)?;
                     let began = Instant::now();
-                    let documents = below.documents_at_window(k, start, window, config)?;
+                    let documents =
+                        below.documents_at_window(from.segment, from.start, window, config)?;
                     tracing::info!(
                         "lane {lane}: the change at step {} takes over at its window {window}, \
                          document {documents} (found in {:.2} s)",
@@ -445,7 +449,11 @@ impl NodeCourse {
         if points.len() > found
             && let Some(dir) = &self.state_dir
         {
-            lane_lineage::write(dir, lane, &points)?;
+            let path = lane_lineage::path_in(dir, lane);
+            patiently(&path, "write", || {
+                lane_lineage::write(dir, lane, &points)
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))
+            })?;
         }
         Ok(Segments::for_lane(
             lineage.for_lane(&points),
@@ -454,6 +462,14 @@ impl NodeCourse {
             self.inputs[..lineage.segments.len()].to_vec(),
         ))
     }
+}
+
+/// Write `lineage.json` as the shared state directory allows (a full or stalled filesystem is
+/// waited on, as every file the node daemons share).
+fn write_lineage(path: &Path, lineage: &Lineage) -> anyhow::Result<()> {
+    patiently(path, "write", || {
+        lineage_file::write(path, lineage).map_err(|e| std::io::Error::other(format!("{e:#}")))
+    })
 }
 
 fn point(lineage: &Lineage, k: usize, window: u64, documents: u64) -> LanePoint {
@@ -486,15 +502,23 @@ fn segment_of(lineage: &Lineage, meta: &LaneMeta, state: &PipelineState) -> Opti
     })
 }
 
+/// Where a lane run starts: its segment, its start, the lane's windows there, and the
+/// checkpoint it restores (none: the lane's start).
+pub struct LaneStart {
+    pub segment: usize,
+    pub start: StreamStart,
+    pub windows: u64,
+    pub checkpoint: Option<PathBuf>,
+}
+
 /// Where a lane of `segments` starts to reach its window `windows`: its newest checkpoint at
-/// or below it that is of this lineage (segment, start, and the lane's windows there), else
-/// its start.
+/// or below it that is of this lineage (segment and start), else its start.
 pub fn lane_start(
     segments: &Segments,
     lane: u32,
     checkpoints: Option<&LaneCheckpoints>,
     windows: u64,
-) -> anyhow::Result<(usize, StreamStart, u64)> {
+) -> anyhow::Result<LaneStart> {
     let lineage = &segments.lineage;
     let found: Option<Loaded<LaneMeta>> = match checkpoints {
         Some(c) => c.newest_at_or_below(lane, windows, |meta, state| {
@@ -503,19 +527,20 @@ pub fn lane_start(
         None => None,
     };
     Ok(match found {
-        Some(c) => {
-            let k = segment_of(lineage, &c.meta, &c.state).unwrap_or(0);
-            let what = format!("resume from {}", c.path.display());
-            let at = c.meta.position();
-            (
-                k,
-                StreamStart::Restore {
-                    state: Box::new(c.state),
-                    what,
-                },
-                at,
-            )
-        }
-        None => (lineage.first_segment(), StreamStart::Fresh, 0),
+        Some(c) => LaneStart {
+            segment: segment_of(lineage, &c.meta, &c.state).unwrap_or(0),
+            windows: c.meta.position(),
+            start: StreamStart::Restore {
+                state: Box::new(c.state),
+                what: format!("resume from {}", c.path.display()),
+            },
+            checkpoint: Some(c.path),
+        },
+        None => LaneStart {
+            segment: lineage.first_segment(),
+            start: StreamStart::Fresh,
+            windows: 0,
+            checkpoint: None,
+        },
     })
 }

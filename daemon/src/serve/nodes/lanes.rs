@@ -16,7 +16,7 @@
 //! continues from its newest checkpoint at or below the windows it owes before that step (else
 //! from its start) and drops the windows in between.
 
-use super::course::{NodeCourse, lane_start, tag};
+use super::course::{LaneStart, NodeCourse, lane_start, tag};
 use super::lane_chain::{LaneChain, Linked};
 use super::progress::{LaneFact, LaneProgress};
 use crate::checkpoint::LaneCheckpoints;
@@ -215,20 +215,33 @@ impl LaneRun<'_> {
         let k = spec.block_windows as usize;
         let start = lane_windows_before(&spec, lane, self.slice.step_block(first));
         let segments = (self.course).lane_segments(lane, &spec, self.checkpoints, &config)?;
-        let (segment, from, windows) = match first {
-            0 => (segments.lineage.first_segment(), StreamStart::Fresh, 0),
-            _ => lane_start(&segments, lane, self.checkpoints, start)?,
+        let from = match first {
+            0 => None,
+            _ => Some(lane_start(&segments, lane, self.checkpoints, start)?),
         };
-        match &from {
-            StreamStart::Restore { what, .. } => tracing::info!(
-                "lane {lane}: {what} (window {windows}), recomputing {} windows to window {start}",
+        let LaneStart {
+            segment,
+            start: from,
+            windows,
+            checkpoint,
+        } = from.unwrap_or(LaneStart {
+            segment: segments.lineage.first_segment(),
+            start: StreamStart::Fresh,
+            windows: 0,
+            checkpoint: None,
+        });
+        match checkpoint {
+            Some(path) => tracing::info!(
+                "lane {lane}: resuming from {} (window {windows}), recomputing {} windows to \
+                 window {start}",
+                path.display(),
                 start - windows
             ),
-            _ if first > 0 => tracing::info!(
+            None if first > 0 => tracing::info!(
                 "lane {lane}: no checkpoint at or below window {start}: recomputing it from its \
                  start"
             ),
-            _ => {}
+            None => {}
         }
         let skip = start - windows;
         let writer = self.checkpoints.map(|c| LaneWriter {
