@@ -295,9 +295,8 @@ impl NodeCourse {
         if std::mem::take(&mut self.unwritten)
             && let Some(dir) = &self.state_dir
         {
-            std::fs::create_dir_all(dir).with_context(|| {
-                format!("cannot create the state directory {}", dir.display())
-            })?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
             write_lineage(&lineage_file::path_in(dir), &self.lineage)?;
         }
         let Some(change) = self.change.take() else {
@@ -446,7 +445,8 @@ impl NodeCourse {
             };
             points.push(point(lineage, j, window, documents));
         }
-        if points.len() > found
+        // A lineage of one recipe needs no points (every lane starts at its start).
+        if points.len() > found.max(1)
             && let Some(dir) = &self.state_dir
         {
             let path = lane_lineage::path_in(dir, lane);
