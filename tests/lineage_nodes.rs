@@ -228,3 +228,74 @@ fn four_node_daemons_change_course_and_a_rollback_below_it_replays_the_lineage()
         );
     }
 }
+
+/// Rank `rank`'s rows of steps `steps` of `data` when step `s` holds `global_batch` windows from
+/// window `from_window` at step `from_step` (world 4).
+fn rank_rows(
+    data: &PackedDataset,
+    (from_step, from_window, global_batch): (u64, u64, u64),
+    steps: std::ops::Range<u64>,
+    rank: u64,
+) -> Vec<u8> {
+    let mb = global_batch / 4;
+    steps
+        .flat_map(|s| {
+            let first = from_window + (s - from_step) * global_batch + rank * mb;
+            (first..first + mb).flat_map(|w| data.window(w).unwrap().tokens.as_bytes().to_vec())
+        })
+        .collect()
+}
+
+/// Two node daemons (world 4) serve A at micro batch 1 to step 40, then change course to B with
+/// micro batch 2 (the global batch 4 → 8) at step 40, are SIGKILLed at step 60 and resumed at
+/// step 52: steps of 8 windows from window 160 on, exactly `dsprep pack --lineage`'s; and a
+/// daemon asked for a step below the change at the new global batch is refused, naming it.
+#[test]
+fn node_daemons_change_the_global_batch_at_a_change_of_course() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b) = recipes(dir);
+    let daemons = nodes_of(dir, &a, 2, (4, 1), &[]);
+    let first = pull_world(dir, &daemons, 4, 0, 40, "a");
+    drop(daemons);
+    let change = ["--resume", "latest", "--change-course"];
+    let daemons = nodes_of(dir, &b, 2, (4, 2), &change);
+    let second = pull_world(dir, &daemons, 4, 40, 20, "b");
+    drop(daemons);
+    let daemons = nodes_of(dir, &b, 2, (4, 2), &["--resume", "latest"]);
+    let third = pull_world(dir, &daemons, 4, 52, 12, "c");
+    drop(daemons);
+    // Trainers that rolled back below the change ask this layout for a step it cannot serve.
+    let daemons = nodes_of(dir, &b, 2, (4, 2), &["--resume", "latest"]);
+    let below = dir.join("below.bin");
+    let refused = support::daemon::tap(&daemons[0].endpoint, 0, 4, 30, 1, &below)
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains(
+                "step 30 is in the stretch of the stream from step 0 with a global batch of 4 \
+                 windows (world size 4 × micro batch 1)"
+            ),
+        "{stderr}"
+    );
+    drop(daemons);
+    let packed = pack_lineage(dir);
+    for rank in 0..4u64 {
+        let read = |out: &PathBuf| std::fs::read(out).unwrap();
+        let r = rank as usize;
+        assert!(
+            read(&first[r]) == rank_rows(&packed, (0, 0, 4), 0..40, rank),
+            "rank {rank}: steps 0..40"
+        );
+        assert!(
+            read(&second[r]) == rank_rows(&packed, (40, 160, 8), 40..60, rank),
+            "rank {rank}: steps 40..60 at 8 windows a step"
+        );
+        assert!(
+            read(&third[r]) == rank_rows(&packed, (40, 160, 8), 52..64, rank),
+            "rank {rank}: steps 52..64 after the SIGKILL"
+        );
+    }
+}

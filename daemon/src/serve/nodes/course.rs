@@ -29,8 +29,9 @@ use crate::driver::run::StreamStart;
 use crate::files::patiently;
 use crate::serve::ServeOptions;
 use crate::serve::store::StepStore;
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::checkpoint::PipelineState;
+use dsprep_mixers::lanes::NodeSlice;
 use dsprep_mixers::lineage::{LanePoint, Lineage, Refusal, check_edit, lane_window};
 use dsprep_mixers::{LanesSpec, Recipe};
 use std::path::{Path, PathBuf};
@@ -50,6 +51,7 @@ pub struct NodeCourse {
     unwritten: bool,
     state_dir: Option<PathBuf>,
     node: u32,
+    nodes: u32,
     world_size: u32,
     micro_batch: u32,
 }
@@ -143,16 +145,18 @@ impl NodeCourse {
                 }
             }
         };
-        let batches: Vec<u64> = (lineage.segments.iter()).map(|s| s.global_batch).collect();
-        if (lineage.segments.len() > 1 || change.is_some())
-            && batches.iter().any(|&g| g != global_batch)
-        {
+        if change.is_none() && !(lineage.segments.iter()).any(|s| s.global_batch == global_batch) {
+            let last = lineage.segments.last().expect("a lineage has a segment");
             bail!(
-                "global batch: the stream's lineage serves {batches:?} windows a step (its \
-                 segments'), this run {global_batch} (world size {world_size} × micro batch \
-                 {micro_batch}): node daemons keep the global batch across changes of course; \
-                 start them with world size × micro batch = {}",
-                batches[batches.len() - 1]
+                "global batch: the stream serves {} windows a step from step {} (world size {} × \
+                 micro batch {}), this run {global_batch} ({world_size} × {micro_batch}): steps \
+                 would cover other windows; keep world size × micro batch = {}, or change the \
+                 global batch with --change-course (docs/serving.md#changing-course)",
+                last.global_batch,
+                last.from_step,
+                last.world_size,
+                last.micro_batch,
+                last.global_batch
             );
         }
         let prospective = match &change {
@@ -177,6 +181,7 @@ impl NodeCourse {
             unwritten,
             state_dir: options.state_dir.clone(),
             node,
+            nodes: options.node.count,
             world_size,
             micro_batch,
         };
@@ -281,6 +286,29 @@ impl NodeCourse {
             .collect()
     }
 
+    /// Where steps of `global_batch` windows begin around step `step` (the trainers' first):
+    /// the step and its first window. Refused, naming the global batch to serve it with, when
+    /// `step` is in a stretch of the stream with another global batch (the trainers rolled
+    /// back below a change of it).
+    pub fn origin(&self, step: u64, global_batch: u64) -> anyhow::Result<(u64, u64)> {
+        let lineage = &self.lineage;
+        let s = &lineage.segments[lineage.segment_at_step(step)];
+        if s.global_batch != global_batch {
+            bail!(
+                "step {step} is in the stretch of the stream from step {} with a global batch of \
+                 {} windows (world size {} × micro batch {}); these node daemons serve \
+                 {global_batch}: start them with world size × micro batch = {}",
+                s.from_step,
+                s.global_batch,
+                s.world_size,
+                s.micro_batch,
+                s.global_batch
+            );
+        }
+        let first = lineage.first_step_of_batch(step, global_batch);
+        Ok((first, lineage.window_of_step(first)))
+    }
+
     /// Make the change of course (node 0: at step `asked`, written to `lineage.json`; another
     /// node: taken from it once node 0 has made it). `branch_dir(n)` is branch `n`'s folder,
     /// seeded here from the branch below with what the stream holds below the change. Returns
@@ -324,6 +352,11 @@ impl NodeCourse {
                 self.world_size,
                 self.micro_batch,
             );
+            let g = u64::from(self.world_size) * u64::from(self.micro_batch);
+            let first = next.first_step_of_batch(asked, g);
+            let slice = NodeSlice::new(spec, g, self.node, self.nodes).map_err(|e| anyhow!(e))?;
+            (slice.with_origin(first, next.window_of_step(first)))
+                .map_err(|e| anyhow!("cannot change course at step {asked}: {e}"))?;
             if let (Some(from), Some(to)) = (
                 branch_dir(self.lineage.changes()),
                 branch_dir(next.changes()),

@@ -99,7 +99,7 @@ impl LaneChain {
     pub fn link_step(&mut self, step: &mut StepData, store: &StepStore) -> anyhow::Result<Linked> {
         let g = self.slice.global_batch;
         let part = self.slice.windows_per_step();
-        let first = step.step * g;
+        let first = self.slice.step_window(step.step);
         let own_from = first + u64::from(self.slice.node) * part;
         for (i, digest) in step.digests.iter().enumerate() {
             self.put_digest(own_from + i as u64, digest)?;
@@ -162,7 +162,7 @@ impl LaneChain {
         }
         let k = self.slice.block_windows;
         for w in from * k..block * k {
-            let step = w / self.slice.global_batch;
+            let step = self.slice.step_of_window(w);
             match self.wait_digest(w, step, store)? {
                 Waited::Got(digest) => at = chain::link(&at, &digest),
                 other => return Ok(other),

@@ -77,9 +77,17 @@ impl LaneProducer<'_> {
         if !(self.course).settle(asked, &self.spec, branch, self.store)? {
             return Ok(Ended::Stopped);
         }
+        // Steps count from where the lineage set this global batch (step 0 but after a change
+        // of it).
+        let (origin_step, origin_window) = self.course.origin(asked, self.slice.global_batch)?;
+        self.slice =
+            (self.slice.clone().with_origin(origin_step, origin_window)).map_err(|e| anyhow!(e))?;
+        if let Some(p) = &self.progress {
+            p.set_origin(origin_step, origin_window);
+        }
         // As a single daemon does: the steps below the one asked for are held too, for a rank
         // whose request was lost with the killed daemon and asks again late.
-        let first = held_from(asked, 0);
+        let first = held_from(asked, origin_step);
         if asked > 0 {
             tracing::info!(
                 "the first request is for step {asked}; the lanes resume at step {first}, so \
@@ -160,7 +168,7 @@ impl LaneProducer<'_> {
             global_batch: per_step,
             dtype: self.dtype,
             next_window: from * self.slice.block_windows,
-            keep_from: first * per_step,
+            keep_from: self.slice.own_windows_before(first),
             current: StepData::new(first, per_step as usize),
             chain: None,
         };

@@ -87,6 +87,9 @@ pub struct LaneProgress {
     path: PathBuf,
     file: File,
     state: Mutex<ProgressState>,
+    /// The step from which steps are of the served global batch, and its first window (set
+    /// once the course is settled; 0 and 0 until then).
+    origin: std::sync::OnceLock<(u64, u64)>,
 }
 
 struct ProgressState {
@@ -126,6 +129,7 @@ impl LaneProgress {
                 last_read: None,
                 unpublished: vec![false; n],
             }),
+            origin: std::sync::OnceLock::new(),
         };
         {
             let mut state = progress.lock();
@@ -221,13 +225,20 @@ impl LaneProgress {
         }
     }
 
+    /// Steps are of the served global batch from step `step`, which starts at stream window
+    /// `window` (a change of course set it there).
+    pub fn set_origin(&self, step: u64, window: u64) {
+        let _ = self.origin.set((step, window));
+    }
+
     /// Whether global step `step` of `global_batch` windows may be served.
     pub fn gate(&self, step: u64, global_batch: u64) -> Gate {
         let k = u64::from(self.spec.block_windows);
+        let (origin_step, origin_window) = self.origin.get().copied().unwrap_or((0, 0));
         let decide = |facts: &[LaneFact]| {
             let lanes: Vec<(u64, bool)> = facts.iter().map(|f| (f.blocks, f.ended)).collect();
             let (blocks, is_end) = blocks_known(&self.spec, &lanes);
-            let num_steps = (blocks * k) / global_batch;
+            let num_steps = origin_step + (blocks * k).saturating_sub(origin_window) / global_batch;
             if step < num_steps {
                 Some(Gate::Open(is_end.then_some(num_steps)))
             } else if is_end {
