@@ -341,7 +341,7 @@ fn pack_lane(
             packing,
             &mut sink,
         ),
-        (None, None) => unreachable!("a lane without a lineage has its stream"),
+        (None, None) => Err(anyhow!("internal error: lane {} has no stream", info.lane)),
     };
     let LaneSink {
         writer,
