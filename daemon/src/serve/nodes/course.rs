@@ -171,7 +171,11 @@ impl NodeCourse {
                 micro_batch,
             ),
         };
-        let segments = Segments::load(prospective, loaded);
+        let mut segments = Segments::load(prospective, loaded);
+        if let [only] = &mut segments.loaded[..] {
+            // One recipe: `--plan`'s (a change of course refuses a plan).
+            only.plan = loaded.plan.clone();
+        }
         let inputs = deal_segments(&segments)?;
         let course = NodeCourse {
             segments,
