@@ -248,8 +248,9 @@ fn rank_rows(
 
 /// Two node daemons (world 4) serve A at micro batch 1 to step 40, then change course to B with
 /// micro batch 2 (the global batch 4 → 8) at step 40, are SIGKILLed at step 60 and resumed at
-/// step 52: steps of 8 windows from window 160 on, exactly `dsprep pack --lineage`'s; and a
-/// daemon asked for a step below the change at the new global batch is refused, naming it.
+/// step 52: steps of 8 windows from window 160 on, exactly `dsprep pack --lineage`'s. A change
+/// at a window the nodes cannot split at the new global batch, and a step below the change asked
+/// of daemons at the new global batch, are refused, naming the values.
 #[test]
 fn node_daemons_change_the_global_batch_at_a_change_of_course() {
     let tmp = tempfile::tempdir().unwrap();
@@ -259,6 +260,25 @@ fn node_daemons_change_the_global_batch_at_a_change_of_course() {
     let first = pull_world(dir, &daemons, 4, 0, 40, "a");
     drop(daemons);
     let change = ["--resume", "latest", "--change-course"];
+    // At step 41 (window 164) two nodes cannot split steps of 8 windows: refused, nothing written.
+    let lineage = std::fs::read(dir.join("state/lineage.json")).unwrap();
+    let daemons = nodes_of(dir, &b, 2, (4, 2), &change);
+    let odd = dir.join("odd.bin");
+    let refused = support::daemon::tap(&daemons[0].endpoint, 0, 4, 41, 1, &odd)
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("cannot change course at step 41: step 41 starts at window 164")
+            && stderr.contains("must be a multiple of 8"),
+        "{stderr}"
+    );
+    drop(daemons);
+    assert_eq!(
+        std::fs::read(dir.join("state/lineage.json")).unwrap(),
+        lineage
+    );
     let daemons = nodes_of(dir, &b, 2, (4, 2), &change);
     let second = pull_world(dir, &daemons, 4, 40, 20, "b");
     drop(daemons);

@@ -310,7 +310,8 @@ fn open(path: &std::path::Path) -> anyhow::Result<File> {
 
 /// Seed a branch's files (`to`) with the entries of the branch below (`from`) that hold before
 /// stream window `windows`: window digests below it, and the chain before every block up to
-/// the one holding it. Identical bytes whoever writes them; written once, at the change.
+/// the one holding it, and nothing past them. Written by node 0 before it writes the change into
+/// `lineage.json`, so no node uses the branch yet.
 pub fn seed_branch(
     from: &std::path::Path,
     to: &std::path::Path,
@@ -333,8 +334,11 @@ pub fn seed_branch(
             .len()
             .min(usize::try_from(count.saturating_mul(32)).unwrap_or(usize::MAX));
         let target = to.join(name);
-        open(&target)?
-            .write_all_at(&bytes[..keep], 0)
+        let file = open(&target)?;
+        // Past the change nothing is known yet (an attempt at it that was never made may have
+        // seeded more): cut there.
+        (file.set_len(keep as u64))
+            .and_then(|()| file.write_all_at(&bytes[..keep], 0))
             .with_context(|| format!("cannot write {}", target.display()))?;
     }
     Ok(())
