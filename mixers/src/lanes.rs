@@ -16,7 +16,9 @@
 //! - **Nodes.** A global step of `G` windows holds `B = G / block_windows` blocks. With `N`
 //!   nodes, node `n` serves the ranks whose windows are the `n`-th `1/N` of every step; when `N`
 //!   divides `B` and `B` divides `count`, those windows come from the lanes `l` with
-//!   `(l mod B) div (B / N) = n` and no others ([`NodeSlice`]).
+//!   `(l mod B) div (B / N) = n` and no others ([`NodeSlice`]). Steps count from an origin (a
+//!   step and its first window: 0 and 0, or where a change of course set this global batch),
+//!   whose block must begin a round of `B` blocks.
 
 mod shares;
 
@@ -124,6 +126,9 @@ pub struct NodeSlice {
     pub block_windows: u64,
     /// Windows in one global step (world size × micro batch).
     pub global_batch: u64,
+    /// The step from which steps are of `global_batch` windows, and its first window.
+    pub origin_step: u64,
+    pub origin_window: u64,
 }
 
 impl NodeSlice {
@@ -148,6 +153,8 @@ impl NodeSlice {
             count: spec.count,
             block_windows: k,
             global_batch,
+            origin_step: 0,
+            origin_window: 0,
         };
         if nodes == 1 {
             return Ok(slice);
@@ -177,6 +184,48 @@ impl NodeSlice {
         self.global_batch / self.block_windows
     }
 
+    /// The slice with steps of its global batch from step `step`, which starts at stream window
+    /// `window` (a change of course set the global batch there). Nodes split a step only from a
+    /// block that begins a round of blocks: refused otherwise, with the values.
+    pub fn with_origin(mut self, step: u64, window: u64) -> Result<NodeSlice, String> {
+        (self.origin_step, self.origin_window) = (step, window);
+        if self.nodes == 1 {
+            return Ok(self);
+        }
+        let round = self.blocks_per_step() * self.block_windows;
+        if !window.is_multiple_of(round) {
+            return Err(format!(
+                "step {step} starts at window {window} of the stream, which {} nodes cannot \
+                 split into steps of {} windows (each node reading its own lanes): the window \
+                 where a global batch takes over must be a multiple of {round}; change the \
+                 global batch at another step",
+                self.nodes, self.global_batch
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Global step `step`'s first window (at or past the origin).
+    pub fn step_window(&self, step: u64) -> u64 {
+        let steps = step.saturating_sub(self.origin_step);
+        self.origin_window + steps * self.global_batch
+    }
+
+    /// The step that holds stream window `window` (the origin's for a window before it).
+    pub fn step_of_window(&self, window: u64) -> u64 {
+        self.origin_step + window.saturating_sub(self.origin_window) / self.global_batch
+    }
+
+    /// This node's own windows before step `step`, counted as [`NodeSlice::first_block_of_step`]
+    /// counts its blocks.
+    pub fn own_windows_before(&self, step: u64) -> u64 {
+        self.first_block_of_step(step) * self.block_windows
+            + match self.nodes {
+                1 => self.step_window(step) % self.block_windows,
+                _ => 0,
+            }
+    }
+
     /// Whether this node reads lane `lane`.
     pub fn owns_lane(&self, lane: u32) -> bool {
         if self.nodes == 1 {
@@ -197,7 +246,7 @@ impl NodeSlice {
 
     /// The stream block that holds global step `step`'s first window.
     pub fn step_block(&self, step: u64) -> u64 {
-        step * self.global_batch / self.block_windows
+        self.step_window(step) / self.block_windows
     }
 
     /// This node's own block index (see [`NodeSlice::block`]) of its first block of `step`.
@@ -205,7 +254,7 @@ impl NodeSlice {
         if self.nodes == 1 {
             return self.step_block(step);
         }
-        step * (self.blocks_per_step() / u64::from(self.nodes))
+        step.saturating_sub(self.origin_step) * (self.blocks_per_step() / u64::from(self.nodes))
     }
 
     /// The stream block that is this node's `i`-th block (counting only its own blocks).
@@ -215,7 +264,10 @@ impl NodeSlice {
         }
         let per_node = self.blocks_per_step() / u64::from(self.nodes);
         let step = i / per_node;
-        step * self.blocks_per_step() + u64::from(self.node) * per_node + i % per_node
+        self.origin_window / self.block_windows
+            + step * self.blocks_per_step()
+            + u64::from(self.node) * per_node
+            + i % per_node
     }
 }
 
@@ -301,6 +353,47 @@ mod tests {
             4,
             "9 windows in: block 4 holds window 9"
         );
+    }
+
+    /// From an origin (a change of the global batch at step 10, window 40) the nodes' blocks are
+    /// still the stream's in order, each node on its own lanes; an origin inside a round is
+    /// refused.
+    #[test]
+    fn steps_from_an_origin_split_as_from_the_start() {
+        let s = spec(8, 2);
+        let slices: Vec<NodeSlice> = (0..2)
+            .map(|n| (NodeSlice::new(&s, 8, n, 2).unwrap().with_origin(10, 40)).unwrap())
+            .collect();
+        let mut merged = Vec::new();
+        for step in 10..14u64 {
+            for slice in &slices {
+                let first = slice.first_block_of_step(step);
+                for i in first..first + 2 {
+                    let block = slice.block(i);
+                    assert!(
+                        slice.owns_lane(block_lane(&s, block).0),
+                        "{slice:?} {block}"
+                    );
+                    merged.push(block);
+                }
+            }
+        }
+        assert_eq!(merged, (20..36).collect::<Vec<u64>>());
+        assert_eq!(
+            (slices[0].step_window(12), slices[0].step_of_window(57)),
+            (56, 12)
+        );
+        assert_eq!(slices[1].own_windows_before(12), 8);
+        let e = NodeSlice::new(&s, 8, 0, 2)
+            .unwrap()
+            .with_origin(3, 12)
+            .unwrap_err();
+        assert!(e.contains("must be a multiple of 8"), "{e}");
+        let one = NodeSlice::new(&s, 3, 0, 1)
+            .unwrap()
+            .with_origin(4, 9)
+            .unwrap();
+        assert_eq!((one.step_block(5), one.own_windows_before(5)), (6, 12));
     }
 
     #[test]

@@ -265,12 +265,19 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
                 .into(),
         );
     }
-    if old.lanes != new.lanes || new.lanes.is_some() {
+    if old.lanes != new.lanes {
+        let name = |l: Option<crate::LanesSpec>| match l {
+            Some(l) => format!("count {} × block_windows {}", l.count, l.block_windows),
+            None => "none".into(),
+        };
         refuse(
             "lanes",
-            "a laned stream (node daemons) cannot change course yet; and the lane count deals \
-             the input, so it never can change"
-                .into(),
+            format!(
+                "{} → {}: the lanes deal the input and interleave the stream, so they are fixed \
+                 for the stream; keep [lanes] as it was",
+                name(old.lanes),
+                name(new.lanes)
+            ),
         );
     }
     if old.mix.unit != new.mix.unit {
@@ -420,6 +427,9 @@ pub fn transplant(
         .collect();
     Ok((state, Transplant { dropped }))
 }
+
+mod lanes;
+pub use lanes::{LanePoint, lane_window};
 
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,11 @@
 //!
 //! A lane's checkpoint does not depend on the node count, the world size or the global batch, so
 //! any node that runs the lane later (the same node restarted, or another node count) resumes it.
+//! It names the segment of the stream's lineage it was taken in (its recipe, and
+//! [`dsprep_mixers::lineage::Lineage::prefix_key`]), so a lineage takes only checkpoints of its
+//! own branch and segment; those of another (a replaced branch, a recipe past a change) are
+//! passed over.
 
-use super::step::recipe_mismatch;
 use super::{CheckpointStore, Header, Loaded};
 use dsprep_mixers::checkpoint::PipelineState;
 use serde::{Deserialize, Serialize};
@@ -15,7 +18,12 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaneMeta {
     created_by: String,
-    recipe_hash: String,
+    pub recipe_hash: String,
+    /// The lineage's segments up to this one ([`Lineage::prefix_key`]; empty: the first).
+    ///
+    /// [`Lineage::prefix_key`]: dsprep_mixers::lineage::Lineage::prefix_key
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lineage: String,
     lane: u32,
     /// The lane's windows emitted when the state was taken.
     windows: u64,
@@ -32,16 +40,21 @@ impl Header for LaneMeta {
 /// The lanes' checkpoints under one stream's folder.
 pub struct LaneCheckpoints {
     dir: PathBuf,
-    recipe_hash: String,
     keep: usize,
+}
+
+/// The segment of the lineage a state was taken in: its recipe hash and prefix key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentTag {
+    pub recipe_hash: String,
+    pub lineage: String,
 }
 
 impl LaneCheckpoints {
     /// Checkpoints under `stream_dir` (the lanes' `lanes-<stream id>` directory).
-    pub fn new(stream_dir: &Path, recipe_hash: String, keep: usize) -> Self {
+    pub fn new(stream_dir: &Path, keep: usize) -> Self {
         Self {
             dir: stream_dir.to_path_buf(),
-            recipe_hash,
             keep,
         }
     }
@@ -52,29 +65,65 @@ impl LaneCheckpoints {
     }
 
     /// Write lane `lane`'s state after `windows` of its windows; keep the newest K.
-    pub fn write(&self, lane: u32, windows: u64, state: &PipelineState) -> anyhow::Result<PathBuf> {
+    pub fn write(
+        &self,
+        lane: u32,
+        windows: u64,
+        state: &PipelineState,
+        tag: &SegmentTag,
+    ) -> anyhow::Result<PathBuf> {
         let meta = LaneMeta {
             created_by: format!("dsprep {}", env!("CARGO_PKG_VERSION")),
-            recipe_hash: self.recipe_hash.clone(),
+            recipe_hash: tag.recipe_hash.clone(),
+            lineage: tag.lineage.clone(),
             lane,
             windows,
         };
         self.store(lane)?.write(&meta, state)
     }
 
-    /// The newest sound checkpoint of `lane` at or below `windows`; a corrupt one is skipped
-    /// with a warning, one of another lane or recipe is an error.
+    /// The newest sound checkpoint of `lane` at or below `windows` that `ours` takes (one of
+    /// this lineage's segments, see [`crate::serve`]'s node course); a corrupt one is skipped
+    /// with a warning, one of another lane is an error, one of another segment or branch is
+    /// passed over.
     pub fn newest_at_or_below(
         &self,
         lane: u32,
         windows: u64,
+        ours: impl Fn(&LaneMeta, &PipelineState) -> bool,
     ) -> anyhow::Result<Option<Loaded<LaneMeta>>> {
-        self.store(lane)?.newest_at_or_below(windows, |meta| {
-            if meta.lane != lane {
-                Some(format!("it is lane {}'s, not lane {lane}'s", meta.lane))
-            } else {
-                recipe_mismatch(&meta.recipe_hash, &self.recipe_hash)
+        let store = self.store(lane)?;
+        for (at, path) in store.list()?.into_iter().rev() {
+            if at > windows {
+                continue;
             }
-        })
+            let (meta, state) = match CheckpointStore::<LaneMeta>::read(&path) {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!("CHECKPOINT UNUSABLE, falling back to an older one: {e:#}");
+                    continue;
+                }
+            };
+            if meta.lane != lane || meta.windows != at {
+                anyhow::bail!(
+                    "cannot resume from checkpoint {}: it is lane {}'s at window {}, not lane \
+                     {lane}'s at window {at}",
+                    path.display(),
+                    meta.lane,
+                    meta.windows
+                );
+            }
+            if !ours(&meta, &state) {
+                tracing::info!(
+                    "lane {lane}: {} is of another segment or branch of the lineage (recipe {}), \
+                     passed over",
+                    path.display(),
+                    meta.recipe_hash
+                );
+                continue;
+            }
+            return Ok(Some(Loaded { path, meta, state }));
+        }
+        Ok(None)
     }
 }

@@ -13,6 +13,7 @@
 //!   error that names the file and says what differs.
 
 pub mod lane;
+pub mod lane_lineage;
 pub mod lineage;
 pub mod step;
 

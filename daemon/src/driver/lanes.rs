@@ -10,7 +10,7 @@ use super::pretokenize::Pretokenized;
 use super::stream::{LoadedRecipe, mix_stream};
 use crate::hub::HubClient;
 use crate::sources::{LocalSource, Shard, SourceContext};
-use anyhow::{anyhow, bail};
+use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::DocStream;
 use dsprep_mixers::lanes::{LaneShares, deal_units, lane_buffer_size, lane_seed, lane_shares};
 use dsprep_mixers::ledger::PhasePoints;
@@ -269,4 +269,17 @@ impl LaneInputs {
         }
         out
     }
+}
+
+/// Each segment of a lineage's input dealt to the lanes (its effective recipe's sources, so a
+/// source keeps its units in every segment: sources are dealt one after another, in lineage
+/// order).
+pub fn deal_segments(segments: &super::lineage::Segments) -> anyhow::Result<Vec<Arc<LaneInputs>>> {
+    (segments.loaded.iter().enumerate())
+        .map(|(k, loaded)| {
+            let inputs = deal_inputs(loaded, crate::driver::hub_client(loaded)?)
+                .with_context(|| format!("segment {k} of the lineage"))?;
+            Ok(Arc::new(inputs))
+        })
+        .collect()
 }

@@ -5,8 +5,10 @@
 //! pipeline's state is made the next recipe's ([`transplant`]) and the run goes on, the sink
 //! seeing one stream of windows. `dsprep serve` and `dsprep pack --lineage` both run through
 //! [`Segments::run`]; where a change is made, [`Segments::documents_at_window`] finds the
-//! document it takes over at.
+//! document it takes over at. A lane of a laned stream runs the same way over its own lineage
+//! ([`Segments::for_lane`]: its streams built from each segment's dealt input).
 
+use super::lanes::LaneInputs;
 use super::pipeline::{ChunkDoc, PipelineConfig};
 use super::pretokenize::Pretokenized;
 use super::run::{
@@ -25,6 +27,8 @@ use std::sync::Arc;
 pub struct Segments {
     pub lineage: Lineage,
     pub loaded: Vec<LoadedRecipe>,
+    /// A lane's segments: the lane, and each segment's input dealt to the lanes.
+    pub lane: Option<(u32, Vec<Arc<LaneInputs>>)>,
 }
 
 /// A sink told where segments begin, besides what [`WindowSink`] sees.
@@ -48,7 +52,38 @@ impl Segments {
                 pad_id: first.pad_id,
             })
             .collect();
-        Segments { lineage, loaded }
+        Segments {
+            lineage,
+            loaded,
+            lane: None,
+        }
+    }
+
+    /// Lane `lane`'s segments: `lineage` is the lane's own ([`Lineage::for_lane`]), `inputs`
+    /// each segment's input dealt to the lanes.
+    pub fn for_lane(
+        lineage: Lineage,
+        first: &LoadedRecipe,
+        lane: u32,
+        inputs: Vec<Arc<LaneInputs>>,
+    ) -> Segments {
+        Segments {
+            lane: Some((lane, inputs)),
+            ..Segments::load(lineage, first)
+        }
+    }
+
+    /// Segment `k`'s stream (the lane's, for a lane's segments).
+    fn build(&self, k: usize, threads: usize) -> anyhow::Result<DocStream<Pretokenized>> {
+        match &self.lane {
+            None => build_stream(&self.loaded[k], threads),
+            Some((lane, inputs)) => inputs[k].stream(&self.loaded[k], *lane, threads),
+        }
+    }
+
+    /// Segment `k`'s packer (a lane's own for a lane's segments).
+    fn packer(&self, k: usize) -> dsprep_mixers::PackerConfig {
+        self.loaded[k].packer(self.lane.as_ref().map(|(lane, _)| *lane))
     }
 
     /// Segment `k`'s stream built (every source it reads listed, `threads` tokenizing ahead in
@@ -60,7 +95,7 @@ impl Segments {
         k: usize,
         threads: usize,
     ) -> anyhow::Result<(Vec<Vec<String>>, DocStream<Pretokenized>)> {
-        let stream = build_stream(&self.loaded[k], threads)?;
+        let stream = self.build(k, threads)?;
         Ok((Locator::new(stream.mixer()).shard_names(), stream))
     }
 
@@ -81,13 +116,13 @@ impl Segments {
             let next = self.lineage.segments.get(k + 1);
             let stream = match built.take() {
                 Some(stream) => stream,
-                None => build_stream(loaded, config.threads)?,
+                None => self.build(k, config.threads)?,
             };
             let config = PipelineConfig {
                 stop_after_documents: next.map(|s| s.from_documents),
                 ..config.clone()
             };
-            let end = run_stream(loaded, stream, start, config, loaded.packer(None), sink)?;
+            let end = run_stream(loaded, stream, start, config, self.packer(k), sink)?;
             let Some(boundary) = end.boundary else {
                 return Ok(end);
             };
@@ -155,9 +190,9 @@ impl Segments {
     ) -> anyhow::Result<Option<Live>> {
         let loaded = &self.loaded[k];
         let began = std::time::Instant::now();
-        let mut stream = build_stream(loaded, 1)?;
+        let mut stream = self.build(k, 1)?;
         let (mut packer, restored, mut documents) =
-            open_start(loaded, &mut stream, start, loaded.packer(None))?;
+            open_start(loaded, &mut stream, start, self.packer(k))?;
         sink.started(restored.then(|| began.elapsed()));
         let locator = Locator::new(stream.mixer());
         let snapshots = Snapshots::unused();
@@ -222,7 +257,7 @@ impl Segments {
         };
         let docs = stream.into_docs();
         let state = self.take_over(k, state, sink)?;
-        let mut next = build_stream(&self.loaded[k], config.threads)?;
+        let mut next = self.build(k, config.threads)?;
         (next.restore_from(&state.stream, docs))
             .with_context(|| format!("the change of course at segment {k}"))?;
         if deliver(&packer, &mut held, sink, &Snapshots::unused())? {

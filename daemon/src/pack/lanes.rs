@@ -10,6 +10,9 @@
 //!   interleaves their windows block by block (`dsprep_mixers::lanes`), and writes `OUT`: the
 //!   same bytes, manifest included, that one `dsprep pack` of the recipe writes (which is a
 //!   part 0 of 1 followed by the finish). Then it removes `OUT.lanes`.
+//! - A **lineage** (`--lineage` of a laned stream, [`pack_lineage`]): each lane runs its own
+//!   lineage (the stream's, at the lane's points that its node daemon recorded), then the
+//!   finish, as the node daemons served it.
 
 use super::failure::{self, failed};
 use super::ledger::PackLedger;
@@ -18,7 +21,9 @@ use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
     with_packing,
 };
-use crate::driver::lanes::{LaneInputs, deal_inputs};
+use crate::checkpoint::lane_lineage;
+use crate::driver::lanes::{LaneInputs, deal_inputs, deal_segments};
+use crate::driver::lineage::{SegmentSink, Segments};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig, ProducedDoc};
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
 use crate::driver::{LoadedRecipe, hub_client};
@@ -170,7 +175,7 @@ pub fn pack_part(
     for warning in inputs.warnings(&loaded.recipe) {
         tracing::warn!("{warning}");
     }
-    pack_dealt_part(options, loaded, &inputs, parts, started)
+    pack_dealt_part(options, loaded, &inputs, parts, None, started)
 }
 
 /// A part's failure, with what `OUT.lanes` holds said last: kept with the lanes complete there
@@ -229,6 +234,7 @@ fn pack_dealt_part(
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
     parts: Parts,
+    lineage: Option<&[Segments]>,
     started: Instant,
 ) -> anyhow::Result<PartReport> {
     let spec = inputs.spec;
@@ -254,7 +260,8 @@ fn pack_dealt_part(
             report.kept.push(lane);
             continue;
         }
-        if let Err(e) = pack_lane(options, loaded, inputs, &info, &out) {
+        let segments = lineage.and_then(|l| l.get(lane as usize));
+        if let Err(e) = pack_lane(options, loaded, inputs, &info, segments, &out) {
             let e = e.context(format!("lane {lane} of {}", spec.count));
             return Err(lanes_left(&dir, loaded, inputs, e));
         }
@@ -270,6 +277,8 @@ struct LaneSink {
     docs: Vec<u64>,
     tokens: Vec<u64>,
 }
+
+impl SegmentSink for LaneSink {}
 
 impl WindowSink for LaneSink {
     fn keeps_snapshots(&self) -> bool {
@@ -292,11 +301,15 @@ fn pack_lane(
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
     info: &LaneInfo,
+    segments: Option<&Segments>,
     out: &Path,
 ) -> anyhow::Result<()> {
     let began = Instant::now();
     let (dtype, per_shard) = output_layout(loaded, options);
-    let stream = inputs.stream(loaded, info.lane, options.threads)?;
+    let stream = match segments {
+        None => Some(inputs.stream(loaded, info.lane, options.threads)?),
+        Some(_) => None,
+    };
     let padded = loaded.recipe.packing.pads();
     let writer = PackWriter::create(out, dtype, per_shard, None, padded)?;
     // A lane has no checkpoints: a failure removes its partial directory.
@@ -312,14 +325,24 @@ fn pack_lane(
     };
     let config = PipelineConfig::new(options.threads, CHUNK_TEXT_BYTES);
     let packing = loaded.packer(Some(info.lane));
-    let run = run_stream(
-        loaded,
-        stream,
-        StreamStart::Fresh,
-        config,
-        packing,
-        &mut sink,
-    );
+    let run = match (segments, stream) {
+        (Some(s), _) => s.run(
+            s.lineage.first_segment(),
+            StreamStart::Fresh,
+            None,
+            &config,
+            &mut sink,
+        ),
+        (None, Some(stream)) => run_stream(
+            loaded,
+            stream,
+            StreamStart::Fresh,
+            config,
+            packing,
+            &mut sink,
+        ),
+        (None, None) => Err(anyhow!("internal error: lane {} has no stream", info.lane)),
+    };
     let LaneSink {
         writer,
         docs,
@@ -543,9 +566,74 @@ pub fn pack_all(
         loaded,
         &inputs,
         Parts { part: 0, parts: 1 },
+        None,
         started,
     )?;
     let mut report = finish_dealt(options, loaded, &inputs, started)?;
+    report.wall = started.elapsed();
+    Ok(report)
+}
+
+/// `dsprep pack --lineage` of a laned stream (`segments`, read from `path`: a state directory
+/// or its `lineage.json`): each lane's points read from the state directory
+/// (`checkpoint::lane_lineage`), each lane run through its own lineage, then the finish, so the
+/// pack holds the windows the node daemons served.
+pub fn pack_lineage(
+    options: &PackOptions,
+    segments: &Segments,
+    path: &Path,
+    started: Instant,
+) -> anyhow::Result<PackReport> {
+    output::refuse_existing(&options.out, options.force)?;
+    let spec = spec_of(&segments.loaded[0])?;
+    let state_dir = match path.is_dir() {
+        true => path,
+        false => path.parent().unwrap_or(Path::new(".")),
+    };
+    let inputs = deal_segments(segments)?;
+    let lineage = &segments.lineage;
+    let mut lanes = Vec::with_capacity(spec.count as usize);
+    for lane in 0..spec.count {
+        let mut points = lane_lineage::read(state_dir, lane)?;
+        if lineage.segments.len() == 1 && points.is_empty() {
+            points.push(dsprep_mixers::lineage::LanePoint {
+                recipe_hash: lineage.segments[0].recipe_hash.clone(),
+                from_step: 0,
+                window: 0,
+                documents: 0,
+            });
+        }
+        let valid = lineage.valid_points(&points);
+        if valid < lineage.segments.len() {
+            let s = &lineage.segments[valid];
+            bail!(
+                "{}: lane {lane} has no point for segment {valid} (recipe {} from step {}): the \
+                 node daemon that runs lane {lane} has not served past that change of course \
+                 yet, so where it takes over in that lane is not known; resume that node daemon \
+                 once, then pack",
+                lane_lineage::path_in(state_dir, lane).display(),
+                s.recipe_hash,
+                s.from_step
+            );
+        }
+        lanes.push(Segments::for_lane(
+            lineage.for_lane(&points[..valid]),
+            &segments.loaded[0],
+            lane,
+            inputs.clone(),
+        ));
+    }
+    let last = segments.loaded.last().context("a lineage has a segment")?;
+    let dealt = inputs.last().context("a lineage has a segment")?;
+    pack_dealt_part(
+        options,
+        last,
+        dealt,
+        Parts { part: 0, parts: 1 },
+        Some(&lanes),
+        started,
+    )?;
+    let mut report = finish_dealt(options, last, dealt, started)?;
     report.wall = started.elapsed();
     Ok(report)
 }

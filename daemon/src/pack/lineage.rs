@@ -4,7 +4,6 @@
 
 use crate::driver::lineage::Segments;
 use crate::driver::load_parsed;
-use anyhow::bail;
 use dsprep_client::format::{DroppedDocuments, LineageSegment, Manifest, SegmentSource};
 use dsprep_mixers::EngineChoice;
 use dsprep_mixers::mixer::{share, target_shares};
@@ -12,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// A lineage (a file, or a state directory holding one) with its recipes loaded, the first's
-/// tokenizer shared by all.
+/// tokenizer shared by all (a laned stream's is packed lane by lane: `lanes::pack_lineage`).
 pub fn load(path: &Path, engine: EngineChoice) -> anyhow::Result<Segments> {
     let lineage = crate::serve::read_lineage(path)?;
     let first = &lineage.segments[0];
@@ -23,12 +22,6 @@ pub fn load(path: &Path, engine: EngineChoice) -> anyhow::Result<Segments> {
         &label,
         engine,
     )?;
-    if loaded.recipe.lanes.is_some() {
-        bail!(
-            "{}: a laned stream's lineage cannot be packed yet",
-            path.display()
-        );
-    }
     Ok(Segments::load(lineage, &loaded))
 }
 

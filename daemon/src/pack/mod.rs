@@ -107,7 +107,13 @@ pub fn command(command: &PackCommand) -> anyhow::Result<Packed> {
 pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     let started = Instant::now();
     let segments = match &options.lineage {
-        Some(path) => lineage::load(path, options.engine)?,
+        Some(path) => {
+            let segments = lineage::load(path, options.engine)?;
+            if segments.loaded[0].recipe.lanes.is_some() {
+                return lanes::pack_lineage(options, &segments, path, started);
+            }
+            segments
+        }
         None => {
             let loaded =
                 load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
@@ -118,6 +124,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             Segments {
                 lineage,
                 loaded: vec![loaded],
+                lane: None,
             }
         }
     };

@@ -55,7 +55,7 @@ pub struct Placed {
 
 /// The folder a recipe's relative paths resolve from, as the lineage records it (absolute, so
 /// that a replay from another folder reads the same files).
-fn base_of(loaded: &LoadedRecipe) -> String {
+pub fn base_of(loaded: &LoadedRecipe) -> String {
     std::fs::canonicalize(&loaded.base)
         .unwrap_or_else(|_| loaded.base.clone())
         .display()

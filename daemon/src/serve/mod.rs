@@ -26,7 +26,7 @@ pub use nodes::{NodeOrigin, NodePlace};
 use crate::checkpoint::LaneCheckpoints;
 use crate::driver::load_recipe_with;
 use crate::driver::pipeline::{PipelineConfig, step_chunk_text_bytes};
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
 use metrics::Metrics;
@@ -161,9 +161,6 @@ impl Served {
             pads: recipe.packing.pads(),
         };
         let work = match recipe.lanes {
-            Some(_) if options.change_course => bail!(
-                "--change-course: a recipe with [lanes] (node daemons) cannot change course yet"
-            ),
             Some(_) => Work::Lanes(Box::new(nodes::NodeLanes::open(
                 &loaded,
                 options,
@@ -174,18 +171,21 @@ impl Served {
         // Sources are counted over the whole lineage (those of earlier recipes first).
         let counted = match &work {
             Work::Single(course) => course.served_recipe(),
-            Work::Lanes(_) => recipe.clone(),
+            Work::Lanes(lanes) => lanes.course.served_recipe().clone(),
         };
-        let earlier_recipes = match &work {
+        let hashes: Vec<String> = match &work {
             Work::Single(course) => (course.segments.lineage.segments.iter())
-                .filter_map(|s| {
-                    let mut hash = [0u8; 32];
-                    hex::decode_to_slice(&s.recipe_hash, &mut hash).ok()?;
-                    (hash != recipe_hash).then_some(hash)
-                })
+                .map(|s| s.recipe_hash.clone())
                 .collect(),
-            Work::Lanes(_) => Vec::new(),
+            Work::Lanes(lanes) => lanes.course.recipe_hashes(),
         };
+        let earlier_recipes = (hashes.iter())
+            .filter_map(|h| {
+                let mut hash = [0u8; 32];
+                hex::decode_to_slice(h, &mut hash).ok()?;
+                (hash != recipe_hash).then_some(hash)
+            })
+            .collect();
 
         let store = Arc::new(if options.resume {
             StepStore::unplaced(node.local_ranks, options.prefetch)
@@ -300,7 +300,6 @@ impl Served {
         let resume = options.resume;
         let (keep_checkpoints, checkpoint_every) =
             (options.keep_checkpoints, options.checkpoint_every);
-        let lane_recipe_hash = recipe_hash_hex.clone();
         let producer = {
             let (store, metrics, shutdown, context) = (
                 Arc::clone(&store),
@@ -353,7 +352,7 @@ impl Served {
                         }
                         Work::Lanes(lanes) => nodes::lanes::LaneProducer {
                             loaded: &loaded,
-                            inputs: &lanes.inputs,
+                            spec: lanes.inputs.spec,
                             slice: lanes.slice.clone(),
                             store: &store,
                             metrics: &metrics,
@@ -362,15 +361,12 @@ impl Served {
                             dtype,
                             wake: &wake,
                             resume,
-                            checkpoints: lanes.stream_dir.as_deref().map(|dir| {
-                                LaneCheckpoints::new(
-                                    dir,
-                                    lane_recipe_hash.clone(),
-                                    keep_checkpoints,
-                                )
-                            }),
+                            checkpoints: (lanes.stream_dir.as_deref())
+                                .map(|dir| LaneCheckpoints::new(dir, keep_checkpoints)),
                             checkpoint_every,
                             stream_dir: lanes.stream_dir.clone(),
+                            branch_dir: lanes.branch_dir.clone(),
+                            course: lanes.course,
                         }
                         .run(),
                     };

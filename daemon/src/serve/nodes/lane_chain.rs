@@ -11,6 +11,9 @@
 //! Each is opened once per process and written and read in place, so linking costs the shared
 //! filesystem's metadata server nothing per step, whatever the number of lanes.
 //!
+//! After a change of course both are a branch's (`branch-<n>/`), seeded from the branch below
+//! with the entries before the change ([`seed_branch`]).
+//!
 //! Both hold facts about the deterministic stream. An entry already there (left by an earlier
 //! run, or by another node) is compared, never overwritten: a difference stops the daemon with a
 //! message naming the file and the window, because the stream is no longer the one served
@@ -96,7 +99,7 @@ impl LaneChain {
     pub fn link_step(&mut self, step: &mut StepData, store: &StepStore) -> anyhow::Result<Linked> {
         let g = self.slice.global_batch;
         let part = self.slice.windows_per_step();
-        let first = step.step * g;
+        let first = self.slice.step_window(step.step);
         let own_from = first + u64::from(self.slice.node) * part;
         for (i, digest) in step.digests.iter().enumerate() {
             self.put_digest(own_from + i as u64, digest)?;
@@ -159,7 +162,7 @@ impl LaneChain {
         }
         let k = self.slice.block_windows;
         for w in from * k..block * k {
-            let step = w / self.slice.global_batch;
+            let step = self.slice.step_of_window(w);
             match self.wait_digest(w, step, store)? {
                 Waited::Got(digest) => at = chain::link(&at, &digest),
                 other => return Ok(other),
@@ -303,4 +306,40 @@ fn open(path: &std::path::Path) -> anyhow::Result<File> {
         .truncate(false)
         .open(path)
         .with_context(|| format!("cannot open {}", path.display()))
+}
+
+/// Seed a branch's files (`to`) with the entries of the branch below (`from`) that hold before
+/// stream window `windows`: window digests below it, and the chain before every block up to
+/// the one holding it, and nothing past them. Written by node 0 before it writes the change into
+/// `lineage.json`, so no node uses the branch yet.
+pub fn seed_branch(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    windows: u64,
+    block_windows: u64,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    let entries = [
+        ("windows.bin", windows),
+        ("chain.bin", windows / block_windows.max(1) + 1),
+    ];
+    for (name, count) in entries {
+        let source = from.join(name);
+        let bytes = match std::fs::read(&source) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", source.display())),
+        };
+        let keep = bytes
+            .len()
+            .min(usize::try_from(count.saturating_mul(32)).unwrap_or(usize::MAX));
+        let target = to.join(name);
+        let file = open(&target)?;
+        // Past the change nothing is known yet (an attempt at it that was never made may have
+        // seeded more): cut there.
+        (file.set_len(keep as u64))
+            .and_then(|()| file.write_all_at(&bytes[..keep], 0))
+            .with_context(|| format!("cannot write {}", target.display()))?;
+    }
+    Ok(())
 }

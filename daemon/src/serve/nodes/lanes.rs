@@ -16,14 +16,15 @@
 //! continues from its newest checkpoint at or below the windows it owes before that step (else
 //! from its start) and drops the windows in between.
 
+use super::course::{LaneStart, NodeCourse, lane_start, tag};
 use super::lane_chain::{LaneChain, Linked};
 use super::progress::{LaneFact, LaneProgress};
-use crate::checkpoint::Header;
 use crate::checkpoint::LaneCheckpoints;
+use crate::checkpoint::lane::SegmentTag;
 use crate::driver::LoadedRecipe;
-use crate::driver::lanes::LaneInputs;
+use crate::driver::lineage::SegmentSink;
 use crate::driver::pipeline::{PipelineConfig, ProducedDoc, step_chunk_text_bytes};
-use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink, run_stream};
+use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink};
 use crate::progress::FastForward;
 use crate::serve::metrics::Metrics;
 use crate::serve::placement::{first_request, held_from};
@@ -32,10 +33,10 @@ use crate::serve::store::{StepData, StepStore};
 use anyhow::anyhow;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use dsprep_client::format::Dtype;
-use dsprep_mixers::PackedWindow;
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lanes::{NodeSlice, block_lane, lane_windows_before};
 use dsprep_mixers::packer::PackingCounters;
+use dsprep_mixers::{LanesSpec, PackedWindow};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -44,7 +45,9 @@ const LANE_QUEUE_BLOCKS: usize = 2;
 
 pub struct LaneProducer<'a> {
     pub loaded: &'a LoadedRecipe,
-    pub inputs: &'a LaneInputs,
+    /// The lineage (a change of course made at the first request) and each segment's input.
+    pub course: NodeCourse,
+    pub spec: LanesSpec,
     pub slice: NodeSlice,
     pub store: &'a StepStore,
     pub metrics: &'a Metrics,
@@ -57,19 +60,34 @@ pub struct LaneProducer<'a> {
     pub resume: bool,
     /// With a state directory: the lanes' checkpoints, and every how many steps to write one.
     pub checkpoints: Option<LaneCheckpoints>,
-    /// With a state directory: this stream's folder (progress, digests, chain, checkpoints).
+    /// With a state directory: this branch's folder (progress, digests, chain); its branch 0
+    /// is the stream's (checkpoints, locks).
     pub stream_dir: Option<std::path::PathBuf>,
+    pub branch_dir: Option<std::path::PathBuf>,
     pub checkpoint_every: u64,
 }
 
 impl LaneProducer<'_> {
-    pub fn run(self) -> anyhow::Result<Ended> {
+    pub fn run(mut self) -> anyhow::Result<Ended> {
         let Some(asked) = first_request(self.resume, self.store) else {
             return Ok(Ended::Stopped);
         };
+        let base = self.stream_dir.clone();
+        let branch = |n: usize| base.as_deref().map(|b| super::branch_dir(b, n));
+        if !(self.course).settle(asked, &self.spec, branch, self.store)? {
+            return Ok(Ended::Stopped);
+        }
+        // Steps count from where the lineage set this global batch (step 0 but after a change
+        // of it).
+        let (origin_step, origin_window) = self.course.origin(asked, self.slice.global_batch)?;
+        self.slice =
+            (self.slice.clone().with_origin(origin_step, origin_window)).map_err(|e| anyhow!(e))?;
+        if let Some(p) = &self.progress {
+            p.set_origin(origin_step, origin_window);
+        }
         // As a single daemon does: the steps below the one asked for are held too, for a rank
         // whose request was lost with the killed daemon and asks again late.
-        let first = held_from(asked, 0);
+        let first = held_from(asked, origin_step);
         if asked > 0 {
             tracing::info!(
                 "the first request is for step {asked}; the lanes resume at step {first}, so \
@@ -92,8 +110,8 @@ impl LaneProducer<'_> {
                 receivers.insert(lane, rx);
                 let config = PipelineConfig::new(threads, chunk_text_bytes);
                 let lane_run = LaneRun {
-                    loaded: self.loaded,
-                    inputs: self.inputs,
+                    course: &self.course,
+                    spec: self.spec,
                     slice: &self.slice,
                     store: self.store,
                     metrics: self.metrics,
@@ -138,9 +156,9 @@ impl LaneProducer<'_> {
         receivers: &BTreeMap<u32, Receiver<Vec<PackedWindow>>>,
     ) -> anyhow::Result<Ended> {
         let mut chain = LaneChain::new(
-            self.inputs.spec,
+            self.spec,
             self.slice.clone(),
-            self.stream_dir.clone(),
+            self.branch_dir.clone(),
             self.progress.clone(),
         );
         self.store.place(first, asked);
@@ -150,12 +168,12 @@ impl LaneProducer<'_> {
             global_batch: per_step,
             dtype: self.dtype,
             next_window: from * self.slice.block_windows,
-            keep_from: first * per_step,
+            keep_from: self.slice.own_windows_before(first),
             current: StepData::new(first, per_step as usize),
             chain: None,
         };
         for i in from.. {
-            let (lane, _) = block_lane(&self.inputs.spec, self.slice.block(i));
+            let (lane, _) = block_lane(&self.spec, self.slice.block(i));
             let Some(Ok(block)) = receivers.get(&lane).map(Receiver::recv) else {
                 return Ok(Ended::EndOfData(steps.current.step));
             };
@@ -182,8 +200,8 @@ impl LaneProducer<'_> {
 /// What a lane's thread needs of the producer (all of it shareable between threads).
 #[derive(Clone, Copy)]
 struct LaneRun<'a> {
-    loaded: &'a LoadedRecipe,
-    inputs: &'a LaneInputs,
+    course: &'a NodeCourse,
+    spec: LanesSpec,
     slice: &'a NodeSlice,
     store: &'a StepStore,
     metrics: &'a Metrics,
@@ -201,39 +219,39 @@ impl LaneRun<'_> {
         config: PipelineConfig,
         tx: Sender<Vec<PackedWindow>>,
     ) -> anyhow::Result<()> {
-        let spec = self.inputs.spec;
+        let spec = self.spec;
         let k = spec.block_windows as usize;
         let start = lane_windows_before(&spec, lane, self.slice.step_block(first));
-        let stream = self.inputs.stream(self.loaded, lane, config.threads)?;
-        let resumed = match (self.checkpoints, first) {
-            (Some(c), 1..) => c.newest_at_or_below(lane, start)?,
-            _ => None,
+        let segments = (self.course).lane_segments(lane, &spec, self.checkpoints, &config)?;
+        let from = match first {
+            0 => None,
+            _ => Some(lane_start(&segments, lane, self.checkpoints, start)?),
         };
-        let (skip, from) = match resumed {
-            Some(r) => {
-                let windows = r.meta.position();
-                tracing::info!(
-                    "lane {lane}: resuming from {} (window {windows}), recomputing {} windows to \
-                     window {start}",
-                    r.path.display(),
-                    start - windows
-                );
-                let from = StreamStart::Restore {
-                    state: Box::new(r.state),
-                    what: format!("resume from {}", r.path.display()),
-                };
-                (start - windows, from)
-            }
-            None => {
-                if first > 0 {
-                    tracing::info!(
-                        "lane {lane}: no checkpoint at or below window {start}: recomputing it \
-                         from its start"
-                    );
-                }
-                (start, StreamStart::Fresh)
-            }
-        };
+        let LaneStart {
+            segment,
+            start: from,
+            windows,
+            checkpoint,
+        } = from.unwrap_or(LaneStart {
+            segment: segments.lineage.first_segment(),
+            start: StreamStart::Fresh,
+            windows: 0,
+            checkpoint: None,
+        });
+        match checkpoint {
+            Some(path) => tracing::info!(
+                "lane {lane}: resuming from {} (window {windows}), recomputing {} windows to \
+                 window {start}",
+                path.display(),
+                start - windows
+            ),
+            None if first > 0 => tracing::info!(
+                "lane {lane}: no checkpoint at or below window {start}: recomputing it from its \
+                 start"
+            ),
+            None => {}
+        }
+        let skip = start - windows;
         let writer = self.checkpoints.map(|c| LaneWriter {
             checkpoints: c,
             lane,
@@ -253,15 +271,12 @@ impl LaneRun<'_> {
             to_skip: skip,
             fast_forward: FastForward::new(format!("lane {lane}"), skip),
             writer,
+            tags: (0..segments.lineage.segments.len())
+                .map(|k| tag(&segments.lineage, k))
+                .collect(),
+            segment,
         };
-        let run = run_stream(
-            self.loaded,
-            stream,
-            from,
-            config,
-            self.loaded.packer(Some(lane)),
-            &mut sink,
-        )?;
+        let run = segments.run(segment, from, None, &config, &mut sink)?;
         let blocks = sink.blocks;
         if !run.stopped {
             tracing::info!("lane {lane} ended after {blocks} blocks");
@@ -287,7 +302,7 @@ impl LaneRun<'_> {
     /// Lane `lane`'s windows the slowest local rank has reached: checkpoints stay at or below.
     fn reached(&self, lane: u32) -> u64 {
         let block = self.slice.step_block(self.store.slowest());
-        lane_windows_before(&self.inputs.spec, lane, block)
+        lane_windows_before(&self.spec, lane, block)
     }
 }
 
@@ -305,6 +320,15 @@ struct LaneSink<'a> {
     to_skip: u64,
     fast_forward: FastForward,
     writer: Option<LaneWriter<'a>>,
+    /// Each segment's tag in checkpoints, and the segment running.
+    tags: Vec<SegmentTag>,
+    segment: usize,
+}
+
+impl SegmentSink for LaneSink<'_> {
+    fn segment_began(&mut self, k: usize, _dropped: &[(String, u64)]) {
+        self.segment = k;
+    }
 }
 
 impl WindowSink for LaneSink<'_> {
@@ -329,7 +353,7 @@ impl WindowSink for LaneSink<'_> {
             return Ok(Flow::Continue);
         }
         self.block.push(window);
-        let k = self.run.inputs.spec.block_windows as usize;
+        let k = self.run.spec.block_windows as usize;
         if self.block.len() < k {
             return Ok(Flow::Continue);
         }
@@ -355,7 +379,8 @@ impl WindowSink for LaneSink<'_> {
 
     fn snapshot(&mut self, state: PipelineState) -> anyhow::Result<()> {
         if let Some(w) = self.writer.as_mut() {
-            w.add(state, self.run.reached(self.lane));
+            let tag = self.tags[self.segment].clone();
+            w.add(state, tag, self.run.reached(self.lane));
         }
         Ok(())
     }
@@ -366,13 +391,13 @@ impl WindowSink for LaneSink<'_> {
 struct LaneWriter<'a> {
     checkpoints: &'a LaneCheckpoints,
     lane: u32,
-    held: VecDeque<PipelineState>,
+    held: VecDeque<(PipelineState, SegmentTag)>,
     written: u64,
     every_windows: u64,
 }
 
 impl LaneWriter<'_> {
-    fn add(&mut self, state: PipelineState, reached: u64) {
+    fn add(&mut self, state: PipelineState, tag: SegmentTag, reached: u64) {
         tracing::debug!(
             lane = self.lane,
             windows = state.packer.windows_emitted,
@@ -380,15 +405,15 @@ impl LaneWriter<'_> {
             held = self.held.len(),
             "lane snapshot"
         );
-        self.held.push_back(state);
+        self.held.push_back((state, tag));
         let Some(newest) = self
             .held
             .iter()
-            .rposition(|s| s.packer.windows_emitted <= reached)
+            .rposition(|(s, _)| s.packer.windows_emitted <= reached)
         else {
             return;
         };
-        if self.held[newest].packer.windows_emitted >= self.written + self.every_windows {
+        if self.held[newest].0.packer.windows_emitted >= self.written + self.every_windows {
             self.write(newest);
         }
         self.held.drain(..newest);
@@ -399,9 +424,9 @@ impl LaneWriter<'_> {
         let newest = self
             .held
             .iter()
-            .rposition(|s| s.packer.windows_emitted <= reached);
+            .rposition(|(s, _)| s.packer.windows_emitted <= reached);
         if let Some(newest) = newest
-            && self.held[newest].packer.windows_emitted > self.written
+            && self.held[newest].0.packer.windows_emitted > self.written
         {
             self.write(newest);
             tracing::info!(
@@ -413,10 +438,10 @@ impl LaneWriter<'_> {
     }
 
     fn write(&mut self, at: usize) {
-        let state = &self.held[at];
+        let (state, tag) = &self.held[at];
         let windows = state.packer.windows_emitted;
         let began = std::time::Instant::now();
-        match self.checkpoints.write(self.lane, windows, state) {
+        match self.checkpoints.write(self.lane, windows, state, tag) {
             Ok(path) => tracing::debug!(
                 "lane {} checkpoint {} ({} buffered, {:.1} ms)",
                 self.lane,

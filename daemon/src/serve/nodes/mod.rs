@@ -3,18 +3,21 @@
 //! the ranks it answers for (laid out node by node), and for a recipe with `[lanes]` the lanes it
 //! runs, their progress files and their locks (here); the lanes' producer (`lanes.rs`), the
 //! stream chain across nodes (`lane_chain.rs`) and the lanes' progress (`progress.rs`). Lane
-//! checkpoints are `crate::checkpoint::lane`'s.
+//! checkpoints are `crate::checkpoint::lane`'s; the lineage they serve, changes of course
+//! included, is `course.rs`'s.
 
+pub mod course;
 pub mod lane_chain;
 pub mod lanes;
 pub mod layout;
 pub mod progress;
 
-use crate::driver::lanes::{LaneInputs, deal_inputs};
-use crate::driver::{LoadedRecipe, hub_client};
+use crate::driver::LoadedRecipe;
+use crate::driver::lanes::LaneInputs;
 use crate::files::{LockError, try_lock_file};
 use crate::serve::ServeOptions;
 use anyhow::{Context, anyhow, bail};
+use course::NodeCourse;
 use dsprep_mixers::lanes::NodeSlice;
 use progress::LaneProgress;
 use sha2::{Digest, Sha256};
@@ -165,12 +168,16 @@ impl NodeRanks {
 
 /// A node's share of a laned recipe.
 pub struct NodeLanes {
-    pub inputs: LaneInputs,
+    /// The input of the segment served last, dealt to the lanes.
+    pub inputs: Arc<LaneInputs>,
+    pub course: NodeCourse,
     pub slice: NodeSlice,
     /// With more than one node: the lanes' shared progress (the end of the stream).
     pub progress: Option<Arc<LaneProgress>>,
-    /// With a state directory: where this stream's progress, locks and lane checkpoints are.
+    /// With a state directory: where this stream's locks and lane checkpoints are, and the
+    /// folder of the branch served (progress, digests, chain: [`branch_dir`]).
     pub stream_dir: Option<std::path::PathBuf>,
+    pub branch_dir: Option<std::path::PathBuf>,
     /// One lock per lane this node runs, held for the daemon's life.
     _locks: Vec<std::fs::File>,
 }
@@ -194,8 +201,9 @@ impl NodeLanes {
                 place.origin.describe()
             )
         })?;
-        let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
-        for warning in inputs.warnings(&loaded.recipe) {
+        let course = NodeCourse::open(options, loaded)?;
+        let inputs = Arc::clone(course.inputs.last().context("a lineage has a segment")?);
+        for warning in inputs.warnings(course.served_recipe()) {
             tracing::warn!("{warning}");
         }
         let (shared, locks) = match (&options.state_dir, place.count) {
@@ -205,19 +213,24 @@ impl NodeLanes {
                  --state-dir on a filesystem every node shares"
             ),
             (Some(dir), _) => {
-                let id = stream_id(loaded, &inputs);
-                let progress = LaneProgress::new(spec, dir, &id)
-                    .with_context(|| format!("cannot use --state-dir {}", dir.display()))?;
+                // The stream is named by its first recipe: a change of course keeps its folder.
+                let id = stream_id(&course.segments.loaded[0], &course.inputs[0]);
                 let stream_dir = dir.join(format!("lanes-{id}"));
+                let branch = branch_dir(&stream_dir, course.branch());
+                let progress = LaneProgress::in_dir(spec, &branch)
+                    .with_context(|| format!("cannot use --state-dir {}", dir.display()))?;
                 let locks = lock_lanes(&stream_dir, &slice, place.rank)?;
-                (Some((Arc::new(progress), stream_dir)), locks)
+                (Some((Arc::new(progress), (stream_dir, branch))), locks)
             }
         };
-        let (progress, stream_dir) = shared.unzip();
+        let (progress, dirs) = shared.unzip();
+        let (stream_dir, branch_dir) = dirs.unzip();
         let lanes = NodeLanes {
             inputs,
+            course,
             progress: progress.filter(|_| place.count > 1),
             stream_dir,
+            branch_dir,
             slice,
             _locks: locks,
         };
@@ -240,6 +253,15 @@ impl NodeLanes {
             .iter()
             .map(|&l| self.inputs.lane_bytes[l as usize])
             .sum()
+    }
+}
+
+/// The folder of branch `branch` of the stream in `stream_dir` (the stream's own for branch 0;
+/// each change of course opens the next).
+pub fn branch_dir(stream_dir: &std::path::Path, branch: usize) -> std::path::PathBuf {
+    match branch {
+        0 => stream_dir.to_path_buf(),
+        n => stream_dir.join(format!("branch-{n}")),
     }
 }
 

@@ -87,6 +87,9 @@ pub struct LaneProgress {
     path: PathBuf,
     file: File,
     state: Mutex<ProgressState>,
+    /// The step from which steps are of the served global batch, and its first window (set
+    /// once the course is settled; 0 and 0 until then).
+    origin: std::sync::OnceLock<(u64, u64)>,
 }
 
 struct ProgressState {
@@ -100,9 +103,14 @@ struct ProgressState {
 impl LaneProgress {
     /// The progress file of the stream `stream_id` under `state_dir`, opened (created) once; the
     /// facts already there (an earlier run's) are read at once.
+    #[cfg(test)]
     pub fn new(spec: LanesSpec, state_dir: &Path, stream_id: &str) -> std::io::Result<Self> {
-        let dir = state_dir.join(format!("lanes-{stream_id}"));
-        std::fs::create_dir_all(&dir)?;
+        Self::in_dir(spec, &state_dir.join(format!("lanes-{stream_id}")))
+    }
+
+    /// The progress file in `dir` (a stream's folder, or a branch's after a change of course).
+    pub fn in_dir(spec: LanesSpec, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
         let path = dir.join("progress.bin");
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -121,6 +129,7 @@ impl LaneProgress {
                 last_read: None,
                 unpublished: vec![false; n],
             }),
+            origin: std::sync::OnceLock::new(),
         };
         {
             let mut state = progress.lock();
@@ -216,13 +225,20 @@ impl LaneProgress {
         }
     }
 
+    /// Steps are of the served global batch from step `step`, which starts at stream window
+    /// `window` (a change of course set it there).
+    pub fn set_origin(&self, step: u64, window: u64) {
+        let _ = self.origin.set((step, window));
+    }
+
     /// Whether global step `step` of `global_batch` windows may be served.
     pub fn gate(&self, step: u64, global_batch: u64) -> Gate {
         let k = u64::from(self.spec.block_windows);
+        let (origin_step, origin_window) = self.origin.get().copied().unwrap_or((0, 0));
         let decide = |facts: &[LaneFact]| {
             let lanes: Vec<(u64, bool)> = facts.iter().map(|f| (f.blocks, f.ended)).collect();
             let (blocks, is_end) = blocks_known(&self.spec, &lanes);
-            let num_steps = (blocks * k) / global_batch;
+            let num_steps = origin_step + (blocks * k).saturating_sub(origin_window) / global_batch;
             if step < num_steps {
                 Some(Gate::Open(is_end.then_some(num_steps)))
             } else if is_end {
