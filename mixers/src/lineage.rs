@@ -319,7 +319,8 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
 ///   the middle of a document;
 /// - a smaller pool: the documents held at the change do not fit it, and windows would have to
 ///   be made from them at the change, outside any recipe's packer;
-/// - `packing.pad`: a pack has one pad id, and every padding token is checked against it.
+/// - `packing.pad` (the default, the EOS, written out is the same pad): a pack has one pad id, and
+///   every padding token is checked against it.
 fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     let (was, now) = (&old.packing, &new.packing);
     let mut refusals = Vec::new();
@@ -349,7 +350,14 @@ fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
             ),
         });
     }
-    if was.pad != now.pad {
+    // The default pad is the EOS: written out or left to the default, it is the same pad.
+    let pad = |r: &Recipe| {
+        r.packing
+            .pad
+            .clone()
+            .unwrap_or_else(|| r.tokenizer.eos.clone())
+    };
+    if was.pads() && pad(old) != pad(new) {
         refusals.push(Refusal {
             field: "packing.pad".into(),
             why: "a stream pads with one token (its pack records one pad id, and verify checks \

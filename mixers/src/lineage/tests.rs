@@ -296,6 +296,10 @@ fn a_best_fit_pool_may_grow_at_a_change_and_other_packing_edits_are_refused() {
           --state-dir) with the other packing"
         ]
     );
+    // The default pad (the EOS) written out is the same pad.
+    let mut spelled = grown.clone();
+    spelled.packing.pad = Some(old.tokenizer.eos.clone());
+    assert_eq!(check_edit(&old, &spelled), Vec::<Refusal>::new());
     let mut small = old.clone();
     small.packing.pool_documents = Some(32);
     small.packing.pad = Some(TokenRef::Id(0));
