@@ -2,7 +2,8 @@
 //! threads, the phase ledger (manifest, `verify`, `inspect --mix`) counted by mixing position —
 //! exactly what the mixer decided, checked against the `concat` pack of the same recipe, whose
 //! windows keep the mixing order — served == packed for 8 ranks with `/metrics`' phase tokens agreeing, and a
-//! daemon SIGKILLed on both sides of the phase boundary resuming exactly.
+//! daemon SIGKILLed on both sides of the phase boundary resuming exactly; with `[lanes]`, lane
+//! parts + finish == one pack, each lane's documents in the phase of its own mixing position.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 
 mod support;
@@ -11,6 +12,7 @@ use dsprep_client::PackedDataset;
 use dsprep_mixers::ledger::{PhaseLedger, PhasePoints};
 use std::path::{Path, PathBuf};
 use support::daemon::{Daemon, assert_tap_chains, chain_marks, expected_rank_bytes, tap_all};
+use support::nodes::multinode;
 use support::serve_run::{Run, global_batches};
 use support::*;
 
@@ -217,4 +219,55 @@ fn best_fit_with_a_phase_is_served_as_packed_and_resumes_exactly_across_the_boun
         got == global_batches(&data, 8, 0..num_steps),
         "the resumed phased best_fit stream differs from the uninterrupted one"
     );
+}
+
+/// The multinode recipe with 2 lanes, mixed in tokens with a phase at 200 000 tokens, packed
+/// best-fit: one pack and lane parts + finish are the same directory; each lane's documents
+/// count in the phase of their mixing position in the lane (c4 and zyda-2 have none in phase
+/// 1), and verify recounts it.
+#[test]
+fn best_fit_with_a_phase_and_lanes_packs_alike_in_parts_and_counts_each_lane_by_mixing_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let replace = [
+        ("count = 8 ", "count = 2 "),
+        ("[mix]\n", "[mix]\nunit = \"tokens\"\n"),
+        (
+            "seq_len = 512",
+            "seq_len = 512\nstrategy = \"best_fit\"\npool_documents = 300",
+        ),
+    ];
+    let lanes = recipe_variant(&multinode(), tmp.path(), "mn.toml", &replace);
+    let mut text = std::fs::read_to_string(&lanes).unwrap();
+    text.push_str(
+        "\n[[mix.phase]]\nat_tokens = 200000\n\
+         weights = { finemath = 0.3, the-stack-v2 = 0.3, fineweb-edu = 0.4 }\n",
+    );
+    std::fs::write(&lanes, text).unwrap();
+    let whole = tmp.path().join("whole");
+    dsprep_ok(&pack_args(&lanes, &whole, &["--threads", "2"]));
+    let parts = tmp.path().join("parts");
+    for part in ["0", "1"] {
+        dsprep_ok(&pack_args(
+            &lanes,
+            &parts,
+            &["--part", part, "--parts", "2"],
+        ));
+    }
+    dsprep_ok(&pack_args(&lanes, &parts, &["--finish"]));
+    assert!(
+        dir_bytes(&whole) == dir_bytes(&parts),
+        "parts + finish differ"
+    );
+    let data = PackedDataset::open(&whole).unwrap();
+    let m = data.manifest();
+    assert!(m.doc_positions.is_some());
+    for name in ["c4", "zyda-2"] {
+        let s = (m.phases[1].sources.iter())
+            .find(|s| s.name == name)
+            .unwrap();
+        assert_eq!((s.tokens, s.documents), (0, 0), "{name}");
+    }
+    let phase_tokens: Vec<u64> = m.phases.iter().map(|p| p.tokens).collect();
+    assert_eq!(phase_tokens, [199_277, 367_512]);
+    assert!(dsprep_ok(&["verify", whole.to_str().unwrap()]).starts_with("ok: "));
 }
