@@ -456,6 +456,119 @@ fn edits_that_cannot_be_honoured_are_refused_and_change_nothing() {
     );
 }
 
+/// best_fit mixed in tokens: a change at step 25 grows the pool (64 → 256) and adds a phase;
+/// the ranks get exactly `pack --lineage`'s windows, whose ledger counts each document in the
+/// phase of its mixing position. A switch of packing strategy or a smaller pool is refused
+/// before serving, by its field, and changes nothing.
+#[test]
+fn a_best_fit_change_grows_its_pool_and_adds_a_phase_and_packing_switches_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let in_tokens = ("[mix]\n", "[mix]\nunit = \"tokens\"\n");
+    let pool = |n: u32| {
+        (
+            "seq_len = 512",
+            format!("seq_len = 512\nstrategy = \"best_fit\"\npool_documents = {n}"),
+        )
+    };
+    let edit = |name: &str, packing: (&str, String), phase: bool| -> PathBuf {
+        let path = quickstart_edit(tmp.path(), name, &[in_tokens, (packing.0, &packing.1)], &[]);
+        if phase {
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            text.push_str(
+                "\n[[mix.phase]]\nat_tokens = 300000\n\
+                 weights = { finemath = 0.3, the-stack-v2 = 0.3, fineweb-edu = 0.4 }\n",
+            );
+            std::fs::write(&path, text).unwrap();
+        }
+        path
+    };
+    let a = edit("a.toml", pool(64), false);
+    let b = edit("b.toml", pool(256), true);
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &a,
+        state: tmp.path().join("state"),
+        every: 3,
+    };
+    let daemon = run.start(2, 2, false).unwrap();
+    let mut got = run.pull(&daemon, 2, 0, 25);
+    drop(daemon);
+    let files = || {
+        let mut names: Vec<(String, u64)> = std::fs::read_dir(&run.state)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let before = files();
+    for (name, packing, want) in [
+        (
+            "concat.toml",
+            ("seq_len = 512", "seq_len = 512".to_string()),
+            "packing.strategy: best_fit → concat: a stream is padded throughout (best_fit) or \
+             not at all (concat): its pack, dsprep verify and the trainers' masks hold one \
+             packing for the whole stream; keep strategy = \"best_fit\", or start a new stream \
+             (an empty --state-dir) with the other packing",
+        ),
+        (
+            "small.toml",
+            pool(32),
+            "packing.pool_documents: 64 → 32: a pool can grow at a change, not shrink (the \
+             documents it holds there must all wait on in the next recipe's pool); keep at \
+             least 64",
+        ),
+    ] {
+        let refused = edit(name, packing, false);
+        let err = change_fails(&run, &refused);
+        assert!(
+            err.contains(&format!("1 edit(s) cannot be honoured:\n  {want}\n")),
+            "{name}: {err}"
+        );
+        assert!(
+            files() == before,
+            "{name}: the refused attempt changed the state"
+        );
+    }
+    let daemon = change(&run, &b, 2, 2);
+    got.extend(run.pull(&daemon, 2, 25, 200));
+    let log = daemon.log_text();
+    assert!(
+        log.contains("changed course at step 25 (window 100, "),
+        "{log}"
+    );
+    drop(daemon);
+    let data = pack_lineage(&run.state, &tmp.path().join("packed"));
+    // Steps 0..225: past the phase's point (300 000 tokens, about window 585).
+    assert!(
+        got == windows(&data, 0..900),
+        "best_fit with a larger pool and a phase: served and packed differ"
+    );
+    let m = data.manifest();
+    assert_eq!(m.packing.as_ref().unwrap().pool_documents, 256);
+    assert!(m.packing.as_ref().unwrap().pool_peak_documents > 64);
+    assert!(m.doc_positions.is_some());
+    assert_eq!(m.phases.len(), 2);
+    // c4 and zyda-2 leave the mix at the phase: none of their documents counts in it.
+    for name in ["c4", "zyda-2"] {
+        let s = (m.phases[1].sources.iter())
+            .find(|s| s.name == name)
+            .unwrap();
+        assert_eq!((s.tokens, s.documents), (0, 0), "{name}");
+    }
+    let tokens: u64 = m.phases.iter().map(|p| p.tokens).sum();
+    assert_eq!(tokens, m.sources.iter().map(|s| s.tokens).sum::<u64>());
+    assert!(
+        dsprep_ok(&["verify", tmp.path().join("packed").to_str().unwrap()]).starts_with("ok: ")
+    );
+}
+
 fn change_fails(run: &Run, recipe: &Path) -> String {
     run.start_with(recipe, 2, 2, &["--resume", "latest", "--change-course"])
         .err()

@@ -35,6 +35,7 @@ pub const DOC_STARTS_OFFSETS_FILE: &str = "doc_starts_offsets.u64";
 pub const DOC_SOURCES_FILE: &str = "doc_sources.u16";
 pub const LEAD_SOURCES_FILE: &str = "lead_sources.u16";
 pub const REAL_TOKENS_FILE: &str = "real_tokens.u32";
+pub const DOC_POSITIONS_FILE: &str = "doc_positions.u64";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 fn is_zero(n: &u64) -> bool {
@@ -123,6 +124,11 @@ pub struct Manifest {
     /// Per window, the tokens before its padding (v5, `best_fit`; absent: no padding).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub real_tokens: Option<OutputFile>,
+    /// Per document start, its mixing position in its lane's own stream (`doc_positions.u64`):
+    /// written by `best_fit` with `[[mix.phase]]`, whose windows do not keep the mixing order;
+    /// the phase ledger counts by it. Absent: a start's position is where it lies in the windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doc_positions: Option<OutputFile>,
     /// How `best_fit` packed (v5; absent with `concat`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packing: Option<PackingStats>,

@@ -105,6 +105,9 @@ pub struct Window<'a> {
     /// Tokens before the padding: `tokens[real_tokens..]` are padding (format 5, `best_fit`);
     /// the whole window in a pack without padding.
     pub real_tokens: u32,
+    /// Each start's mixing position in its lane's own stream (`doc_positions.u64`: `best_fit`
+    /// with phases); `None`: where it lies in the windows.
+    pub doc_positions: Option<&'a [u64]>,
 }
 
 impl Window<'_> {
@@ -143,6 +146,8 @@ pub struct PackedDataset {
     sources: Option<(Mmap, Mmap)>,
     /// Format 5 with padding: `real_tokens.u32`.
     real_tokens: Option<Mmap>,
+    /// `doc_positions.u64`, where the manifest lists it.
+    doc_positions: Option<Mmap>,
 }
 
 impl PackedDataset {
@@ -204,6 +209,23 @@ impl PackedDataset {
             Some(file) => Some(map_real_tokens(&dir, file, &manifest)?),
             None => None,
         };
+        let doc_positions = match &manifest.doc_positions {
+            Some(file) => {
+                let map = map_file(&dir, file)?;
+                if map.len() as u64 != manifest.num_doc_starts * 8 {
+                    return Err(ReadError::Corrupt {
+                        path: dir.join(format::DOC_POSITIONS_FILE),
+                        message: format!(
+                            "holds {} bytes, not {} positions",
+                            map.len(),
+                            manifest.num_doc_starts
+                        ),
+                    });
+                }
+                Some(map)
+            }
+            None => None,
+        };
         Ok(PackedDataset {
             dir,
             manifest,
@@ -212,6 +234,7 @@ impl PackedDataset {
             doc_starts_offsets,
             sources,
             real_tokens,
+            doc_positions,
         })
     }
 
@@ -271,6 +294,7 @@ impl PackedDataset {
             Some(map) => cast::<u32>(map)[index as usize],
             None => self.manifest.window_tokens,
         };
+        let doc_positions = (self.doc_positions.as_ref()).and_then(|m| cast::<u64>(m).get(lo..hi));
         Ok(Window {
             index,
             tokens,
@@ -278,6 +302,7 @@ impl PackedDataset {
             doc_sources,
             lead_source,
             real_tokens,
+            doc_positions,
         })
     }
 

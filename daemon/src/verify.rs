@@ -1,7 +1,8 @@
 //! `dsprep verify DIR`: checks a packed directory end to end — every file's size and sha256
 //! against the manifest, the document index's structure, that every token id is below the
 //! vocabulary size, the stream chain the manifest records (format 2), and its phase ledger
-//! (format 4: recounted from the windows), and padding (format 5: every window starts a document,
+//! (format 4: recounted from the windows, each document in the phase of its mixing position,
+//! `doc_positions.u64` where the pack has it), and padding (format 5: every window starts a document,
 //! holds its documents before its padding, and pads with the manifest's pad id; the padding
 //! adds up to the manifest's). Reports the first problem with the file it is in.
 
@@ -28,6 +29,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
     files.push(&m.doc_starts_offsets);
     files.extend(m.doc_sources.iter().chain(&m.lead_sources));
     files.extend(&m.real_tokens);
+    files.extend(&m.doc_positions);
     ensure!(
         m.real_tokens.is_some() == m.packing.is_some(),
         "{}: real_tokens and packing go together (format 5)",
@@ -138,7 +140,8 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             (&mut ledger, window.doc_sources, window.lead_source)
         {
             let len = u64::from(window.real_tokens);
-            counts.add_window(points, index, len, starts, sources, lead);
+            let positions = window.doc_positions.unwrap_or_default();
+            counts.add_window_at(points, index, len, starts, sources, lead, positions);
         }
     }
     if let Some((_, counts)) = &ledger {

@@ -12,6 +12,15 @@
 //! lane's first document of it comes within one round of blocks (`count × block_windows`
 //! windows) plus the lane's document that crosses the point, on any number of nodes.
 //!
+//! **By mixing position, whatever the packing.** The mixer decides a document's phase where it
+//! draws it: at its mixing position (the tokens of its lane's stream before it, as mixed). So a
+//! document is counted in the phase of its mixing position, never of the window it lands in.
+//! With `concat` the windows keep the mixing order, and a start's mixing position is where it
+//! lies in its lane's windows; `best_fit` reorders documents across windows, so its windows carry
+//! each start's mixing position (`PackedWindow::doc_positions`, and a pack's
+//! `doc_positions.u64`), given here to [`PhaseLedger::add_window_at`]. One rule, two ways of
+//! knowing the position.
+//!
 //! **Counting windows** ([`PhaseLedger::add_window`]): a window's tokens up to its first
 //! document start belong to its lead source, in the phase of that document; then each start's
 //! tokens to its source, in the start's phase. Sources unknown (65535: pending in a checkpoint of
@@ -145,6 +154,31 @@ impl PhaseLedger {
         doc_sources: &[u16],
         lead_source: u16,
     ) {
+        self.add_window_at(
+            points,
+            window,
+            len,
+            doc_starts,
+            doc_sources,
+            lead_source,
+            &[],
+        );
+    }
+
+    /// [`Self::add_window`] of a window that says where each of its starts was mixed
+    /// (`positions`, one per start, in its lane's own stream: `best_fit`); empty: where it lies
+    /// in the windows (`concat`). A start without a position (a list too short) takes its place.
+    #[allow(clippy::too_many_arguments)] // one window's columns, each its own
+    pub fn add_window_at(
+        &mut self,
+        points: &PhasePoints,
+        window: u64,
+        len: u64,
+        doc_starts: &[u32],
+        doc_sources: &[u16],
+        lead_source: u16,
+        positions: &[u64],
+    ) {
         let (lane, lane_window) = points.window_lane(window);
         let l = lane as usize;
         let at = window * points.window_tokens;
@@ -154,7 +188,8 @@ impl PhaseLedger {
         for (k, (&start, &source)) in doc_starts.iter().zip(doc_sources).enumerate() {
             let start = u64::from(start);
             let end = doc_starts.get(k + 1).map_or(len, |&s| u64::from(s));
-            let phase = points.phase_at(lane, lane_at + start);
+            let mixed = positions.get(k).copied().unwrap_or(lane_at + start);
+            let phase = points.phase_at(lane, mixed);
             self.lane_phase[l] = phase;
             self.began[phase][l].get_or_insert(at + start);
             self.count(phase, source, end - start, true);
@@ -254,6 +289,23 @@ mod tests {
         let lines = share_lines(&ledger.phases[0], &[0.5, 0.5], MixUnit::Tokens);
         assert_eq!(lines[1].token_share, 6.0 / 11.0);
         assert_eq!(lines[1].deviation, 6.0 / 11.0 - 0.5);
+    }
+
+    /// A `best_fit` window counts each start in the phase of its mixing position, not of where
+    /// it landed: a document mixed at 12 (phase 1) packed into window 0 is phase 1's, one mixed
+    /// at 3 packed after it phase 0's.
+    #[test]
+    fn reordered_documents_count_in_the_phase_they_were_mixed_in() {
+        let points = PhasePoints::from_parts(vec![10], 8, None);
+        let mut ledger = PhaseLedger::new(&points, 2);
+        ledger.add_window_at(&points, 0, 7, &[0, 4], &[1, 0], 1, &[12, 3]);
+        ledger.add_window_at(&points, 1, 6, &[0], &[0], 0, &[7]);
+        assert_eq!(ledger.phases[0].documents, vec![2, 0]);
+        assert_eq!(ledger.phases[0].tokens, vec![9, 0]);
+        assert_eq!(ledger.phases[1].documents, vec![0, 1]);
+        assert_eq!(ledger.phases[1].tokens, vec![0, 4]);
+        // Where the phase's first document landed in the stream.
+        assert_eq!(ledger.began(1), (Some(0), Some(0)));
     }
 
     /// With 2 lanes of blocks of 1 window of 4 tokens, the point 6 is lane 1's token 2 and lane

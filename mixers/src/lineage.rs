@@ -207,8 +207,9 @@ impl Lineage {
 
 /// Why `new` cannot take over a stream made so far by `old` (every reason, each with its field).
 /// Allowed: weights, phases, sources added or removed, filters and document limits, the shuffle
-/// buffer's size (a mix in documents), the stopping strategy, and the global batch (not a recipe
-/// field). Refused: whatever changes what an id means or how the input is dealt.
+/// buffer's size (a mix in documents), the stopping strategy, a larger `best_fit` pool, and the
+/// global batch (not a recipe field). Refused: whatever changes what an id means or how the
+/// input is dealt, and the packing edits [`check_packing`] names.
 pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     let mut refuse = |field: &str, why: String| {
@@ -235,19 +236,8 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
             ),
         );
     }
-    if old.packing.strategy != new.packing.strategy
-        || old.packing.pool_documents != new.packing.pool_documents
-        || old.packing.pad != new.packing.pad
-    {
-        refuse(
-            "packing.strategy",
-            format!(
-                "{} → {} (or its pool or pad): a change of packing at a change of course is not \
-                 supported yet; keep the packing table as it was",
-                old.packing.strategy.name(),
-                new.packing.strategy.name()
-            ),
-        );
+    for refusal in check_packing(old, new) {
+        refuse(&refusal.field, refusal.why);
     }
     if old.shuffle.seed != new.shuffle.seed {
         refuse(
@@ -322,6 +312,65 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
                     .into(),
             );
         }
+    }
+    refusals
+}
+
+/// The packing edits a change cannot make besides `seq_len`, each with its field and what to do
+/// instead. The `best_fit` pool may grow: the documents it holds at the change wait on in the
+/// larger pool (the next recipe's packer continues the same state, so served and packed agree).
+/// Refused:
+/// - `packing.strategy` (`concat` ↔ `best_fit`): a stream is padded throughout or not at all. Its
+///   pack (format 5 or 4), `dsprep verify` (every padded window starts a document) and the
+///   trainers' masks hold one packing for the whole stream, and a `concat` window may begin in
+///   the middle of a document;
+/// - a smaller pool: the documents held at the change do not fit it, and windows would have to
+///   be made from them at the change, outside any recipe's packer;
+/// - `packing.pad` (the default, the EOS, written out is the same pad): a pack has one pad id, and
+///   every padding token is checked against it.
+fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
+    let (was, now) = (&old.packing, &new.packing);
+    let mut refusals = Vec::new();
+    if was.strategy != now.strategy {
+        refusals.push(Refusal {
+            field: "packing.strategy".into(),
+            why: format!(
+                "{} → {}: a stream is padded throughout (best_fit) or not at all (concat): its \
+                 pack, dsprep verify and the trainers' masks hold one packing for the whole \
+                 stream; keep strategy = \"{}\", or start a new stream (an empty --state-dir) \
+                 with the other packing",
+                was.strategy.name(),
+                now.strategy.name(),
+                was.strategy.name()
+            ),
+        });
+        return refusals;
+    }
+    if let (Some(from), Some(to)) = (was.pool_documents(), now.pool_documents())
+        && to < from
+    {
+        refusals.push(Refusal {
+            field: "packing.pool_documents".into(),
+            why: format!(
+                "{from} → {to}: a pool can grow at a change, not shrink (the documents it holds \
+                 there must all wait on in the next recipe's pool); keep at least {from}"
+            ),
+        });
+    }
+    // The default pad is the EOS: written out or left to the default, it is the same pad.
+    let pad = |r: &Recipe| {
+        r.packing
+            .pad
+            .clone()
+            .unwrap_or_else(|| r.tokenizer.eos.clone())
+    };
+    if was.pads() && pad(old) != pad(new) {
+        refusals.push(Refusal {
+            field: "packing.pad".into(),
+            why: "a stream pads with one token (its pack records one pad id, and verify checks \
+                  every padding token against it); keep the pad as it was"
+                .into(),
+        });
     }
     refusals
 }

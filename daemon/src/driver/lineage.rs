@@ -260,6 +260,14 @@ impl Segments {
         let mut next = self.build(k, config.threads)?;
         (next.restore_from(&state.stream, docs))
             .with_context(|| format!("the change of course at segment {k}"))?;
+        // The next recipe's packer goes on from this one's state (its pool may be larger), as a
+        // replay of the lineage restores it.
+        let packing = self.loaded[k].packer(None);
+        let packer = WindowPacker::from_state(packing, packer.state()).ok_or_else(|| {
+            anyhow!(
+                "the change of course at segment {k}: the packer's state does not fit its packing"
+            )
+        })?;
         if deliver(&packer, &mut held, sink, &Snapshots::unused())? {
             return Ok(RunEnd::stopped());
         }

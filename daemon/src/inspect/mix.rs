@@ -7,7 +7,8 @@
 //! It counts what the windows hold (the dropped tail is not in them), segment by segment: a
 //! window's tokens up to its first document start belong to its lead source, then each start's
 //! tokens to its source. Phases are counted by `dsprep_mixers::ledger` (a document belongs to the
-//! phase in force where it starts in its lane's own stream), as the pack's manifest is. Memory:
+//! phase in force at its mixing position in its lane's own stream: where it lies in the windows,
+//! or with `best_fit` and phases its `doc_positions.u64`), as the pack's manifest is. Memory:
 //! a few counters per source and phase.
 
 use super::fill::{WindowFill, window_fill};
@@ -139,7 +140,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
             bail!("{}: window {w} has no document sources", dir.display());
         };
         let len = u64::from(window.real_tokens);
-        phases.add_window(&points, w, len, window.doc_starts, sources, lead);
+        let positions = window.doc_positions.unwrap_or_default();
+        phases.add_window_at(&points, w, len, window.doc_starts, sources, lead, positions);
         if let (Some(points), Some(ledger)) = (&segment_points, &mut segments) {
             ledger.add_window(points, w, len, window.doc_starts, sources, lead);
         }

@@ -310,8 +310,8 @@ fn pack_lane(
         None => Some(inputs.stream(loaded, info.lane, options.threads)?),
         Some(_) => None,
     };
-    let padded = loaded.recipe.packing.pads();
-    let writer = PackWriter::create(out, dtype, per_shard, None, padded)?;
+    let columns = super::output::Columns::of(&loaded.recipe);
+    let writer = PackWriter::create(out, dtype, per_shard, None, columns)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();
     if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
@@ -434,8 +434,8 @@ fn finish_dealt(
             .context("cannot start the input-hashing thread")?
     };
     let ledger = PackLedger::new(&loaded.recipe);
-    let padded = loaded.recipe.packing.pads();
-    let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger), padded)?;
+    let columns = super::output::Columns::of(&loaded.recipe);
+    let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger), columns)?;
     // The finish has no checkpoints (the lanes are its input): a failure removes its partial.
     let partial = writer.partial_dir().to_path_buf();
     let written = match copy_blocks(&mut writer, &spec, &lanes, blocks, loaded) {
@@ -501,6 +501,10 @@ fn copy_blocks(
                     <[u16]>::to_vec,
                 ),
                 lead_source: window.lead_source.unwrap_or(UNKNOWN_SOURCE),
+                doc_positions: window
+                    .doc_positions
+                    .map(<[u64]>::to_vec)
+                    .unwrap_or_default(),
             })?;
         }
     }

@@ -1,5 +1,6 @@
-//! The manifest's phase ledger (format 4, `phases`): every window the pack writes is counted
-//! into a [`PhaseLedger`] (`dsprep_mixers::ledger`, the same counting `inspect --mix` and the
+//! The manifest's phase ledger (format 4, `phases`): every window the pack writes is counted,
+//! each document in the phase of its mixing position (a `best_fit` window carries it), into a
+//! [`PhaseLedger`] (`dsprep_mixers::ledger`, the same counting `inspect --mix` and the
 //! daemon use), which becomes per phase and source the target, the realized shares of tokens and
 //! of documents, and the deviation. Its counts travel in the pack's checkpoints, so a pack that
 //! continues after a kill writes the same manifest.
@@ -56,13 +57,14 @@ impl PackLedger {
 
     /// Count window `index` of the stream.
     pub fn add(&mut self, index: u64, window: &PackedWindow) {
-        self.counts.add_window(
+        self.counts.add_window_at(
             &self.points,
             index,
             u64::from(window.real_tokens),
             &window.doc_starts,
             &window.doc_sources,
             window.lead_source,
+            &window.doc_positions,
         );
     }
 

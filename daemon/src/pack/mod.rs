@@ -181,6 +181,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
             doc_sources: true,
             ledger: None,
             padded: false,
+            positions: false,
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
@@ -227,9 +228,14 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
         None => {
             let ledger = PackLedger::new(recipe);
-            let padded = loaded.recipe.packing.pads();
-            let writer =
-                PackWriter::create(&options.out, dtype, windows_per_shard, Some(ledger), padded)?;
+            let columns = output::Columns::of(&loaded.recipe);
+            let writer = PackWriter::create(
+                &options.out,
+                dtype,
+                windows_per_shard,
+                Some(ledger),
+                columns,
+            )?;
             if let Err(e) = writer.add_tokenizer(&loaded.tokenizer_json) {
                 return Err(failed(writer, &partial, None, e));
             }
@@ -468,6 +474,7 @@ fn new_manifest(
         chain: Vec::new(),
         phases: Vec::new(),
         real_tokens: None,
+        doc_positions: None,
         packing: None,
         lineage: None,
     })

@@ -48,6 +48,30 @@ pub struct WriterProgress {
     /// Whether the directory holds `real_tokens.u32` (format 5: `best_fit`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub padded: bool,
+    /// Whether it holds `doc_positions.u64` (`best_fit` with phases).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub positions: bool,
+}
+
+/// The optional columns a pack writes besides tokens, document starts and sources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// `real_tokens.u32`: the windows may end in padding (`best_fit`: format 5).
+    pub padded: bool,
+    /// `doc_positions.u64`: each start's mixing position. Written by `best_fit` with
+    /// `[[mix.phase]]`, whose windows do not keep the mixing order the phase ledger counts by
+    /// (`dsprep_mixers::ledger`); a pack that keeps it (`concat`), or has one phase, needs none.
+    pub positions: bool,
+}
+
+impl Columns {
+    pub fn of(recipe: &dsprep_mixers::recipe::Recipe) -> Columns {
+        let padded = recipe.packing.pads();
+        Columns {
+            padded,
+            positions: padded && !recipe.mix.phases.is_empty(),
+        }
+    }
 }
 
 /// An existing `out` is an error unless `force` (then [`PackWriter::finish`] replaces it).
@@ -96,6 +120,8 @@ pub struct PackWriter {
     lead_sources: HashingWriter,
     /// Format 5 (`best_fit`): each window's tokens before its padding.
     real_tokens: Option<HashingWriter>,
+    /// `best_fit` with phases: each start's mixing position.
+    doc_positions: Option<HashingWriter>,
     num_windows: u64,
     num_doc_starts: u64,
     bytes: Vec<u8>,
@@ -106,7 +132,8 @@ pub struct PackWriter {
 impl PackWriter {
     /// Start a packed directory for `out` (check [`refuse_existing`] first: an existing `out` is
     /// replaced only once the new one is complete), counting its windows into `ledger`;
-    /// `padded`: the windows may end in padding (`best_fit`: format 5, `real_tokens.u32`).
+    /// `columns`: whether the windows may end in padding (`best_fit`: format 5,
+    /// `real_tokens.u32`) and whether their starts' mixing positions are kept.
     ///
     /// A failure once the partial directory is this pack's (its lock taken) removes it, and the
     /// error's last line says so ([`super::failure`]).
@@ -115,7 +142,7 @@ impl PackWriter {
         dtype: Dtype,
         windows_per_shard: u64,
         ledger: Option<PackLedger>,
-        padded: bool,
+        columns: Columns,
     ) -> anyhow::Result<Self> {
         let tmp = partial_dir(out)?;
         let lock = lock_partial(&tmp)?;
@@ -126,7 +153,7 @@ impl PackWriter {
             dtype,
             windows_per_shard,
             ledger,
-            padded,
+            columns,
         )
         .map_err(|e| leave_partial(&tmp, None, e))
     }
@@ -138,7 +165,7 @@ impl PackWriter {
         dtype: Dtype,
         windows_per_shard: u64,
         ledger: Option<PackLedger>,
-        padded: bool,
+        columns: Columns,
     ) -> anyhow::Result<Self> {
         for entry in
             std::fs::read_dir(&tmp).with_context(|| format!("cannot list {}", tmp.display()))?
@@ -158,8 +185,12 @@ impl PackWriter {
         doc_starts_offsets.write_all(&0u64.to_le_bytes())?;
         let doc_sources = create(format::DOC_SOURCES_FILE)?;
         let lead_sources = create(format::LEAD_SOURCES_FILE)?;
-        let real_tokens = match padded {
+        let real_tokens = match columns.padded {
             true => Some(create(format::REAL_TOKENS_FILE)?),
+            false => None,
+        };
+        let doc_positions = match columns.positions {
+            true => Some(create(format::DOC_POSITIONS_FILE)?),
             false => None,
         };
         let windows_per_shard = windows_per_shard.max(1);
@@ -179,6 +210,7 @@ impl PackWriter {
             doc_sources,
             lead_sources,
             real_tokens,
+            doc_positions,
             num_windows: 0,
             num_doc_starts: 0,
             bytes: Vec::new(),
@@ -218,6 +250,18 @@ impl PackWriter {
             }
             None => {}
         }
+        if let Some(file) = &mut self.doc_positions {
+            // A window that keeps the mixing order carries none: its own places are its starts'.
+            let at = self.num_windows * window.tokens.len() as u64;
+            self.bytes.clear();
+            for (k, &start) in window.doc_starts.iter().enumerate() {
+                let position =
+                    (window.doc_positions.get(k).copied()).unwrap_or(at + u64::from(start));
+                self.bytes.extend(position.to_le_bytes());
+            }
+            file.write_all(&self.bytes)
+                .context("cannot write the documents' mixing positions")?;
+        }
         if let Some(ledger) = &mut self.ledger {
             ledger.add(self.num_windows, window);
         }
@@ -246,7 +290,10 @@ impl PackWriter {
         self.doc_starts_offsets.sync().with_context(context)?;
         self.doc_sources.sync().with_context(context)?;
         self.lead_sources.sync().with_context(context)?;
-        if let Some(file) = &mut self.real_tokens {
+        for file in [&mut self.real_tokens, &mut self.doc_positions]
+            .into_iter()
+            .flatten()
+        {
             file.sync().with_context(context)?;
         }
         Ok(WriterProgress {
@@ -258,6 +305,7 @@ impl PackWriter {
             doc_sources: true,
             ledger: self.ledger.as_ref().map(|l| l.counts().clone()),
             padded: self.real_tokens.is_some(),
+            positions: self.doc_positions.is_some(),
         })
     }
 
@@ -390,6 +438,13 @@ impl PackWriter {
                 true => Some(reopen(format::REAL_TOKENS_FILE, progress.num_windows * 4)?),
                 false => None,
             },
+            doc_positions: match progress.positions {
+                true => Some(reopen(
+                    format::DOC_POSITIONS_FILE,
+                    progress.num_doc_starts * 8,
+                )?),
+                false => None,
+            },
             tmp,
             _lock: lock,
             windows_per_shard: wps,
@@ -461,6 +516,19 @@ impl PackWriter {
                     .context("cannot finish the real-token counts")?;
                 Some(OutputFile {
                     file: format::REAL_TOKENS_FILE.into(),
+                    size_bytes,
+                    sha256,
+                })
+            }
+            None => None,
+        };
+        manifest.doc_positions = match self.doc_positions {
+            Some(writer) => {
+                let (size_bytes, sha256) = writer
+                    .finish()
+                    .context("cannot finish the documents' mixing positions")?;
+                Some(OutputFile {
+                    file: format::DOC_POSITIONS_FILE.into(),
                     size_bytes,
                     sha256,
                 })

@@ -6,7 +6,10 @@
 //! At the end of the stream the pool is packed out whole, so no token is dropped.
 //!
 //! Deterministic: the pool is ordered by (length, arrival), so of two documents of one length the
-//! earlier is taken first, whatever the thread count. Memory: at most `capacity` documents of
+//! earlier is taken first, whatever the thread count. A document's arrival number is its mixing
+//! position: the tokens pushed before it (where it starts in the stream as mixed, before any
+//! reordering), so every window says where each of its documents was mixed
+//! ([`PackedWindow::doc_positions`]) and the ledger counts phases by it, not by the window. Memory: at most `capacity` documents of
 //! fewer than `window_tokens` tokens each (the recipe caps `capacity × window_tokens × 4` bytes).
 
 use super::{PackedWindow, PackerState, PackingCounters, PoolState, PooledDoc};
@@ -22,7 +25,7 @@ pub struct BestFitPacker {
     window_tokens: usize,
     capacity: usize,
     pad_id: u32,
-    /// Each document's source and tokens, shared with the snapshots that hold it (a snapshot per
+    /// Each document's source and tokens (its key holds its mixing position), shared with the snapshots that hold it (a snapshot per
     /// step costs a reference per pooled document, not a copy of the pool).
     pool: BTreeMap<PoolKey, (u16, Arc<[u32]>)>,
     pool_tokens: u64,
@@ -54,7 +57,11 @@ impl BestFitPacker {
         if tokens.is_empty() {
             return;
         }
+        // Its mixing position; never below `next_seq`, so a pool restored from a checkpoint of
+        // an older dsprep (arrival counts) keeps its order.
+        let position = self.pushed_tokens.max(self.next_seq);
         self.pushed_tokens += tokens.len() as u64;
+        self.next_seq = self.next_seq.max(position + 1);
         let window = self.window_tokens;
         if tokens.len() > window {
             self.counters.documents_cut += 1;
@@ -62,14 +69,13 @@ impl BestFitPacker {
         }
         let mut pieces = tokens.chunks_exact(window);
         for piece in pieces.by_ref() {
-            self.emit(vec![(source, piece)], out);
+            self.emit(vec![(source, position, piece)], out);
         }
         let rest = pieces.remainder();
         if rest.is_empty() {
             return;
         }
-        let key = (rest.len() as u32, Reverse(self.next_seq));
-        self.next_seq += 1;
+        let key = (rest.len() as u32, Reverse(position));
         self.pool.insert(key, (source, Arc::from(rest)));
         self.pool_tokens += rest.len() as u64;
         let counters = &mut self.counters;
@@ -93,24 +99,31 @@ impl BestFitPacker {
         let mut room = self.window_tokens;
         // The longest document that fits `room` (of one length, the earliest).
         while let Some((&key, _)) = self.pool.range(..=(room as u32, Reverse(0))).next_back() {
-            let (source, tokens) = self.pool.remove(&key).expect("the key was just found");
+            let Some((source, tokens)) = self.pool.remove(&key) else {
+                break;
+            };
             room -= tokens.len();
             self.pool_tokens -= tokens.len() as u64;
-            taken.push((source, tokens));
+            taken.push((source, key.1.0, tokens));
         }
         if !taken.is_empty() {
-            self.emit(taken.iter().map(|(s, t)| (*s, &t[..])).collect(), out);
+            self.emit(
+                taken.iter().map(|(s, p, t)| (*s, *p, &t[..])).collect(),
+                out,
+            );
         }
     }
 
-    /// A window of `docs` in order, padded to the window.
-    fn emit(&mut self, docs: Vec<(u16, &[u32])>, out: &mut Vec<PackedWindow>) {
+    /// A window of `docs` (source, mixing position, tokens) in order, padded to the window.
+    fn emit(&mut self, docs: Vec<(u16, u64, &[u32])>, out: &mut Vec<PackedWindow>) {
         let mut tokens = Vec::with_capacity(self.window_tokens);
         let mut doc_starts = Vec::with_capacity(docs.len());
         let mut doc_sources = Vec::with_capacity(docs.len());
-        for (source, doc) in &docs {
+        let mut doc_positions = Vec::with_capacity(docs.len());
+        for (source, position, doc) in &docs {
             doc_starts.push(tokens.len() as u32);
             doc_sources.push(*source);
+            doc_positions.push(*position);
             tokens.extend_from_slice(doc);
         }
         let real_tokens = tokens.len();
@@ -123,6 +136,7 @@ impl BestFitPacker {
             lead_source: doc_sources[0],
             doc_starts,
             doc_sources,
+            doc_positions,
         });
     }
 
@@ -317,6 +331,34 @@ mod tests {
             second.finish(&mut got);
             prop_assert_eq!(got, whole);
         }
+    }
+
+    /// Every start carries its document's mixing position (tokens pushed before it), pieces of
+    /// a cut document their document's, whatever window it lands in; a packer from its state
+    /// goes on numbering from there.
+    #[test]
+    fn windows_say_where_each_document_was_mixed() {
+        // Mixed at 0 (3 tokens), 3 (23: pieces of 10, 10, 3), 26 (6), 32 (1).
+        let docs = docs_of(&[3, 23, 6, 1]);
+        let mut p = BestFitPacker::new(10, 3, PAD);
+        let mut out = Vec::new();
+        for (k, d) in docs[..2].iter().enumerate() {
+            p.push_doc(d, k as u16, &mut out);
+        }
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|w| w.doc_positions == vec![3]));
+        let mut p = BestFitPacker::from_state(10, 3, PAD, p.state()).unwrap();
+        for (k, d) in docs.iter().enumerate().skip(2) {
+            p.push_doc(d, k as u16, &mut out);
+        }
+        p.finish(&mut out);
+        // The pool filled at the 6: it goes first with the earlier 3-token document; at the
+        // end the piece left (mixed at 3) and the 1 share the last window.
+        assert_eq!(out[2].doc_positions, vec![26, 0]);
+        assert_eq!(out[2].doc_starts, vec![0, 6]);
+        assert_eq!(out[3].doc_positions, vec![3, 32]);
+        assert_eq!(out[3].doc_sources, vec![1, 3]);
+        assert_eq!(p.state().pool.unwrap().next_seq, 33);
     }
 
     #[test]

@@ -57,6 +57,7 @@ impl Packer {
                     doc_starts: std::mem::take(&mut self.pending_starts),
                     doc_sources: std::mem::take(&mut self.pending_sources),
                     lead_source: self.lead_source,
+                    doc_positions: Vec::new(),
                 });
                 self.lead_source = source; // the next window goes on with this document
                 self.windows_emitted += 1;
@@ -145,6 +146,7 @@ mod tests {
                     doc_starts: vec![0, 3],
                     doc_sources: vec![0, 1],
                     lead_source: 0,
+                    doc_positions: vec![],
                 },
                 PackedWindow {
                     real_tokens: 4,
@@ -152,6 +154,7 @@ mod tests {
                     doc_starts: vec![],
                     doc_sources: vec![],
                     lead_source: 1,
+                    doc_positions: vec![],
                 },
             ]
         );
@@ -169,6 +172,7 @@ mod tests {
                 doc_starts: vec![0],
                 doc_sources: vec![1],
                 lead_source: 1,
+                doc_positions: vec![],
             }
         );
         assert_eq!(rest, vec![5]);

@@ -36,6 +36,11 @@ pub struct PackedWindow {
     pub doc_sources: Vec<u16>,
     /// The source of the document that holds `tokens[0]`.
     pub lead_source: u16,
+    /// `best_fit`: per start, the document's mixing position (tokens pushed before it in its
+    /// stream, BOS/EOS included; every piece of a cut document has its document's). Empty with
+    /// `concat`, whose windows keep the mixing order: there a start's position is the window's
+    /// first token in its stream plus the start. The ledger counts phases by it.
+    pub doc_positions: Vec<u64>,
 }
 
 /// The packer's whole state. With `concat`: the tokens of the window being filled, their
@@ -68,7 +73,9 @@ pub struct PoolState {
 /// and its snapshots.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PooledDoc {
-    /// Its arrival number: of two documents of one length the earlier is taken first.
+    /// Its arrival number: of two documents of one length the earlier is taken first. It is the
+    /// document's mixing position (tokens pushed before it); a pool written by an older dsprep
+    /// numbered arrivals 0, 1, 2, … instead.
     pub seq: u64,
     pub source: u16,
     pub tokens: std::sync::Arc<[u32]>,

@@ -234,15 +234,6 @@ fn packing_problems(recipe: &Recipe, fail: &mut impl FnMut(String, String)) {
                     "must be a token string or id, got an empty string".into(),
                 );
             }
-            if !recipe.mix.phases.is_empty() {
-                fail(
-                    "packing.strategy".into(),
-                    "best_fit cannot be combined with [[mix.phase]] yet: a phase's ledger counts \
-                     documents where they start in the stream, and best_fit moves them between \
-                     windows; use strategy = \"concat\" with phases"
-                        .into(),
-                );
-            }
         }
     }
 }
