@@ -22,8 +22,12 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT_NAME: &str = "dsprep-packed";
 /// The newest version: 2 adds the stream chain (`Manifest::chain`), 3 the document sources
 /// (`Manifest::doc_sources`, `Manifest::lead_sources`), 4 the ledger of every phase
-/// (`Manifest::phases`), 5 padded windows (`Manifest::real_tokens`, `Manifest::packing`).
-pub const FORMAT_VERSION: u32 = 5;
+/// (`Manifest::phases`), 5 padded windows (`Manifest::real_tokens`, `Manifest::packing`), 6 the
+/// mixing position of every document start (`Manifest::doc_positions`), which a `best_fit` pack
+/// with phases counts its phases by. A pack is written at the oldest version that holds it.
+pub const FORMAT_VERSION: u32 = 6;
+/// The version of a padded pack without mixing positions: version 5, byte for byte.
+pub const PADDED_FORMAT_VERSION: u32 = 5;
 /// The version of a pack without padding: version 4, byte for byte, so that every reader of
 /// version 4 reads it; a padded pack is version 5, which they refuse.
 pub const UNPADDED_FORMAT_VERSION: u32 = 4;

@@ -535,9 +535,12 @@ impl PackWriter {
             }
             None => None,
         };
-        manifest.format_version = match manifest.real_tokens {
-            Some(_) => format::FORMAT_VERSION,
-            None => format::UNPADDED_FORMAT_VERSION,
+        // The oldest version that holds the pack: a reader of 5 would count a best_fit pack's
+        // phases by window, not by the mixing positions only version 6 has.
+        manifest.format_version = match (&manifest.doc_positions, &manifest.real_tokens) {
+            (Some(_), _) => format::FORMAT_VERSION,
+            (None, Some(_)) => format::PADDED_FORMAT_VERSION,
+            (None, None) => format::UNPADDED_FORMAT_VERSION,
         };
         manifest.shards = tokens.closed;
         manifest.num_windows = self.num_windows;

@@ -24,7 +24,7 @@ FORMAT_NAME = "dsprep-packed"
 #: The newest version `dsprep pack` writes (2 adds the stream chain, 3 the documents' sources, 4
 #: the manifest's phase ledger, 5 padded windows: `real_tokens.u32` and the manifest's `packing`;
 #: a pack without padding is still written as 4); 1 is still read.
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 OLDEST_FORMAT_VERSION = 1
 
 
