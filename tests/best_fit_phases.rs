@@ -72,7 +72,10 @@ fn best_fit_with_a_phase_packs_alike_at_any_thread_count_and_counts_where_the_mi
     assert!(dir_bytes(&one) == dir_bytes(&two), "1 and 2 threads differ");
     let data = PackedDataset::open(&one).unwrap();
     let m = data.manifest().clone();
-    assert_eq!(m.format_version, 5);
+    assert_eq!(
+        m.format_version, 6,
+        "a best_fit pack with phases is format 6"
+    );
     assert_eq!(
         m.doc_positions.as_ref().map(|f| f.file.as_str()),
         Some("doc_positions.u64")

@@ -93,6 +93,10 @@ fn check_range(text: &str, start: usize, end: usize) -> Result<(), Cut> {
     )))
 }
 
+/// The longest text a scanner cuts whole before its pieces are encoded (the pieces of one such
+/// text, at most 16 bytes each per byte of it, are the most a thread holds for it).
+const CUT_AT_ONCE: usize = 64 * 1024;
+
 /// Pieces encoded a batch at a time: each piece's lookups are asked for from memory
 /// ([`super::prefetch`]) when it is cut, and read [`BATCH`] pieces later, so that the misses of
 /// pieces met for the first time overlap instead of following one another.
@@ -356,18 +360,34 @@ impl ByteLevelBpe {
         out: &mut Vec<u32>,
     ) -> Result<(), String> {
         let from_regex = || self.regexes.for_this_thread().find_iter(text).map(Ok);
+        let Some((_, scanner)) = &self.scanner else {
+            return (self.encode_matches(text, from_regex(), cache, out))
+                .map_err(Cut::into_message);
+        };
+        // A text of up to CUT_AT_ONCE bytes is cut whole first (one dynamic call, the scanner's
+        // own loop inlined), then encoded; a longer one match by match, so that the pieces held
+        // stay bounded. A hand-back takes back what was encoded, and the regex cuts the text.
         let mark = out.len();
-        let scanned = match &self.scanner {
-            Some((_, scanner)) => {
-                self.encode_matches(text, scanner::find_iter(scanner.as_ref(), text), cache, out)
-            }
-            None => self.encode_matches(text, from_regex(), cache, out),
+        let scanned = if text.len() <= CUT_AT_ONCE {
+            let mut pieces = std::mem::take(&mut cache.pieces);
+            let scanned = match scanner.cut(text, &mut pieces) {
+                Ok(()) => {
+                    let matches = pieces.iter().map(|&piece| Ok(piece));
+                    self.encode_matches(text, matches, cache, out)
+                }
+                Err(HandBack) => Err(Cut::HandBack),
+            };
+            pieces.clear();
+            cache.pieces = pieces;
+            scanned
+        } else {
+            let matches = scanner::find_iter(scanner.as_ref(), text);
+            self.encode_matches(text, matches, cache, out)
         };
         match scanned {
             Err(Cut::HandBack) => {
                 out.truncate(mark);
-                self.encode_matches(text, from_regex(), cache, out)
-                    .map_err(Cut::into_message)
+                (self.encode_matches(text, from_regex(), cache, out)).map_err(Cut::into_message)
             }
             other => other.map_err(Cut::into_message),
         }

@@ -178,6 +178,8 @@ pub(crate) struct PieceCache {
     long: Box<[LongSlot]>,
     /// Symbols of the piece being merged (reused: no allocation per piece).
     pub symbols: Vec<u32>,
+    /// The pieces a scanner cut a text into, before they are encoded (scratch, reused).
+    pub pieces: Vec<(usize, usize)>,
     /// A piece's key where it is not a slice of the text (reused likewise).
     pub key: Vec<u8>,
 }
@@ -264,6 +266,7 @@ impl PieceCache {
             slots: vec![EMPTY; 1 << SLOT_BITS].into_boxed_slice(),
             long: vec![LongSlot::EMPTY; 1 << LONG_BITS].into_boxed_slice(),
             symbols: Vec::new(),
+            pieces: Vec::new(),
             key: Vec::new(),
         }
     }

@@ -47,6 +47,17 @@ pub(crate) struct HandBack;
 pub(crate) trait Scanner: Send + Sync {
     /// The end (byte offset) of the match that starts at `start`.
     fn match_end(&self, text: &str, start: usize) -> Result<usize, HandBack>;
+
+    /// Every match of `text`, in order, into `pieces` (emptied first): [`find_iter`] collected,
+    /// or the [`HandBack`] it met. One call per text: through a `dyn Scanner` only this call is
+    /// dynamic, each match is found by the scanner's own `match_end`, inlined.
+    fn cut(&self, text: &str, pieces: &mut Vec<(usize, usize)>) -> Result<(), HandBack> {
+        pieces.clear();
+        for piece in find_iter(self, text) {
+            pieces.push(piece?);
+        }
+        Ok(())
+    }
 }
 
 /// A registered scanner: the pattern it stands in for, exactly as HF's `tokenizer.json` writes
@@ -55,8 +66,11 @@ pub(crate) struct Registered {
     /// What the engine line calls it.
     pub name: &'static str,
     pub pattern: &'static str,
-    pub build: fn() -> Result<Box<dyn Scanner>, String>,
+    pub build: fn() -> Built,
 }
+
+/// A scanner built, or why its tables did not build.
+pub(crate) type Built = Result<Box<dyn Scanner>, String>;
 
 /// Every scanner, by HF's pattern: those of the byte-level files dsprep's engine runs because HF
 /// `tokenizers` 1.x does not encode them exactly (BENCHMARKS.md, "Tokenizer engines"): GPT-2's
@@ -81,9 +95,7 @@ pub(crate) const REGISTRY: &[Registered] = &[
 ];
 
 /// The registered scanner for `pattern`, built, with its name; `None` when none is registered.
-pub(crate) fn for_pattern(
-    pattern: &str,
-) -> Option<(&'static str, Result<Box<dyn Scanner>, String>)> {
+pub(crate) fn for_pattern(pattern: &str) -> Option<(&'static str, Built)> {
     (REGISTRY.iter())
         .find(|row| row.pattern == pattern)
         .map(|row| (row.name, (row.build)()))
@@ -92,8 +104,8 @@ pub(crate) fn for_pattern(
 /// The matches of `scanner`'s pattern in `text`, as HF's regex would report them: `(start, end)`
 /// byte ranges that tile the text, or a [`HandBack`], after which nothing more is scanned (the
 /// regex cuts the whole text).
-pub(crate) fn find_iter<'a>(
-    scanner: &'a dyn Scanner,
+pub(crate) fn find_iter<'a, S: Scanner + ?Sized>(
+    scanner: &'a S,
     text: &'a str,
 ) -> impl Iterator<Item = Result<(usize, usize), HandBack>> + 'a {
     let mut at = 0;

@@ -126,12 +126,12 @@ impl Cl100kSplitter {
 }
 
 /// The registry's builder for the cl100k / Llama 3 pattern.
-pub(super) fn build_cl100k() -> Result<Box<dyn Scanner>, String> {
+pub(super) fn build_cl100k() -> super::Built {
     Ok(Box::new(Cl100kSplitter::new(3)?))
 }
 
 /// The registry's builder for the Qwen2/2.5/3 pattern.
-pub(super) fn build_qwen2() -> Result<Box<dyn Scanner>, String> {
+pub(super) fn build_qwen2() -> super::Built {
     Ok(Box::new(Cl100kSplitter::new(1)?))
 }
 

@@ -90,9 +90,15 @@ fn random_text() -> impl Strategy<Value = String> {
     proptest::collection::vec(piece, 0..32).prop_map(|pieces| pieces.concat())
 }
 
-/// `scanner` against the regex of `pattern` on one text: the same ranges, and no hand-back.
+/// `scanner` against the regex of `pattern` on one text: the same ranges, and no hand-back;
+/// [`Scanner::cut`], what the engine runs, gives what [`find_iter`] gives.
 fn same_pieces(scanner: &dyn Scanner, regex: &SysRegex, text: &str) -> Result<(), String> {
     let ours: Result<Vec<_>, HandBack> = find_iter(scanner, text).collect();
+    let mut cut = vec![(0, 0); 3];
+    let whole = scanner.cut(text, &mut cut).map(|()| cut);
+    if whole != ours {
+        return Err(format!("{text:?}: cut {whole:?}, find_iter {ours:?}"));
+    }
     let hf: Vec<(usize, usize)> = regex.find_iter(text).collect();
     match ours {
         Ok(ours) if ours == hf => Ok(()),

@@ -88,7 +88,7 @@ impl Gpt2Splitter {
 }
 
 /// The registry's builder.
-pub(super) fn build() -> Result<Box<dyn Scanner>, String> {
+pub(super) fn build() -> super::Built {
     Ok(Box::new(Gpt2Splitter::new()?))
 }
 
