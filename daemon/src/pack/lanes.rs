@@ -16,6 +16,7 @@
 
 use super::failure::{self, failed};
 use super::ledger::PackLedger;
+use super::lineage::{self as ledger_of, SegmentCounts};
 use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
@@ -271,14 +272,24 @@ fn pack_dealt_part(
     Ok(report)
 }
 
-/// A lane's windows into its packed directory, with its documents and tokens per source.
+/// A lane's windows into its packed directory, with its documents and tokens per source (and,
+/// packing a lineage, per segment: the lane's ledger, the single daemon's counts).
 struct LaneSink {
     writer: PackWriter,
     docs: Vec<u64>,
     tokens: Vec<u64>,
+    segment: usize,
+    segments: Vec<SegmentCounts>,
 }
 
-impl SegmentSink for LaneSink {}
+impl SegmentSink for LaneSink {
+    fn segment_began(&mut self, k: usize, dropped: &[(String, u64)]) {
+        self.segment = k;
+        if let Some(counts) = self.segments.get_mut(k) {
+            counts.dropped = dropped.to_vec();
+        }
+    }
+}
 
 impl WindowSink for LaneSink {
     fn keeps_snapshots(&self) -> bool {
@@ -288,6 +299,9 @@ impl WindowSink for LaneSink {
     fn document(&mut self, doc: ProducedDoc) {
         self.docs[doc.source as usize] += 1;
         self.tokens[doc.source as usize] += doc.tokens;
+        if let Some(counts) = self.segments.get_mut(self.segment) {
+            counts.add(doc.source, doc.tokens);
+        }
     }
 
     fn window(&mut self, window: PackedWindow, _: &Snapshots) -> anyhow::Result<Flow> {
@@ -322,6 +336,8 @@ fn pack_lane(
         writer,
         docs: vec![0u64; n],
         tokens: vec![0u64; n],
+        segment: segments.map_or(0, |s| s.lineage.first_segment()),
+        segments: segments.map(ledger_of::counts).unwrap_or_default(),
     };
     let config = PipelineConfig::new(options.threads, CHUNK_TEXT_BYTES);
     let packing = loaded.packer(Some(info.lane));
@@ -347,6 +363,8 @@ fn pack_lane(
         writer,
         docs,
         tokens,
+        segments: counts,
+        ..
     } = sink;
     let run = match run {
         Ok(run) => run,
@@ -359,6 +377,10 @@ fn pack_lane(
     };
     let finished = new_manifest(loaded, dtype, run.leftover_tokens, read, sources)
         .map(|m| with_packing(m, loaded, run.packing.as_ref()))
+        .map(|m| match segments {
+            Some(s) => ledger_of::into_manifest(m, s, &counts),
+            None => m,
+        })
         .and_then(|manifest| {
             let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
             writer.add_file(LANE_INFO_FILE, &json)?;
@@ -385,14 +407,16 @@ pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<Pa
     spec_of(loaded)?;
     output::refuse_existing(&options.out, options.force)?;
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
-    finish_dealt(options, loaded, &inputs, started)
+    finish_dealt(options, loaded, &inputs, None, started)
 }
 
-/// [`finish`] of input already dealt.
+/// [`finish`] of input already dealt; packing a lineage (`lineage`), the manifest carries its
+/// segments with the lanes' ledgers summed.
 fn finish_dealt(
     options: &PackOptions,
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
+    lineage: Option<&Segments>,
     started: Instant,
 ) -> anyhow::Result<PackReport> {
     let spec = inputs.spec;
@@ -454,7 +478,20 @@ fn finish_dealt(
     let window_tokens = loaded.recipe.packing.window_tokens() as u64;
     let packing = lane_packing(&lanes, blocks * k * window_tokens - written);
     let made = new_manifest(loaded, dtype, dropped, inputs_hashed, sources)
-        .map(|m| with_packing(m, loaded, packing.as_ref()));
+        .map(|m| with_packing(m, loaded, packing.as_ref()))
+        .and_then(|m| match lineage {
+            Some(segments) => {
+                let ledgers: Vec<_> = (0..spec.count)
+                    .map(|l| lane_dir(&dir, l))
+                    .zip(&lanes)
+                    .map(|(d, data)| (d, data.manifest().lineage.as_deref()))
+                    .collect();
+                let ledgers: Vec<_> = (ledgers.iter()).map(|(d, l)| (d.as_path(), *l)).collect();
+                let counts = ledger_of::lane_counts(segments, &ledgers)?;
+                Ok(ledger_of::into_manifest(m, segments, &counts))
+            }
+            None => Ok(m),
+        });
     let manifest = match made {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
@@ -569,7 +606,7 @@ pub fn pack_all(
         None,
         started,
     )?;
-    let mut report = finish_dealt(options, loaded, &inputs, started)?;
+    let mut report = finish_dealt(options, loaded, &inputs, None, started)?;
     report.wall = started.elapsed();
     Ok(report)
 }
@@ -633,7 +670,7 @@ pub fn pack_lineage(
         Some(&lanes),
         started,
     )?;
-    let mut report = finish_dealt(options, last, dealt, started)?;
+    let mut report = finish_dealt(options, last, dealt, Some(segments), started)?;
     report.wall = started.elapsed();
     Ok(report)
 }
