@@ -80,10 +80,11 @@ pub(crate) const REGISTRY: &[Registered] = &[
     },
 ];
 
+/// A registered scanner built (or why it could not be), with its name.
+pub(crate) type Built = (&'static str, Result<Box<dyn Scanner>, String>);
+
 /// The registered scanner for `pattern`, built, with its name; `None` when none is registered.
-pub(crate) fn for_pattern(
-    pattern: &str,
-) -> Option<(&'static str, Result<Box<dyn Scanner>, String>)> {
+pub(crate) fn for_pattern(pattern: &str) -> Option<Built> {
     (REGISTRY.iter())
         .find(|row| row.pattern == pattern)
         .map(|row| (row.name, (row.build)()))
