@@ -154,6 +154,22 @@ fn two_node_daemons_change_course_and_serve_exactly_the_packed_lineage() {
     }
     drop(daemons);
 
+    // B's lanes packed alone and left unfinished in the pack's OUT.lanes: not this lineage's
+    // lanes, so pack --lineage packs every lane again (else its bytes would not be the served).
+    let out = dir.join("lineage");
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        b.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--part",
+        "0",
+        "--parts",
+        "1",
+        "--quiet",
+    ]);
+    assert!(dir.join("lineage.lanes/lane-00000/lane.json").exists());
     let packed = pack_lineage(dir);
     assert_lineage_ledger(dir, &packed, &lineage_a);
     let marks = chain_marks(&packed, 80 * 4);

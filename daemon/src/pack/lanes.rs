@@ -23,6 +23,7 @@ use super::{
     with_packing,
 };
 use crate::checkpoint::lane_lineage;
+use crate::checkpoint::lineage as lineage_file;
 use crate::driver::lanes::{LaneInputs, deal_inputs, deal_segments};
 use crate::driver::lineage::{SegmentSink, Segments};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig, ProducedDoc};
@@ -80,18 +81,28 @@ struct LaneInfo {
     block_windows: u32,
     /// Bytes of the input units dealt to this lane.
     input_bytes: u64,
+    /// Packing a lineage: its identity (`checkpoint::lineage::hash`), so a lane of another
+    /// lineage, or of its last recipe alone, is not taken for this one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lineage: Option<String>,
 }
 
 const LANE_INFO_FILE: &str = "lane.json";
 
 impl LaneInfo {
-    fn new(loaded: &LoadedRecipe, inputs: &LaneInputs, lane: u32) -> LaneInfo {
+    fn new(
+        loaded: &LoadedRecipe,
+        inputs: &LaneInputs,
+        lane: u32,
+        lineage: Option<&str>,
+    ) -> LaneInfo {
         LaneInfo {
             recipe_hash: loaded.recipe.hash(),
             lane,
             count: inputs.spec.count,
             block_windows: inputs.spec.block_windows,
             input_bytes: inputs.lane_bytes[lane as usize],
+            lineage: lineage.map(str::to_string),
         }
     }
 }
@@ -185,10 +196,14 @@ fn lanes_left(
     dir: &Path,
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
+    lineage: Option<&str>,
     cause: anyhow::Error,
 ) -> anyhow::Error {
     let complete: Vec<u32> = (0..inputs.spec.count)
-        .filter(|&l| complete_lane(&lane_dir(dir, l), &LaneInfo::new(loaded, inputs, l)).is_some())
+        .filter(|&l| {
+            let info = LaneInfo::new(loaded, inputs, l, lineage);
+            complete_lane(&lane_dir(dir, l), &info).is_some()
+        })
         .collect();
     let shown = dir.display();
     let outcome = match complete.len() {
@@ -235,9 +250,10 @@ fn pack_dealt_part(
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
     parts: Parts,
-    lineage: Option<&[Segments]>,
+    lineage: Option<(&str, &[Segments])>,
     started: Instant,
 ) -> anyhow::Result<PartReport> {
+    let stream = lineage.map(|(hash, _)| hash);
     let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -254,17 +270,17 @@ fn pack_dealt_part(
         wall: Duration::ZERO,
     };
     for lane in parts.lanes(&spec) {
-        let info = LaneInfo::new(loaded, inputs, lane);
+        let info = LaneInfo::new(loaded, inputs, lane, stream);
         let out = lane_dir(&dir, lane);
         if complete_lane(&out, &info).is_some() && !options.fresh {
             tracing::info!("lane {lane}: {} is complete, kept", out.display());
             report.kept.push(lane);
             continue;
         }
-        let segments = lineage.and_then(|l| l.get(lane as usize));
+        let segments = lineage.and_then(|(_, l)| l.get(lane as usize));
         if let Err(e) = pack_lane(options, loaded, inputs, &info, segments, &out) {
             let e = e.context(format!("lane {lane} of {}", spec.count));
-            return Err(lanes_left(&dir, loaded, inputs, e));
+            return Err(lanes_left(&dir, loaded, inputs, stream, e));
         }
         report.packed.push(lane);
     }
@@ -421,10 +437,11 @@ fn finish_dealt(
 ) -> anyhow::Result<PackReport> {
     let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
+    let stream = lineage.map(|s| lineage_file::hash(&s.lineage));
     let mut lanes = Vec::with_capacity(spec.count as usize);
     let mut missing = Vec::new();
     for lane in 0..spec.count {
-        let info = LaneInfo::new(loaded, inputs, lane);
+        let info = LaneInfo::new(loaded, inputs, lane, stream.as_deref());
         match complete_lane(&lane_dir(&dir, lane), &info) {
             Some(data) => lanes.push(data),
             None => missing.push(lane),
@@ -662,12 +679,13 @@ pub fn pack_lineage(
     }
     let last = segments.loaded.last().context("a lineage has a segment")?;
     let dealt = inputs.last().context("a lineage has a segment")?;
+    let stream = lineage_file::hash(lineage);
     pack_dealt_part(
         options,
         last,
         dealt,
         Parts { part: 0, parts: 1 },
-        Some(&lanes),
+        Some((&stream, &lanes)),
         started,
     )?;
     let mut report = finish_dealt(options, last, dealt, Some(segments), started)?;
