@@ -49,7 +49,10 @@ fn start(
     extra: &[&str],
 ) -> Result<Daemon, String> {
     let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
-    let mut more = vec!["--metrics", "off", "--checkpoint-every", "3"];
+    let mut more = vec!["--checkpoint-every", "3"];
+    if !extra.contains(&"--metrics") {
+        more.extend(["--metrics", "off"]);
+    }
     more.extend_from_slice(extra);
     let args = node_args(dir, node, nodes, world, mb, &more);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -109,15 +112,28 @@ fn two_node_daemons_change_course_and_serve_exactly_the_packed_lineage() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (a, b) = recipes(dir);
-    let change = ["--resume", "latest", "--change-course"];
-    let resume = ["--resume", "latest"];
+    let metrics = ["--metrics", "127.0.0.1:0"];
+    let change = [
+        "--resume",
+        "latest",
+        "--change-course",
+        metrics[0],
+        metrics[1],
+    ];
+    let resume = ["--resume", "latest", metrics[0], metrics[1]];
     // A to step 40, SIGKILL.
     let daemons = nodes(dir, &a, 2, &[]);
     let mut outs = vec![pull(dir, &daemons, 0, 40, "a")];
     drop(daemons);
+    // A's lineage alone, for a verify against another lineage below.
+    let lineage_a = dir.join("lineage-a.json");
+    std::fs::copy(dir.join("state/lineage.json"), &lineage_a).unwrap();
     // B from step 40 (weights changed, finemath added), SIGKILL at step 67.
     let daemons = nodes(dir, &b, 2, &change);
     outs.push(pull(dir, &daemons, 40, 27, "b"));
+    for (node, daemon) in daemons.iter().enumerate() {
+        assert_segment_metrics(daemon, node);
+    }
     let log0 = daemons[0].log_text();
     assert!(
         log0.contains("changed course at step 40 (window 160)"),
@@ -133,9 +149,29 @@ fn two_node_daemons_change_course_and_serve_exactly_the_packed_lineage() {
     // Resume B (no change: the lineage has it) from step 67 to 80.
     let daemons = nodes(dir, &b, 2, &resume);
     outs.push(pull(dir, &daemons, 67, 13, "c"));
+    for daemon in &daemons {
+        assert_eq!(daemon.metric("dsprep_lineage_segment"), 1.0);
+    }
     drop(daemons);
 
+    // B's lanes packed alone and left unfinished in the pack's OUT.lanes: not this lineage's
+    // lanes, so pack --lineage packs every lane again (else its bytes would not be the served).
+    let out = dir.join("lineage");
+    dsprep_ok(&[
+        "pack",
+        "--recipe",
+        b.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--part",
+        "0",
+        "--parts",
+        "1",
+        "--quiet",
+    ]);
+    assert!(dir.join("lineage.lanes/lane-00000/lane.json").exists());
     let packed = pack_lineage(dir);
+    assert_lineage_ledger(dir, &packed, &lineage_a);
     let marks = chain_marks(&packed, 80 * 4);
     let plain_a = dir.join("plain-a");
     dsprep_ok(&[
@@ -169,6 +205,125 @@ fn two_node_daemons_change_course_and_serve_exactly_the_packed_lineage() {
             "rank {rank}: B changed nothing"
         );
     }
+}
+
+/// A series' samples in one `/metrics` body: label set → value.
+fn samples(body: &str, series: &str) -> std::collections::BTreeMap<String, f64> {
+    (body.lines())
+        .filter_map(|l| {
+            let rest = l.strip_prefix(series)?.strip_prefix('{')?;
+            let (labels, value) = rest.split_once("} ")?;
+            Some((labels.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Node `node`'s `/metrics` after the change to B: its lanes run segment 1, finemath (only in
+/// B) is counted in segment 1 only, and per source the segments' documents and tokens add up
+/// to the daemon's totals (read once the counters hold still: the pipeline fills its prefetch).
+fn assert_segment_metrics(daemon: &Daemon, node: usize) {
+    let url = daemon.metrics.as_ref().unwrap();
+    let mut body = support::daemon::http_get(url);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let again = support::daemon::http_get(url);
+        let counters = |b: &str| samples(b, "dsprep_documents_total");
+        if counters(&again) == counters(&body) || std::time::Instant::now() > deadline {
+            body = again;
+            break;
+        }
+        body = again;
+    }
+    assert_eq!(
+        samples(&body, "dsprep_lineage_segment").len(),
+        0,
+        "the gauge has no labels"
+    );
+    assert!(
+        body.lines().any(|l| l == "dsprep_lineage_segment 1"),
+        "node {node}: {body}"
+    );
+    for (series, total) in [
+        ("dsprep_segment_documents_total", "dsprep_documents_total"),
+        ("dsprep_segment_tokens_total", "dsprep_tokens_total"),
+    ] {
+        let per_segment = samples(&body, series);
+        let totals = samples(&body, total);
+        assert_eq!(
+            per_segment.get("segment=\"0\",source=\"finemath\""),
+            None,
+            "node {node}: {body}"
+        );
+        assert!(
+            per_segment["segment=\"1\",source=\"finemath\""] > 0.0,
+            "node {node}: {body}"
+        );
+        for (source, value) in &totals {
+            let name = source.trim_start_matches("source=");
+            let in_segment = |k: u32| {
+                let key = format!("segment=\"{k}\",source={name}");
+                per_segment.get(&key).copied().unwrap_or(0.0)
+            };
+            assert_eq!(
+                in_segment(0) + in_segment(1),
+                *value,
+                "node {node}: {series} of {source}: {body}"
+            );
+        }
+    }
+    let dropped = samples(&body, "dsprep_lineage_dropped_documents_total");
+    assert!(dropped.values().all(|&v| v == 0.0), "node {node}: {body}");
+}
+
+/// The laned pack's manifest carries the lineage with its ledger (the lanes' counts summed):
+/// finemath only from B's segment, the segments adding up to the sources' totals; `dsprep
+/// verify --lineage` passes against the state directory and fails against A's lineage alone.
+fn assert_lineage_ledger(dir: &Path, packed: &PackedDataset, lineage_a: &Path) {
+    let manifest = packed.manifest();
+    let segments = manifest.lineage.as_ref().unwrap();
+    assert_eq!(segments.len(), 2);
+    assert_eq!((segments[1].from_step, segments[1].from_window), (40, 160));
+    let documents = |k: usize, name: &str| {
+        let source = segments[k].sources.iter().find(|s| s.name == name);
+        source.unwrap().documents
+    };
+    assert_eq!(documents(0, "finemath"), 0);
+    assert!(documents(1, "finemath") > 0);
+    assert!(documents(0, "fineweb-edu") > 0 && documents(1, "fineweb-edu") > 0);
+    for source in &manifest.sources {
+        let summed = |f: fn(&dsprep_client::format::SegmentSource) -> u64| {
+            (segments.iter())
+                .map(|s| f(s.sources.iter().find(|x| x.name == source.name).unwrap()))
+                .sum::<u64>()
+        };
+        assert_eq!(summed(|s| s.documents), source.documents, "{}", source.name);
+        assert_eq!(summed(|s| s.tokens), source.tokens, "{}", source.name);
+    }
+    let (out, state) = (dir.join("lineage"), dir.join("state"));
+    let verified = dsprep_ok(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--lineage",
+        state.to_str().unwrap(),
+    ]);
+    assert!(verified.contains("packs the lineage"), "{verified}");
+    let err = support::dsprep_fails(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--lineage",
+        lineage_a.to_str().unwrap(),
+    ]);
+    let s = &segments[1];
+    let want = format!(
+        "{} does not pack the lineage {}: segment 1 is recipe {} from step 40 (window 160, \
+         document {}), 4 windows a step in the pack, absent in the lineage",
+        out.display(),
+        lineage_a.display(),
+        s.recipe_hash,
+        s.from_documents
+    );
+    assert!(err.contains(&want), "{err}\nwant: {want}");
 }
 
 /// Four node daemons (world 8 × micro batch 2): A to step 12, a change to B at step 12 served to
@@ -318,4 +473,73 @@ fn node_daemons_change_the_global_batch_at_a_change_of_course() {
             "rank {rank}: steps 52..64 after the SIGKILL"
         );
     }
+}
+
+/// Node 1 started with `--change-course` while node 0 was not: node 1 waits for node 0's change
+/// at its ranks' first request at most `--change-course-timeout` (1 s here), then exits with an
+/// error naming node 0 and what to do.
+#[test]
+fn a_node_changing_course_alone_gives_up_after_the_timeout_naming_node_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b) = recipes(dir);
+    let daemons = nodes(dir, &a, 2, &[]);
+    pull(dir, &daemons, 0, 6, "a");
+    drop(daemons);
+    let extra = [
+        "--resume",
+        "latest",
+        "--change-course",
+        "--change-course-timeout",
+        "1",
+    ];
+    let mut node1 = start(dir, &b, (1, 2), (4, 1), &extra).unwrap();
+    // Node 1's ranks (2 and 3) ask for step 6: the change is to be taken from node 0.
+    let taps: Vec<_> = (2..4u32)
+        .map(|rank| {
+            let out = dir.join(format!("b-r{rank}.bin"));
+            support::daemon::tap(&node1.endpoint, rank, 4, 6, 2, &out)
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = node1.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 1 is still waiting: {}",
+            node1.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    for mut tap in taps {
+        let _ = tap.kill();
+        let _ = tap.wait();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let log = node1.log_text();
+    assert!(!status.success(), "{log}");
+    let lineage = dir.join("state/lineage.json");
+    let want = format!(
+        "node 0 did not change course within 1 s (--change-course-timeout): {} still holds no \
+         change to recipe {}. Node 1 was started with --change-course, so node 0 must be too: \
+         restart every node daemon with --resume latest --change-course and that recipe, or \
+         every one without --change-course to continue the stream as it was",
+        lineage.display(),
+        recipe_hash(&b)
+    );
+    assert!(log.contains(&want), "{log}\nwant: {want}");
+}
+
+/// A recipe's hash as `dsprep plan` shows it (`recipe PATH (HASH)`).
+fn recipe_hash(recipe: &Path) -> String {
+    let shown = dsprep_ok(&["plan", "--recipe", recipe.to_str().unwrap()]);
+    shown
+        .split('(')
+        .find_map(|rest| {
+            let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+            (hex.len() == 64).then_some(hex)
+        })
+        .unwrap_or_else(|| panic!("no recipe hash in:\n{shown}"))
 }

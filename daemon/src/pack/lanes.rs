@@ -16,12 +16,14 @@
 
 use super::failure::{self, failed};
 use super::ledger::PackLedger;
+use super::lineage::{self as ledger_of, SegmentCounts};
 use super::output::{self, PackWriter};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
     with_packing,
 };
 use crate::checkpoint::lane_lineage;
+use crate::checkpoint::lineage as lineage_file;
 use crate::driver::lanes::{LaneInputs, deal_inputs, deal_segments};
 use crate::driver::lineage::{SegmentSink, Segments};
 use crate::driver::pipeline::{CHUNK_TEXT_BYTES, PipelineConfig, ProducedDoc};
@@ -79,18 +81,28 @@ struct LaneInfo {
     block_windows: u32,
     /// Bytes of the input units dealt to this lane.
     input_bytes: u64,
+    /// Packing a lineage: its identity (`checkpoint::lineage::hash`), so a lane of another
+    /// lineage, or of its last recipe alone, is not taken for this one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lineage: Option<String>,
 }
 
 const LANE_INFO_FILE: &str = "lane.json";
 
 impl LaneInfo {
-    fn new(loaded: &LoadedRecipe, inputs: &LaneInputs, lane: u32) -> LaneInfo {
+    fn new(
+        loaded: &LoadedRecipe,
+        inputs: &LaneInputs,
+        lane: u32,
+        lineage: Option<&str>,
+    ) -> LaneInfo {
         LaneInfo {
             recipe_hash: loaded.recipe.hash(),
             lane,
             count: inputs.spec.count,
             block_windows: inputs.spec.block_windows,
             input_bytes: inputs.lane_bytes[lane as usize],
+            lineage: lineage.map(str::to_string),
         }
     }
 }
@@ -184,10 +196,14 @@ fn lanes_left(
     dir: &Path,
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
+    lineage: Option<&str>,
     cause: anyhow::Error,
 ) -> anyhow::Error {
     let complete: Vec<u32> = (0..inputs.spec.count)
-        .filter(|&l| complete_lane(&lane_dir(dir, l), &LaneInfo::new(loaded, inputs, l)).is_some())
+        .filter(|&l| {
+            let info = LaneInfo::new(loaded, inputs, l, lineage);
+            complete_lane(&lane_dir(dir, l), &info).is_some()
+        })
         .collect();
     let shown = dir.display();
     let outcome = match complete.len() {
@@ -234,9 +250,10 @@ fn pack_dealt_part(
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
     parts: Parts,
-    lineage: Option<&[Segments]>,
+    lineage: Option<(&str, &[Segments])>,
     started: Instant,
 ) -> anyhow::Result<PartReport> {
+    let stream = lineage.map(|(hash, _)| hash);
     let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -253,17 +270,17 @@ fn pack_dealt_part(
         wall: Duration::ZERO,
     };
     for lane in parts.lanes(&spec) {
-        let info = LaneInfo::new(loaded, inputs, lane);
+        let info = LaneInfo::new(loaded, inputs, lane, stream);
         let out = lane_dir(&dir, lane);
         if complete_lane(&out, &info).is_some() && !options.fresh {
             tracing::info!("lane {lane}: {} is complete, kept", out.display());
             report.kept.push(lane);
             continue;
         }
-        let segments = lineage.and_then(|l| l.get(lane as usize));
+        let segments = lineage.and_then(|(_, l)| l.get(lane as usize));
         if let Err(e) = pack_lane(options, loaded, inputs, &info, segments, &out) {
             let e = e.context(format!("lane {lane} of {}", spec.count));
-            return Err(lanes_left(&dir, loaded, inputs, e));
+            return Err(lanes_left(&dir, loaded, inputs, stream, e));
         }
         report.packed.push(lane);
     }
@@ -271,14 +288,24 @@ fn pack_dealt_part(
     Ok(report)
 }
 
-/// A lane's windows into its packed directory, with its documents and tokens per source.
+/// A lane's windows into its packed directory, with its documents and tokens per source (and,
+/// packing a lineage, per segment: the lane's ledger, the single daemon's counts).
 struct LaneSink {
     writer: PackWriter,
     docs: Vec<u64>,
     tokens: Vec<u64>,
+    segment: usize,
+    segments: Vec<SegmentCounts>,
 }
 
-impl SegmentSink for LaneSink {}
+impl SegmentSink for LaneSink {
+    fn segment_began(&mut self, k: usize, dropped: &[(String, u64)]) {
+        self.segment = k;
+        if let Some(counts) = self.segments.get_mut(k) {
+            counts.dropped = dropped.to_vec();
+        }
+    }
+}
 
 impl WindowSink for LaneSink {
     fn keeps_snapshots(&self) -> bool {
@@ -288,6 +315,9 @@ impl WindowSink for LaneSink {
     fn document(&mut self, doc: ProducedDoc) {
         self.docs[doc.source as usize] += 1;
         self.tokens[doc.source as usize] += doc.tokens;
+        if let Some(counts) = self.segments.get_mut(self.segment) {
+            counts.add(doc.source, doc.tokens);
+        }
     }
 
     fn window(&mut self, window: PackedWindow, _: &Snapshots) -> anyhow::Result<Flow> {
@@ -322,6 +352,8 @@ fn pack_lane(
         writer,
         docs: vec![0u64; n],
         tokens: vec![0u64; n],
+        segment: segments.map_or(0, |s| s.lineage.first_segment()),
+        segments: segments.map(ledger_of::counts).unwrap_or_default(),
     };
     let config = PipelineConfig::new(options.threads, CHUNK_TEXT_BYTES);
     let packing = loaded.packer(Some(info.lane));
@@ -347,6 +379,8 @@ fn pack_lane(
         writer,
         docs,
         tokens,
+        segments: counts,
+        ..
     } = sink;
     let run = match run {
         Ok(run) => run,
@@ -359,6 +393,10 @@ fn pack_lane(
     };
     let finished = new_manifest(loaded, dtype, run.leftover_tokens, read, sources)
         .map(|m| with_packing(m, loaded, run.packing.as_ref()))
+        .map(|m| match segments {
+            Some(s) => ledger_of::into_manifest(m, s, &counts),
+            None => m,
+        })
         .and_then(|manifest| {
             let json = serde_json::to_vec_pretty(info).context("cannot encode lane.json")?;
             writer.add_file(LANE_INFO_FILE, &json)?;
@@ -385,22 +423,25 @@ pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<Pa
     spec_of(loaded)?;
     output::refuse_existing(&options.out, options.force)?;
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
-    finish_dealt(options, loaded, &inputs, started)
+    finish_dealt(options, loaded, &inputs, None, started)
 }
 
-/// [`finish`] of input already dealt.
+/// [`finish`] of input already dealt; packing a lineage (`lineage`), the manifest carries its
+/// segments with the lanes' ledgers summed.
 fn finish_dealt(
     options: &PackOptions,
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
+    lineage: Option<&Segments>,
     started: Instant,
 ) -> anyhow::Result<PackReport> {
     let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
+    let stream = lineage.map(|s| lineage_file::hash(&s.lineage));
     let mut lanes = Vec::with_capacity(spec.count as usize);
     let mut missing = Vec::new();
     for lane in 0..spec.count {
-        let info = LaneInfo::new(loaded, inputs, lane);
+        let info = LaneInfo::new(loaded, inputs, lane, stream.as_deref());
         match complete_lane(&lane_dir(&dir, lane), &info) {
             Some(data) => lanes.push(data),
             None => missing.push(lane),
@@ -454,7 +495,20 @@ fn finish_dealt(
     let window_tokens = loaded.recipe.packing.window_tokens() as u64;
     let packing = lane_packing(&lanes, blocks * k * window_tokens - written);
     let made = new_manifest(loaded, dtype, dropped, inputs_hashed, sources)
-        .map(|m| with_packing(m, loaded, packing.as_ref()));
+        .map(|m| with_packing(m, loaded, packing.as_ref()))
+        .and_then(|m| match lineage {
+            Some(segments) => {
+                let ledgers: Vec<_> = (0..spec.count)
+                    .map(|l| lane_dir(&dir, l))
+                    .zip(&lanes)
+                    .map(|(d, data)| (d, data.manifest().lineage.as_deref()))
+                    .collect();
+                let ledgers: Vec<_> = (ledgers.iter()).map(|(d, l)| (d.as_path(), *l)).collect();
+                let counts = ledger_of::lane_counts(segments, &ledgers)?;
+                Ok(ledger_of::into_manifest(m, segments, &counts))
+            }
+            None => Ok(m),
+        });
     let manifest = match made {
         Ok(manifest) => manifest,
         Err(e) => return Err(failed(writer, &partial, None, e)),
@@ -573,7 +627,7 @@ pub fn pack_all(
         None,
         started,
     )?;
-    let mut report = finish_dealt(options, loaded, &inputs, started)?;
+    let mut report = finish_dealt(options, loaded, &inputs, None, started)?;
     report.wall = started.elapsed();
     Ok(report)
 }
@@ -629,15 +683,16 @@ pub fn pack_lineage(
     }
     let last = segments.loaded.last().context("a lineage has a segment")?;
     let dealt = inputs.last().context("a lineage has a segment")?;
+    let stream = lineage_file::hash(lineage);
     pack_dealt_part(
         options,
         last,
         dealt,
         Parts { part: 0, parts: 1 },
-        Some(&lanes),
+        Some((&stream, &lanes)),
         started,
     )?;
-    let mut report = finish_dealt(options, last, dealt, started)?;
+    let mut report = finish_dealt(options, last, dealt, Some(segments), started)?;
     report.wall = started.elapsed();
     Ok(report)
 }

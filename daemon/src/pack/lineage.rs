@@ -1,9 +1,11 @@
 //! `dsprep pack --lineage`: the stream a daemon served, changes of course included
 //! (`lineage.json`), packed; and its ledger per segment: what each recipe drew, by source,
-//! against its targets, and what each change dropped.
+//! against its targets, and what each change dropped. A laned stream's ledger is its lanes'
+//! (each lane's pack counts its own, [`lane_counts`] sums them).
 
 use crate::driver::lineage::Segments;
 use crate::driver::load_parsed;
+use anyhow::bail;
 use dsprep_client::format::{DroppedDocuments, LineageSegment, Manifest, SegmentSource};
 use dsprep_mixers::EngineChoice;
 use dsprep_mixers::mixer::{share, target_shares};
@@ -106,4 +108,60 @@ pub fn into_manifest(
             .collect(),
     );
     manifest
+}
+
+/// The counts of a laned lineage's pack: per segment and source, the lanes' ledgers (each lane's
+/// manifest `lineage`, `lanes[i]` being lane `i`'s) summed; what the changes dropped summed per
+/// source. A lane packed without the lineage (or another one) is refused, naming it.
+pub fn lane_counts(
+    segments: &Segments,
+    lanes: &[(&Path, Option<&[LineageSegment]>)],
+) -> anyhow::Result<Vec<SegmentCounts>> {
+    let names = segments.lineage.source_names();
+    let mut all = counts(segments);
+    for (lane, (dir, ledger)) in lanes.iter().enumerate() {
+        let Some(ledger) = ledger else {
+            bail!(
+                "lane {lane} in {} was packed without the lineage (its manifest has no \
+                 `lineage`): pack the lineage again with --fresh",
+                dir.display()
+            );
+        };
+        if ledger.len() != all.len() {
+            bail!(
+                "lane {lane} in {} packs {} segments, the lineage has {}: pack it again with \
+                 --fresh",
+                dir.display(),
+                ledger.len(),
+                all.len()
+            );
+        }
+        for (count, segment) in all.iter_mut().zip(ledger.iter()) {
+            for source in &segment.sources {
+                let Some(i) = names.iter().position(|n| *n == source.name) else {
+                    bail!(
+                        "lane {lane} in {}: source {:?} is not in the lineage",
+                        dir.display(),
+                        source.name
+                    );
+                };
+                count.documents[i] += source.documents;
+                count.tokens[i] += source.tokens;
+            }
+            for dropped in &segment.dropped {
+                match count.dropped.iter_mut().find(|(n, _)| *n == dropped.source) {
+                    Some((_, n)) => *n += dropped.documents,
+                    None => count
+                        .dropped
+                        .push((dropped.source.clone(), dropped.documents)),
+                }
+            }
+        }
+    }
+    for count in &mut all {
+        count
+            .dropped
+            .sort_by_key(|(name, _)| names.iter().position(|n| n == name));
+    }
+    Ok(all)
 }

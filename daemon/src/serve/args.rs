@@ -83,6 +83,11 @@ pub struct ServeArgs {
     /// The change is written to the state directory's lineage.json.
     #[arg(long, requires = "resume")]
     pub change_course: bool,
+    /// With --change-course, on a node daemon other than node 0: how long to wait for node 0
+    /// to make the change (it writes lineage.json at its ranks' first request) before exiting
+    /// with an error.
+    #[arg(long, default_value_t = 600, requires = "change_course")]
+    pub change_course_timeout: u64,
     /// This daemon's node (0-based), for a recipe with `[lanes]` served by one daemon per node.
     /// Default: SLURM_NODEID, else NODE_RANK or GROUP_RANK (torchrun), else 0.
     #[arg(long, requires = "nodes")]
@@ -183,6 +188,7 @@ impl TryFrom<ServeArgs> for ServeOptions {
             keep_checkpoints: args.keep_checkpoints,
             resume: args.resume.is_some(),
             change_course: args.change_course,
+            change_course_timeout: std::time::Duration::from_secs(args.change_course_timeout),
             node,
             parallel,
             plan: args.plan,

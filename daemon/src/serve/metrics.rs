@@ -131,6 +131,17 @@ impl Metrics {
     /// Lineage segment `k` has taken over, dropping `dropped` (per source name).
     pub fn segment_began(&self, k: usize, dropped: &[(String, u64)]) {
         self.segment.store(k as u64, Relaxed);
+        self.count_dropped(dropped);
+    }
+
+    /// One of this node's lanes runs lineage segment `k` (from its start, or taking over there,
+    /// dropping `dropped`): the node's segment is its lanes' newest.
+    pub fn lane_segment_began(&self, k: usize, dropped: &[(String, u64)]) {
+        self.segment.fetch_max(k as u64, Relaxed);
+        self.count_dropped(dropped);
+    }
+
+    fn count_dropped(&self, dropped: &[(String, u64)]) {
         let mut all = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
         for (name, n) in dropped {
             *all.entry(name.clone()).or_insert(0) += n;
@@ -148,6 +159,12 @@ impl Metrics {
     /// Count one produced document (the packer's, in lane `lane`) in its source, its phase and,
     /// when it is a piece of a split row, the split counters.
     pub fn count_document(&self, lane: u32, doc: &ProducedDoc) {
+        self.count_document_in(lane, self.segment.load(Relaxed), doc);
+    }
+
+    /// [`Metrics::count_document`] of a document lineage segment `segment` drew (a lane's: a
+    /// node's lanes may run different segments).
+    pub fn count_document_in(&self, lane: u32, segment: u64, doc: &ProducedDoc) {
         let i = doc.source as usize;
         let phase = self.phases.phase_at(lane, doc.start_tokens);
         self.documents[i].fetch_add(1, Relaxed);
@@ -160,7 +177,6 @@ impl Metrics {
         if doc.piece >= 1 {
             self.split_pieces[i].fetch_add(1, Relaxed);
         }
-        let segment = self.segment.load(Relaxed);
         let mut counts = self
             .segment_counts
             .lock()

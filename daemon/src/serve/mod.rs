@@ -74,6 +74,8 @@ pub struct ServeOptions {
     /// With `resume`: continue the stream under `recipe` (or another global batch) from the step
     /// the trainers resume at (`course.rs`).
     pub change_course: bool,
+    /// With `change_course`, on a node other than 0: the longest wait for node 0's change.
+    pub change_course_timeout: std::time::Duration,
     /// Which node this daemon serves, of how many (flags, Slurm or torchrun's environment).
     pub node: NodePlace,
     /// The job's tensor/context/pipeline parallel sizes and rank order (flags, else the
@@ -300,12 +302,14 @@ impl Served {
         let resume = options.resume;
         let (keep_checkpoints, checkpoint_every) =
             (options.keep_checkpoints, options.checkpoint_every);
+        let fatal: Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let producer = {
-            let (store, metrics, shutdown, context) = (
+            let (store, metrics, shutdown, context, fatal) = (
                 Arc::clone(&store),
                 Arc::clone(&metrics),
                 Arc::clone(&shutdown),
                 context.clone(),
+                Arc::clone(&fatal),
             );
             let step_tokens = global_batch * u64::from(layout.window_tokens);
             let config = PipelineConfig {
@@ -383,9 +387,18 @@ impl Served {
                         Err(e) => {
                             tracing::error!("the pipeline failed: {e:#}");
                             store.fail(format!("{e:#}"));
+                            if e.downcast_ref::<Fatal>().is_some() {
+                                let mut slot = fatal.lock().unwrap_or_else(|p| p.into_inner());
+                                *slot = Some(format!("{e:#}"));
+                            }
                         }
                     }
                     let _ = wake.send(&b""[..], zmq::DONTWAIT);
+                    if fatal.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                        // The ranks asking are answered with the failure, then the daemon exits.
+                        std::thread::sleep(std::time::Duration::from_millis(500));
+                        shutdown.store(true, Ordering::Relaxed);
+                    }
                 })?
         };
         tracing::info!("tokenizer engine: {}", stage.engine_description());
@@ -450,9 +463,26 @@ impl Served {
                 )
             }
         );
+        if let Some(message) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(anyhow!(message));
+        }
         served
     }
 }
+
+/// A pipeline failure after which the daemon exits (non-zero, with this message, once its
+/// ranks asking have been told) instead of answering every request with it until stopped:
+/// another start is needed to serve anything.
+#[derive(Debug)]
+pub struct Fatal(pub String);
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Fatal {}
 
 /// What the producer runs: the recipe's one stream (its lineage, with checkpoints), or this
 /// node's lanes.

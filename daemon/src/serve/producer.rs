@@ -216,6 +216,8 @@ impl Producer<'_> {
                 written: start.step,
             },
         };
+        // The segment this run starts in (a resume past a change starts in it).
+        self.metrics.segment_began(start.segment, &[]);
         let run = match change {
             None => {
                 let built = start.built.take().map(|stream| *stream);

@@ -50,6 +50,8 @@ pub struct NodeCourse {
     /// Node 0's lineage, to write at the first request.
     unwritten: bool,
     state_dir: Option<PathBuf>,
+    /// The longest wait for node 0's change (another node with `--change-course`).
+    wait_limit: Duration,
     node: u32,
     nodes: u32,
     world_size: u32,
@@ -184,6 +186,7 @@ impl NodeCourse {
             change,
             unwritten,
             state_dir: options.state_dir.clone(),
+            wait_limit: options.change_course_timeout,
             node,
             nodes: options.node.count,
             world_size,
@@ -390,7 +393,7 @@ impl NodeCourse {
     }
 
     /// `lineage.json` once node 0 has made the change to `hash` (waiting, re-reading it every
-    /// 100 ms); `None` when the daemon stops first.
+    /// 100 ms, at most `--change-course-timeout`); `None` when the daemon stops first.
     fn wait_for_node0(
         &self,
         path: &Path,
@@ -422,6 +425,18 @@ impl NodeCourse {
             }
             if store.is_shut_down() {
                 return Ok(None);
+            }
+            if began.elapsed() >= self.wait_limit {
+                return Err(anyhow!(crate::serve::Fatal(format!(
+                    "node 0 did not change course within {} s (--change-course-timeout): {} \
+                     still holds no change to recipe {hash}. Node {} was started with \
+                     --change-course, so node 0 must be too: restart every node daemon with \
+                     --resume latest --change-course and that recipe, or every one without \
+                     --change-course to continue the stream as it was",
+                    self.wait_limit.as_secs(),
+                    path.display(),
+                    self.node
+                ))));
             }
             if !said && began.elapsed() > Duration::from_secs(10) {
                 said = true;

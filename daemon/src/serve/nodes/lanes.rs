@@ -276,6 +276,7 @@ impl LaneRun<'_> {
                 .collect(),
             segment,
         };
+        self.metrics.lane_segment_began(segment, &[]);
         let run = segments.run(segment, from, None, &config, &mut sink)?;
         let blocks = sink.blocks;
         if !run.stopped {
@@ -326,8 +327,9 @@ struct LaneSink<'a> {
 }
 
 impl SegmentSink for LaneSink<'_> {
-    fn segment_began(&mut self, k: usize, _dropped: &[(String, u64)]) {
+    fn segment_began(&mut self, k: usize, dropped: &[(String, u64)]) {
         self.segment = k;
+        self.run.metrics.lane_segment_began(k, dropped);
     }
 }
 
@@ -337,7 +339,7 @@ impl WindowSink for LaneSink<'_> {
     }
 
     fn document(&mut self, doc: ProducedDoc) {
-        self.run.metrics.count_document(self.lane, &doc);
+        (self.run.metrics).count_document_in(self.lane, self.segment as u64, &doc);
     }
 
     fn packing(&mut self, counters: &PackingCounters, pool_documents: usize) {
