@@ -15,9 +15,10 @@
 //!   NFKC maps U+1E030 to U+0430 under 1.x only). Qwen3 was as fast under either (1.00–1.04).
 //! - Anything else: dsprep's engine when it reproduces HF's pipeline, else HF 0.23.
 //!
-//! One more difference is per document, not per file: past a whitespace run of 64 KiB, 0.23's
-//! regex can give up and leave the rest of the text uncut, where 1.x cuts on; such a document is
-//! encoded by HF 0.23 itself ([`super::hf1::cuts_like_hf`]).
+//! Two more differences are per document, not per file, and such a document is encoded by HF
+//! 0.23 itself ([`super::hf1::cuts_like_hf`]): past a whitespace run of 64 KiB 0.23's regex can
+//! give up and leave the rest of the text uncut, where 1.x cuts on; and a character 0.23's
+//! Unicode tables do not assign (U+323B0, Unicode 17) may be a letter to 1.x's.
 
 use tokenizers::Tokenizer;
 use tokenizers::models::ModelWrapper;

@@ -17,30 +17,81 @@ thread_local! {
     static TOKENS: RefCell<Vec<PipelineToken>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether 1.x cuts `text` into the pieces 0.23 cuts it into, as far as is known: not where a
-/// whitespace run is longer than 64 KiB. There fancy-regex, which 0.23 splits with, may give up
-/// (its backtrack limit, at about a million characters) and leave the rest of the text uncut,
-/// where 1.x's pre-tokenizer cuts on (a million spaces under cl100k and o200k: 3 ids against
-/// 7,819). The bound is the one below which dsprep's scanners are proven to match the regex
-/// ([`crate::scanner::SCANNED_RUN_LIMIT`]); a text over it goes to 0.23. Texts of at most 64 KiB,
-/// most documents, are not read at all.
+/// Whether 1.x cuts `text` into the pieces 0.23 cuts it into, as far as is known. Two kinds of
+/// text are not, and go to HF 0.23 itself:
+/// - a whitespace run longer than 64 KiB: there fancy-regex, which 0.23 splits with, may give up
+///   (its backtrack limit, at about a million characters) and leave the rest of the text uncut,
+///   where 1.x's pre-tokenizer cuts on (a million spaces under cl100k and o200k: 3 ids against
+///   7,819). The bound is the one below which dsprep's scanners are proven to match the regex
+///   ([`crate::scanner::SCANNED_RUN_LIMIT`]);
+/// - a character 0.23's Unicode tables do not assign (`\p{Cn}` of `regex-syntax`, the crate
+///   fancy-regex compiles 0.23's patterns with), which 1.x's newer tables may: "𲎰", U+323B0,
+///   assigned in Unicode 17, is a letter to 1.x and a symbol to 0.23 (DeepSeek V3: `" 𲎰"` is
+///   one id and four under 0.23).
+///
+/// An ASCII text is read once, by `is_ascii`; most texts are decided at their first pass.
 pub(crate) fn cuts_like_hf(text: &str) -> bool {
     const LIMIT: usize = crate::scanner::SCANNED_RUN_LIMIT;
-    if text.len() <= LIMIT {
-        return true;
+    if text.len() > LIMIT && has_whitespace_run_over(text, LIMIT) {
+        return false;
     }
+    text.is_ascii() || !unassigned_in_hf023().any_in(text)
+}
+
+/// Whether `text` holds a run of whitespace longer than `limit` bytes.
+fn has_whitespace_run_over(text: &str, limit: usize) -> bool {
     let mut run = 0;
     for c in text.chars() {
         if c.is_whitespace() {
             run += c.len_utf8();
-            if run > LIMIT {
-                return false;
+            if run > limit {
+                return true;
             }
         } else {
             run = 0;
         }
     }
-    true
+    false
+}
+
+/// The characters 0.23's regex tables do not assign: the Basic Multilingual Plane as a bitmap
+/// (8 KiB), the planes above as ranges.
+struct Unassigned {
+    bmp: Box<[u64; 1024]>,
+    astral: Vec<(u32, u32)>,
+}
+
+impl Unassigned {
+    fn any_in(&self, text: &str) -> bool {
+        text.chars().filter(|c| !c.is_ascii()).any(|c| {
+            let c = u32::from(c);
+            match usize::try_from(c) {
+                Ok(i) if c < 0x1_0000 => self.bmp[i / 64] & (1 << (i % 64)) != 0,
+                _ => crate::char_classes::contains(&self.astral, c),
+            }
+        })
+    }
+}
+
+/// [`Unassigned`], built once per process from `regex-syntax`'s `\p{Cn}`. Should the class not
+/// parse (it always does), every non-ASCII character counts as unassigned: such texts go to 0.23.
+fn unassigned_in_hf023() -> &'static Unassigned {
+    static TABLE: std::sync::OnceLock<Unassigned> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let ranges =
+            crate::char_classes::ranges(r"\p{Cn}").unwrap_or_else(|_| vec![(0x80, 0x10_FFFF)]);
+        let mut bmp = Box::new([0u64; 1024]);
+        let mut astral = Vec::new();
+        for (start, end) in ranges {
+            for c in start..=end.min(0xFFFF) {
+                bmp[(c / 64) as usize] |= 1 << (c % 64);
+            }
+            if end > 0xFFFF {
+                astral.push((start.max(0x1_0000), end));
+            }
+        }
+        Unassigned { bmp, astral }
+    })
 }
 
 /// HF `tokenizers` 1.x's tokenizer for one `tokenizer.json`.
@@ -125,5 +176,15 @@ mod tests {
             " ".repeat(LIMIT),
             " ".repeat(LIMIT)
         )));
+    }
+
+    /// A character 0.23's tables do not assign sends a text to 0.23: U+323B0 (Unicode 17) and
+    /// U+0378 (unassigned everywhere); assigned ones, in and above the BMP, do not.
+    #[test]
+    fn a_character_hf_023_does_not_know_goes_to_hf_023() {
+        assert!(!cuts_like_hf("a \u{323B0} b"));
+        assert!(!cuts_like_hf("\u{0378}"));
+        assert!(cuts_like_hf("日本語 café 😀 𝟙 \u{20000} Ελληνικά"));
+        assert!(cuts_like_hf("plain ASCII"));
     }
 }
