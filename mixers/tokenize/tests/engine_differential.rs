@@ -543,6 +543,25 @@ proptest! {
     }
 }
 
+/// Characters 0.23's Unicode tables do not assign, which HF 1.x's newer ones may: U+323B0
+/// (Unicode 17) is a letter to 1.x, a symbol to 0.23's regex. Under every engine in use the ids
+/// are 0.23's (the stage hands such a document to 0.23 under 1.x). Found by the random
+/// fragments on DeepSeek V3.
+#[test]
+fn characters_hf_023_does_not_assign_match() {
+    check_all(&[
+        (
+            "U+323B0 after a space".to_string(),
+            " \u{323B0}".to_string(),
+        ),
+        (
+            "U+323B0 in words".to_string(),
+            "a\u{323B0}b 1\u{323B0} \u{323B0}\u{323B0}x".to_string(),
+        ),
+        ("U+0378".to_string(), "x \u{0378} y".to_string()),
+    ]);
+}
+
 /// Regression: fancy-regex gives up (backtrack limit) on a whitespace run of about a million
 /// characters, and HF's `SysRegex` then stops splitting: the rest of the text is one piece. The
 /// fast path's scanners hand such a text back to the same `SysRegex`, so it cuts the same piece.
