@@ -25,8 +25,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::byte_level::ByteLevelTables;
-use super::packed_tables;
+use super::packed_tables::{self, LargeTables};
 use super::sentencepiece::SentencePieceTables;
+use super::token_list::TokenList;
 
 /// The first word of an entry; bump the number when the entry's layout changes.
 const FORMAT: &str = "dsprep-engine-cache/8";
@@ -59,6 +60,32 @@ pub(crate) enum EngineTables {
     ByteLevel(ByteLevelTables),
     SentencePiece(SentencePieceTables),
     Hf1,
+}
+
+impl EngineTables {
+    /// The merges and the whole tokens, the tables an entry keeps as bytes; `None` for HF 1.x.
+    pub(crate) fn large_tables(&self) -> Option<LargeTables<'_>> {
+        match self {
+            Self::ByteLevel(tables) => Some(tables.large_tables()),
+            Self::SentencePiece(tables) => Some(tables.large_tables()),
+            Self::Hf1 => None,
+        }
+    }
+
+    /// The tables [`Self::large_tables`] gave, read back.
+    fn set_large_tables(
+        &mut self,
+        merges: Vec<(u32, u32, u32)>,
+        whole: TokenList,
+    ) -> Result<(), String> {
+        match self {
+            Self::ByteLevel(tables) => tables.set_large_tables(merges, whole),
+            Self::SentencePiece(tables) => tables.set_large_tables(merges, whole),
+            Self::Hf1 if merges.is_empty() && whole.len() == 0 => {}
+            Self::Hf1 => return Err("HF 1.x's entry holds tables".to_string()),
+        }
+        Ok(())
+    }
 }
 
 /// An entry's head: what the stage needs of HF's tokenizer without parsing the file again.
@@ -99,7 +126,7 @@ pub(crate) fn to_bytes(head: &CachedHead, tables: &EngineTables) -> Result<Vec<u
     payload.push(b'\n');
     serde_json::to_writer(&mut payload, tables).map_err(|e| e.to_string())?;
     payload.push(b'\n');
-    packed_tables::write(tables, &mut payload)?;
+    packed_tables::write(tables.large_tables(), &mut payload)?;
     let mut bytes = format!("{FORMAT} {}\n", hex::encode(Sha256::digest(&payload))).into_bytes();
     bytes.extend_from_slice(&payload);
     Ok(bytes)
@@ -162,7 +189,8 @@ pub(crate) fn parse_tables(tables: &[u8]) -> Result<EngineTables, String> {
             .ok_or("no line ends their JSON")?;
         let mut parsed: EngineTables =
             serde_json::from_slice(&tables[..json_end]).map_err(|e| e.to_string())?;
-        packed_tables::read(&mut parsed, &tables[json_end + 1..])?;
+        let (merges, whole) = packed_tables::read(&tables[json_end + 1..])?;
+        parsed.set_large_tables(merges, whole)?;
         Ok(parsed)
     };
     parse().map_err(|e: String| format!("tables do not parse: {e}"))
@@ -182,5 +210,17 @@ mod tests {
             .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
             .expect("tokenizers in Cargo.lock");
         assert_eq!(locked.trim_matches('"'), TOKENIZERS_VERSION);
+    }
+
+    /// HF 1.x's tables holding dsprep's large tables are refused: the entry is ignored.
+    #[test]
+    fn hf1_tables_with_large_tables_are_refused() {
+        let hf = tokenizers::Tokenizer::from_file("../../config/tokenizers/gpt2/tokenizer.json")
+            .expect("gpt2");
+        let learnt = crate::FastEngine::learn(&hf).expect("fast path");
+        let mut bytes = b"\"Hf1\"\n".to_vec();
+        packed_tables::write(learnt.large_tables(), &mut bytes).expect("writes");
+        let refused = parse_tables(&bytes).map(|_| ()).expect_err("refused");
+        assert_eq!(refused, "tables do not parse: HF 1.x's entry holds tables");
     }
 }

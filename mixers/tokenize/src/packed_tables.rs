@@ -7,7 +7,6 @@
 //! Layout: the merges' count, then each merge's left, right and merged ids; the whole tokens'
 //! count, then each token's id, its length in bytes and its bytes. Every number a `u32`.
 
-use super::engine_cache::EngineTables;
 use super::token_list::TokenList;
 
 /// The two tables, as each engine's tables hold them (the byte-level and the SentencePiece-style
@@ -18,18 +17,9 @@ pub(crate) struct LargeTables<'a> {
     pub whole: &'a TokenList,
 }
 
-/// `None` for HF 1.x's entry, which has no tables (its two counts are 0).
-fn large_tables(tables: &EngineTables) -> Option<LargeTables<'_>> {
-    match tables {
-        EngineTables::ByteLevel(tables) => Some(tables.large_tables()),
-        EngineTables::SentencePiece(tables) => Some(tables.large_tables()),
-        EngineTables::Hf1 => None,
-    }
-}
-
-/// Append `tables`' large tables to `out`.
-pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), String> {
-    let Some(LargeTables { merges, whole }) = large_tables(tables) else {
+/// Append the large tables to `out`; `None` (HF 1.x's entry, which has none) as two zero counts.
+pub(super) fn write(tables: Option<LargeTables<'_>>, out: &mut Vec<u8>) -> Result<(), String> {
+    let Some(LargeTables { merges, whole }) = tables else {
         out.extend_from_slice(&[0; 8]);
         return Ok(());
     };
@@ -49,8 +39,11 @@ pub(super) fn write(tables: &EngineTables, out: &mut Vec<u8>) -> Result<(), Stri
     Ok(())
 }
 
-/// Fill `tables`' large tables from `bytes`, which must hold them and nothing more.
-pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String> {
+/// The merges (left, right, merged id, in rank order) and the whole tokens, owned.
+pub(crate) type OwnedTables = (Vec<(u32, u32, u32)>, TokenList);
+
+/// The two tables in `bytes`, which must hold them and nothing more.
+pub(super) fn read(bytes: &[u8]) -> Result<OwnedTables, String> {
     let mut words = Words { bytes, at: 0 };
     let count = words.next("the merges' count")? as usize;
     // Three words a merge, read as one run of bytes.
@@ -72,13 +65,7 @@ pub(super) fn read(tables: &mut EngineTables, bytes: &[u8]) -> Result<(), String
             bytes.len() - words.at
         ));
     }
-    match tables {
-        EngineTables::ByteLevel(tables) => tables.set_large_tables(merges, whole),
-        EngineTables::SentencePiece(tables) => tables.set_large_tables(merges, whole),
-        EngineTables::Hf1 if merges.is_empty() && whole.len() == 0 => {}
-        EngineTables::Hf1 => return Err("HF 1.x's entry holds tables".to_string()),
-    }
-    Ok(())
+    Ok((merges, whole))
 }
 
 /// Reads words and byte runs from the front of the tables' bytes.
@@ -112,6 +99,7 @@ fn le_word(at: &[u8]) -> u32 {
 mod tests {
     use super::*;
     use crate::FastEngine;
+    use crate::engine_cache::EngineTables;
 
     /// GPT-2's tables, learnt from the shipped file.
     fn gpt2() -> EngineTables {
@@ -120,42 +108,31 @@ mod tests {
         FastEngine::learn(&hf).expect("fast path")
     }
 
-    /// GPT-2's tables, their JSON (without the large tables) and the large tables' bytes.
-    fn written() -> (EngineTables, Vec<u8>, Vec<u8>) {
+    /// GPT-2's tables and their large tables' bytes.
+    fn written() -> (EngineTables, Vec<u8>) {
         let learnt = gpt2();
         let mut bytes = Vec::new();
-        write(&learnt, &mut bytes).expect("writes");
-        let json = serde_json::to_vec(&learnt).expect("json");
-        (learnt, json, bytes)
+        write(learnt.large_tables(), &mut bytes).expect("writes");
+        (learnt, bytes)
     }
 
-    /// Written after the JSON and read back into the JSON's tables, the merges and whole
-    /// tokens are what was learnt, in order.
+    /// Written and read back, the merges and whole tokens are what was learnt, in order.
     #[test]
     fn the_large_tables_read_back_as_written() {
-        let (learnt, json, bytes) = written();
-        let mut read_back: EngineTables = serde_json::from_slice(&json).expect("parses");
-        fn tables(t: &EngineTables) -> LargeTables<'_> {
-            large_tables(t).expect("dsprep's engine's tables")
-        }
-        assert!(
-            tables(&read_back).merges.is_empty(),
-            "the JSON leaves them out"
-        );
-        read(&mut read_back, &bytes).expect("reads");
-        let (a, b) = (tables(&learnt), tables(&read_back));
-        assert_eq!(b.merges.len(), 50_000);
-        assert_eq!(a.merges, b.merges);
-        assert_eq!(b.whole.len(), 50_256);
-        assert_eq!(a.whole, b.whole);
+        let (learnt, bytes) = written();
+        let (merges, whole) = read(&bytes).expect("reads");
+        let learnt = learnt.large_tables().expect("dsprep's engine's tables");
+        assert_eq!(merges.len(), 50_000);
+        assert_eq!(learnt.merges, merges.as_slice());
+        assert_eq!(whole.len(), 50_256);
+        assert_eq!(*learnt.whole, whole);
     }
 
     /// Bytes cut short anywhere, or with bytes after the last table, are an error naming where.
     #[test]
     fn bytes_that_are_not_the_tables_are_errors() {
-        let (_, json, bytes) = written();
-        let fresh = || serde_json::from_slice::<EngineTables>(&json).expect("parses");
-        let error = |bytes: &[u8]| read(&mut fresh(), bytes).expect_err("refused");
+        let (_, bytes) = written();
+        let error = |bytes: &[u8]| read(bytes).map(|_| ()).expect_err("refused");
         assert_eq!(error(&[]), "cut short in the merges' count, at byte 0");
         assert_eq!(error(&bytes[..10]), "cut short in the merges, at byte 4");
         let merges_end = 4 + 50_000 * 12;
@@ -171,17 +148,13 @@ mod tests {
         assert_eq!(error(&longer), "2 bytes after the last table");
     }
 
-    /// HF 1.x's entry has no tables: two zero counts, and tables in one are refused.
+    /// HF 1.x's entry has no tables: two zero counts, read back as none.
     #[test]
     fn hf1_entries_hold_no_tables() {
         let mut bytes = Vec::new();
-        write(&EngineTables::Hf1, &mut bytes).expect("writes");
+        write(EngineTables::Hf1.large_tables(), &mut bytes).expect("writes");
         assert_eq!(bytes, [0; 8]);
-        read(&mut EngineTables::Hf1, &bytes).expect("reads");
-        let (_, _, gpt2_bytes) = written();
-        assert_eq!(
-            read(&mut EngineTables::Hf1, &gpt2_bytes).expect_err("refused"),
-            "HF 1.x's entry holds tables"
-        );
+        let (merges, whole) = read(&bytes).expect("reads");
+        assert!(merges.is_empty() && whole.len() == 0);
     }
 }
