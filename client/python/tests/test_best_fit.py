@@ -157,7 +157,7 @@ def test_a_newer_format_is_refused(best_fit_dir, tmp_path):
     manifest = json.loads((best_fit_dir / "manifest.json").read_text())
     manifest["format_version"] = 7
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PackedFormatError, match=r"manifest.json: format version 6 is not supported \(this reader reads versions 1 to 5\)"):
+    with pytest.raises(PackedFormatError, match=r"manifest.json: format version 7 is not supported \(this reader reads versions 1 to 6\)"):
         PackedDataset(tmp_path)
 
 
