@@ -7,7 +7,7 @@
 //!   waits (at its start, never per step) until `lineage.json` holds that change, and takes its
 //!   step: every node serves the same lineage.
 //! - **Per lane.** A change at stream window `W` takes over in lane `l` after the lane's own
-//!   windows before `W` ([`lane_window`]), at the first document boundary there, which the
+//!   windows before `W` (`lineage::lane_window`), at the first document boundary there, which the
 //!   lane's node finds by running the lane and keeps in `lineage.lanes/lane-NNNNN.json`
 //!   (`checkpoint::lane_lineage`). The lane then runs its own lineage through the one lineage
 //!   path ([`Segments::for_lane`]).
