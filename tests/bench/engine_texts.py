@@ -19,6 +19,17 @@ gzip JSON lines (field `text`, one document per row) that tokenize_bench reads.
                     7.5 %, European 7.5 %; math is all the FineMath rows, the others scaled to
                     it up to what they hold, each document at most once, shuffled (seed 0).
 
+    python3 tests/bench/engine_texts.py OUT_DIR --mb 8 --mix-mb 32
+
+  With --mix-mb, the mix is that long instead (a long stream, so caches warm as in a pack):
+  prose.json.gz     English technical prose: English man pages (/usr/share/man/man1-8) and
+                    the chapters of the Rust books the toolchain ships (share/doc/rust/html:
+                    book, reference, nomicon, cargo, rustc, edition-guide, embedded-book),
+                    HTML tags dropped, taken in turn, as much as the English share needs.
+                    The English share is every web row, then prose; math stays all FineMath
+                    holds (under its 5 %), its missing share going to English; the kinds
+                    are the --mb files (code, CJK, European) up to their shares.
+
 A page that appears twice (the same bytes) is kept once. Prints each file's documents and MB.
 """
 
@@ -30,6 +41,7 @@ import re
 import sys
 import sysconfig
 import unicodedata
+from html.parser import HTMLParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +131,58 @@ def iter_pages(paths):
             yield text
 
 
+def english_man_pages():
+    """English man pages (sections 1 to 8), sorted by path."""
+    yield from iter_pages(sorted(p for n in range(1, 9)
+                                 for p in Path(f"/usr/share/man/man{n}").glob("*.gz")))
+
+
+class _HtmlText(HTMLParser):
+    """The text of an mdBook chapter: what its <main> holds, tags dropped."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.depth, self.parts = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "main" or self.depth:
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.parts.append(data)
+
+
+def rust_book_chapters():
+    """Chapters of the Rust books the toolchain ships (print.html, the whole book, left out)."""
+    books = ["book", "reference", "nomicon", "cargo", "rustc", "edition-guide", "embedded-book"]
+    for toolchain in sorted(Path.home().glob(".rustup/toolchains/*/share/doc/rust/html"))[:1]:
+        for book in books:
+            for path in sorted((toolchain / book).rglob("*.html")):
+                if path.name in ("print.html", "toc.html", "404.html"):
+                    continue
+                parser = _HtmlText()
+                parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+                text = re.sub(r"\n{3,}", "\n\n", "".join(parser.parts)).strip() + "\n"
+                if len(text) > 200:
+                    yield text
+
+
+def interleave(*iterables):
+    """One from each in turn until all are spent."""
+    iterators = [iter(i) for i in iterables]
+    while iterators:
+        for it in list(iterators):
+            try:
+                yield next(it)
+            except StopIteration:
+                iterators.remove(it)
+
+
 def python_code(limit):
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in stdlib.rglob("*.py") if "site-packages" not in p.parts)
@@ -160,6 +224,7 @@ def write(path, docs):
 def main():
     out = Path(sys.argv[1])
     mb = float(sys.argv[sys.argv.index("--mb") + 1]) if "--mb" in sys.argv else 8.0
+    mix_mb = float(sys.argv[sys.argv.index("--mix-mb") + 1]) if "--mix-mb" in sys.argv else None
     limit = mb * 1e6
     out.mkdir(parents=True, exist_ok=True)
 
@@ -181,12 +246,24 @@ def main():
     for name, docs in kinds.items():
         write(out / f"{name}.json.gz", docs)
 
-    # The mix: as many bytes as each kind holds allow at the blend's shares.
     size = {k: sum(len(d.encode()) for d in v) for k, v in kinds.items()}
-    total = min(size[k] / share for k, share in MIX.items())
+    if mix_mb:
+        # A long mix: English is the web rows then technical prose, up to its share plus what
+        # math lacks of its own.
+        total = mix_mb * 1e6
+        want = total * (MIX["english"] + MIX["math"]) - size["math"] - size["english"]
+        prose = take(interleave(english_man_pages(), rust_book_chapters()), want, seen)
+        write(out / "prose.json.gz", prose)
+        kinds["english"] = kinds["english"] + prose
+        size["english"] += sum(len(d.encode()) for d in prose)
+    else:
+        # The mix: as many bytes as each kind holds allow at the blend's shares.
+        total = min(size[k] / share for k, share in MIX.items())
     mix = []
     for kind, share in MIX.items():
         want, got = total * share, 0
+        if mix_mb and kind == "english":
+            want = total * (share + MIX["math"]) - size["math"]
         for d in kinds[kind]:
             if got + len(d.encode()) <= want * 1.02:
                 mix.append(d)

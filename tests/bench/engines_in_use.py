@@ -6,7 +6,11 @@ thread, medians over rounds of each round's ratio (the engines of a round run on
     (target ≥ 0.9);
   - on English, code and European prose, auto ÷ GigaToken (target ≥ 1.3).
 
-    python3 tests/bench/engines_in_use.py RUNS.jsonl
+    python3 tests/bench/engines_in_use.py RUNS.jsonl [MORE_RUNS.jsonl ...]
+
+Several runs pool their rounds (each file's rounds stay rounds of their own). A run without
+`auto` whose `hf1` is the engine `auto` runs for that tokenizer (byte-level BPE: a run of
+ENGINES="before hf1") counts its `hf1` as `auto`.
 """
 
 import json
@@ -14,13 +18,21 @@ import statistics
 import sys
 from collections import defaultdict
 
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+rows = []
+for run, path in enumerate(sys.argv[1:]):
+    for text in open(path):
+        if text.strip():
+            r = json.loads(text)
+            r["round"] = (run, r["round"])
+            rows.append(r)
+line = {r["tokenizer"]: r.get("engine_line", "") for r in rows if r["engine"] == "auto"}
 rate = {}
-line = {}
 for r in rows:
     rate[(r["tokenizer"], r["text"], r["round"], r["engine"])] = r["text_tokens"] / r["cpu_seconds"]
-    if r["engine"] == "auto":
-        line[r["tokenizer"]] = r.get("engine_line", "")
+for (tok, text, rnd, engine), v in list(rate.items()):
+    runs_hf1 = line.get(tok, "").startswith("HF tokenizers 1.")
+    if engine == "hf1" and runs_hf1 and (tok, text, rnd, "auto") not in rate:
+        rate[(tok, text, rnd, "auto")] = v
 
 
 def ratios(tok, text, num, den):
@@ -32,7 +44,7 @@ def ratios(tok, text, num, den):
         dens = [d for d in dens if d]
         if dens:
             out.append(v / max(dens))
-    return statistics.median(out) if out else None
+    return (statistics.median(out), len(out)) if out else (None, 0)
 
 
 def median_rate(tok, text, engine):
@@ -46,11 +58,12 @@ def fmt(v, digits=2):
 
 tokenizers = list(dict.fromkeys(r["tokenizer"] for r in rows))
 print("| tokenizer | engine in use | mix: auto / before / HF 1.x / GigaToken (M tok/CPU-s) "
-      "| auto ÷ max(before, HF 1.x), mix | auto ÷ GigaToken: english / code / european |")
+      "| auto ÷ max(before, HF 1.x), mix | auto ÷ GigaToken: english / prose / code / european |")
 print("|---|---|---|---|---|")
 for tok in tokenizers:
     engine = "HF 1.x" if line.get(tok, "").startswith("HF tokenizers 1.") else "dsprep's own"
     rates = " / ".join(fmt(median_rate(tok, "mix", e), 1) for e in ["auto", "before", "hf1", "gigatoken"])
-    target = ratios(tok, "mix", "auto", ["before", "hf1"])
-    giga = " / ".join(fmt(ratios(tok, k, "auto", ["gigatoken"])) for k in ["english", "code", "european"])
-    print(f"| {tok} | {engine} | {rates} | {fmt(target)} | {giga} |")
+    target, rounds = ratios(tok, "mix", "auto", ["before", "hf1"])
+    giga = " / ".join(fmt(ratios(tok, k, "auto", ["gigatoken"])[0])
+                      for k in ["english", "prose", "code", "european"])
+    print(f"| {tok} | {engine} | {rates} | {fmt(target)} ({rounds} rounds) | {giga} |")
