@@ -117,45 +117,47 @@ fn a_mix_in_tokens_drops_a_source_and_resizes_its_buffer_then_mixes_in_documents
         state: tmp.path().join("state"),
         every: 3,
     };
-    // A (tokens, a buffer of 200) to step 20, SIGKILL.
+    // A (tokens, a buffer of 200) to step 130, SIGKILL. A mix in tokens takes snapshots only
+    // every 128 documents (its chunks count no text), so its first checkpoints come late.
     let daemon = run.start(2, 2, false).unwrap();
-    let mut got = run.pull(&daemon, 2, 0, 20);
+    let mut got = run.pull(&daemon, 2, 0, 130);
     drop(daemon);
-    // B from step 20: c4 removed, a buffer of 50 (the kept sources' shares of it smaller);
-    // SIGKILL at step 35.
+    // B from step 130: c4 removed, a buffer of 50 (the kept sources' shares of it smaller),
+    // made on the way from A's checkpoint; SIGKILL at step 145.
     let daemon = change(&run, &b, 2, 2);
-    got.extend(run.pull(&daemon, 2, 20, 15));
+    got.extend(run.pull(&daemon, 2, 130, 15));
     let log = daemon.log_text();
     assert!(
-        log.contains("changed course at step 20 (window 80, document "),
+        log.contains("changed course at step 130 (window 520, document "),
         "{log}"
     );
+    assert!(!log.contains("no checkpoint"), "from A's checkpoint: {log}");
     let dropped = dropped_in_log(&log, "c4");
     assert!(dropped > 0);
     drop(daemon);
-    // B resumed, to step 45, SIGKILL; then C from step 45: documents again, c4 back.
+    // B resumed, to step 155, SIGKILL; then C from step 155: documents again, c4 back.
     let daemon = run.start_with(&b, 2, 2, &["--resume", "latest"]).unwrap();
-    got.extend(run.pull(&daemon, 2, 35, 10));
+    got.extend(run.pull(&daemon, 2, 145, 10));
     drop(daemon);
     let daemon = change(&run, &c, 2, 2);
-    got.extend(run.pull(&daemon, 2, 45, 15));
+    got.extend(run.pull(&daemon, 2, 155, 15));
     let log = daemon.log_text();
     assert!(
-        log.contains("changed course at step 45 (window 180, document "),
+        log.contains("changed course at step 155 (window 620, document "),
         "{log}"
     );
     drop(daemon);
 
     let data = pack_lineage_with(&run.state, &tmp.path().join("packed"), &["--threads", "3"]);
-    assert_eq!(got.len(), 240 * 513 * 2);
+    assert_eq!(got.len(), 680 * 513 * 2);
     assert!(
-        got == windows(&data, 0..240),
+        got == windows(&data, 0..680),
         "tokens, a source removed and the buffer resized: served and packed differ"
     );
     let manifest = data.manifest();
     let segments = manifest.lineage.as_ref().unwrap();
     let starts: Vec<u64> = segments.iter().map(|s| s.from_window).collect();
-    assert_eq!(starts, [0, 80, 180]);
+    assert_eq!(starts, [0, 520, 620]);
     // What the change dropped is the log's count, in the ledger; c4 drew nothing in B and
     // draws again in C.
     assert_eq!(
