@@ -2,7 +2,7 @@
 //! point from which it holds. Plain data and the rules on it (IO-free): which edits a change may
 //! make, how steps map to windows across changes of the global batch, the order of sources over
 //! the whole lineage, and how the pipeline's state at a change becomes the next recipe's
-//! ([`transplant`]). The daemon keeps the lineage in its state directory (`lineage.json`);
+//! ([`transplant()`]). The daemon keeps the lineage in its state directory (`lineage.json`);
 //! `dsprep pack --lineage` replays it.
 //!
 //! A change made at step `T` takes over at a document boundary: the first one at which the old
@@ -207,7 +207,7 @@ impl Lineage {
 /// Why `new` cannot take over a stream made so far by `old` (every reason, each with its field).
 /// Allowed: weights, phases, `[mix] unit` (documents ↔ tokens), sources added or removed,
 /// filters and document limits, the shuffle buffer's size, the stopping strategy, a larger
-/// `best_fit` pool, and the global batch (not a recipe field), in either unit: [`transplant`]
+/// `best_fit` pool, and the global batch (not a recipe field), in either unit: [`transplant()`]
 /// moves the state over. Refused: whatever changes what an id means or how the input is dealt
 /// (the tokenizer, `seq_len`, the seed, `shuffle_shards`, `[lanes]`, a source's files, format,
 /// text field or content), and the packing edits [`check_packing`] names.

@@ -1,4 +1,4 @@
-//! Changes of course in and across mix units ([`transplant`]): documents → tokens, tokens →
+//! Changes of course in and across mix units ([`transplant()`]): documents → tokens, tokens →
 //! documents, and in tokens a source added, a source removed, the buffer made smaller or larger.
 //! Each: the stream after the change is the same whether the pipeline runs through it (the
 //! documents in memory moved over), restores the transplanted state (re-read), or stops and
@@ -71,7 +71,7 @@ impl Mix {
         stream.state()
     }
 
-    /// Its recipe (what [`transplant`] reads of it: the sources that take part, the unit).
+    /// Its recipe (what [`transplant()`] reads of it: the sources that take part, the unit).
     fn recipe(&self) -> Recipe {
         let mut recipe = Recipe::parse(super::tests::A).unwrap();
         let spec = recipe.sources[0].clone();

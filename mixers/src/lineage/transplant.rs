@@ -1,4 +1,4 @@
-//! A change of course made to the pipeline's state ([`transplant`]): the state at the document
+//! A change of course made to the pipeline's state ([`transplant()`]): the state at the document
 //! where one recipe stops, made the next recipe's, in either `[mix] unit` and across a change of
 //! unit. What it keeps and moves, exactly (so a replay of the lineage makes the same move):
 //!
