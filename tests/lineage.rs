@@ -6,48 +6,10 @@
 
 mod support;
 
-use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
+use support::lineage::*;
 use support::serve_run::Run;
 use support::*;
-
-/// Windows `range` of `data`, as bytes.
-fn windows(data: &PackedDataset, range: std::ops::Range<u64>) -> Vec<u8> {
-    range
-        .flat_map(|w| data.window(w).unwrap().tokens.as_bytes().to_vec())
-        .collect()
-}
-
-/// `dsprep pack --lineage FROM --out OUT` (a state directory or its lineage.json), opened.
-fn pack_lineage(from: &Path, out: &Path) -> PackedDataset {
-    dsprep_ok(&[
-        "pack",
-        "--lineage",
-        from.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    PackedDataset::open(out).unwrap()
-}
-
-/// The quickstart (absolute paths) with `replace` applied and the sources named in `drop` cut.
-fn quickstart_edit(dir: &Path, name: &str, replace: &[(&str, &str)], drop: &[&str]) -> PathBuf {
-    let path = quickstart_variant(dir, name, replace);
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut blocks: Vec<&str> = text.split("[[source]]\n").collect();
-    let head = blocks.remove(0).to_string();
-    let kept: Vec<&str> = (blocks.into_iter())
-        .filter(|b| {
-            !drop
-                .iter()
-                .any(|d| b.starts_with(&format!("name = \"{d}\"")))
-        })
-        .collect();
-    let text = head + "[[source]]\n" + &kept.join("[[source]]\n");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// A: four sources (no finemath), a buffer of 100. B: reweighted, finemath added, a buffer of
 /// 200. C: c4 removed, a buffer of 50 (its extra residents leave first).
@@ -106,16 +68,6 @@ impl Setup {
             every,
         }
     }
-}
-
-fn change(run: &Run, recipe: &Path, world: u32, mb: u32) -> support::daemon::Daemon {
-    run.start_with(
-        recipe,
-        world,
-        mb,
-        &["--resume", "latest", "--change-course"],
-    )
-    .unwrap()
 }
 
 #[test]
@@ -567,10 +519,4 @@ fn a_best_fit_change_grows_its_pool_and_adds_a_phase_and_packing_switches_are_re
     assert!(
         dsprep_ok(&["verify", tmp.path().join("packed").to_str().unwrap()]).starts_with("ok: ")
     );
-}
-
-fn change_fails(run: &Run, recipe: &Path) -> String {
-    run.start_with(recipe, 2, 2, &["--resume", "latest", "--change-course"])
-        .err()
-        .unwrap()
 }

@@ -2,7 +2,7 @@
 //! point from which it holds. Plain data and the rules on it (IO-free): which edits a change may
 //! make, how steps map to windows across changes of the global batch, the order of sources over
 //! the whole lineage, and how the pipeline's state at a change becomes the next recipe's
-//! ([`transplant`]). The daemon keeps the lineage in its state directory (`lineage.json`);
+//! ([`transplant()`]). The daemon keeps the lineage in its state directory (`lineage.json`);
 //! `dsprep pack --lineage` replays it.
 //!
 //! A change made at step `T` takes over at a document boundary: the first one at which the old
@@ -16,8 +16,7 @@
 //! them, those its recipe lacks at weight 0 (never drawn, never read), so a source's cursor,
 //! its documents in the shuffle buffer and its id in every served window keep their meaning.
 
-use crate::checkpoint::PipelineState;
-use crate::recipe::{MixUnit, Recipe, SourceSpec, Stopping};
+use crate::recipe::{Recipe, SourceSpec};
 use serde::{Deserialize, Serialize};
 
 /// The lineage format this build reads and writes.
@@ -206,10 +205,12 @@ impl Lineage {
 }
 
 /// Why `new` cannot take over a stream made so far by `old` (every reason, each with its field).
-/// Allowed: weights, phases, sources added or removed, filters and document limits, the shuffle
-/// buffer's size (a mix in documents), the stopping strategy, a larger `best_fit` pool, and the
-/// global batch (not a recipe field). Refused: whatever changes what an id means or how the
-/// input is dealt, and the packing edits [`check_packing`] names.
+/// Allowed: weights, phases, `[mix] unit` (documents ↔ tokens), sources added or removed,
+/// filters and document limits, the shuffle buffer's size, the stopping strategy, a larger
+/// `best_fit` pool, and the global batch (not a recipe field), in either unit: [`transplant()`]
+/// moves the state over. Refused: whatever changes what an id means or how the input is dealt
+/// (the tokenizer, `seq_len`, the seed, `shuffle_shards`, `[lanes]`, a source's files, format,
+/// text field or content), and the packing edits [`check_packing`] names.
 pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     let mut refuse = |field: &str, why: String| {
@@ -269,32 +270,6 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
                 name(new.lanes)
             ),
         );
-    }
-    if old.mix.unit != new.mix.unit {
-        refuse(
-            "mix.unit",
-            "a change between a mix in documents and one in tokens is not supported yet".into(),
-        );
-    }
-    if new.mix.unit == MixUnit::Tokens {
-        let names = |r: &Recipe| -> Vec<String> {
-            (r.active_sources()).map(|(_, s)| s.name.clone()).collect()
-        };
-        if names(old) != names(new) {
-            refuse(
-                "source",
-                "a mix in tokens cannot add or remove a source at a change yet (each source has \
-                 its own share of the shuffle buffer): change weights or phases, or give the \
-                 source weight 0"
-                    .into(),
-            );
-        }
-        if old.shuffle.buffer_size != new.shuffle.buffer_size {
-            refuse(
-                "shuffle.buffer_size",
-                "a mix in tokens cannot resize its sources' shuffle buffers at a change yet".into(),
-            );
-        }
     }
     for spec in &new.sources {
         let Some(was) = old.sources.iter().find(|s| s.name == spec.name) else {
@@ -375,110 +350,12 @@ fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     refusals
 }
 
-/// What a change did to the pipeline's state: per source index, the documents dropped.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Transplant {
-    pub dropped: Vec<(u16, u64)>,
-}
-
-/// The pipeline's state at a change, made the next segment's (`next`: its effective recipe, see
-/// [`Lineage::effective_recipe`]): sources the change adds get a fresh cursor (the mixer reads
-/// their first document when restored), the documents of sources it stops drawing from leave
-/// the shuffle buffer and the mixer's look-ahead (counted, never emitted; their cursors are
-/// kept), and in a mix in tokens the shares count from here, as when a phase begins, in the
-/// phase of `next` that the stream has reached. The packer's state is kept whole: what it holds
-/// was emitted already.
-pub fn transplant(
-    mut state: PipelineState,
-    next: &Recipe,
-) -> Result<(PipelineState, Transplant), String> {
-    let mut active = vec![false; next.sources.len()];
-    for (i, _) in next.active_sources() {
-        active[i] = true;
-    }
-    let tokens: u64 = state.stream.mixer.emitted_tokens.iter().sum();
-    let entered_phases = (next.mix.phases.iter())
-        .filter(|p| p.at_tokens <= tokens)
-        .count();
-    let n = active.len();
-    let stream = &mut state.stream;
-    if stream.sources.len() > n {
-        return Err(format!(
-            "the state has {} sources, the lineage {n}",
-            stream.sources.len()
-        ));
-    }
-    if stream.draining || stream.mixer.done {
-        // The mix had ended (every source out at least once, or one out under
-        // `first_exhausted`): it goes on under the next recipe if that recipe says every source
-        // runs out at least once; the documents still to drain are the shuffle buffer's again.
-        if next.mix.stopping == Stopping::FirstExhausted {
-            return Err(
-                "the stream's mix had ended there and the new recipe stops at the first source \
-                 that runs out: nothing would come; set [mix] stopping = \"all_exhausted\" to go \
-                 on"
-                .into(),
-            );
-        }
-        if !stream.mixer.emitted_tokens.is_empty() {
-            return Err(
-                "a mix in tokens cannot go on after its end at a change yet: change course \
-                 before the stream ends"
-                    .into(),
-            );
-        }
-        stream.draining = false;
-        stream.mixer.done = false;
-    }
-    let mixer = &mut stream.mixer;
-    let old = stream.sources.len();
-    stream.sources.resize(n, Default::default());
-    mixer.peeked.resize(n, None);
-    mixer.exhausted.resize(n, false);
-    mixer.emitted.resize(n, 0);
-    if !mixer.emitted_tokens.is_empty() {
-        if old != n {
-            return Err("a mix in tokens cannot add a source at a change yet".into());
-        }
-        mixer.phase = entered_phases;
-        mixer.phase_start = mixer.emitted_tokens.clone();
-    }
-    let mut dropped = vec![0u64; n];
-    for (i, peek) in mixer.peeked.iter_mut().enumerate() {
-        if !active[i] && peek.take().is_some() {
-            dropped[i] += 1;
-        }
-    }
-    let held: usize = mixer
-        .shuffles
-        .iter()
-        .map(|s| (s.held + s.ready) as usize)
-        .sum();
-    let global = stream.buffered.len() - held.min(stream.buffered.len());
-    let (kept, own): (Vec<_>, Vec<_>) = {
-        let (g, o) = stream.buffered.split_at(global);
-        (g.to_vec(), o.to_vec())
-    };
-    let kept: Vec<_> = kept
-        .into_iter()
-        .filter(|p| {
-            let keep = active.get(usize::from(p.source)).copied().unwrap_or(false);
-            if !keep {
-                dropped[usize::from(p.source).min(n - 1)] += 1;
-            }
-            keep
-        })
-        .collect();
-    stream.buffered = kept.into_iter().chain(own).collect();
-    let dropped = (dropped.into_iter().enumerate())
-        .filter(|&(_, d)| d > 0)
-        .map(|(i, d)| (i as u16, d))
-        .collect();
-    Ok((state, Transplant { dropped }))
-}
-
 mod lanes;
+mod transplant;
 pub use lanes::{LanePoint, lane_window};
+pub use transplant::{Transplant, transplant};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tokens_tests;

@@ -8,15 +8,16 @@
 //!
 //! **Tokens**: weights are shares of the tokens emitted (BOS/EOS included). Each source is
 //! shuffled in its own buffer (the recipe's `buffer_size` split evenly between the sources that
-//! take part). The documents leaving a source's buffer are tokenized ahead, in batches, by the
-//! source ([`DocSource::tokenize_ahead`]: the driver's pool of threads), a batch beyond the one
-//! being emitted: so only documents about to be emitted are tokenized, not the buffers'
-//! residents (at a `first_exhausted` end, at most two batches per source are thrown away). The
-//! next document comes from the source furthest below its share so far, `argmax p_i·T − t_i`
-//! (`T` tokens emitted, `t_i` of them from source `i`; ties go to the source listed first): no
-//! random draw, so at every point of the stream each source's realized token count is within
-//! about one of its documents of `p_i·T`. A global buffer after this mixer would undo that
-//! (it samples documents, not tokens), so there is none.
+//! take part; one made smaller at a change of course, `crate::lineage::transplant`, lets its
+//! extra residents out first, reading nothing meanwhile). The documents leaving a source's
+//! buffer are tokenized ahead, in batches, by the source ([`DocSource::tokenize_ahead`]: the
+//! driver's pool of threads), a batch beyond the one being emitted: so only documents about to
+//! be emitted are tokenized, not the buffers' residents (at a `first_exhausted` end, at most two
+//! batches per source are thrown away). The next document comes from the source furthest below
+//! its share so far, `argmax p_i·T − t_i` (`T` tokens emitted, `t_i` of them from source `i`;
+//! ties go to the source listed first): no random draw, so at every point of the stream each
+//! source's realized token count is within about one of its documents of `p_i·T`. A global
+//! buffer after this mixer would undo that (it samples documents, not tokens), so there is none.
 //!
 //! The pieces of a row cut by `oversize = "split"` (`crate::split`) never enter a shuffle buffer:
 //! each is the source's next document the moment its source hands it over, so a row's pieces
@@ -84,6 +85,11 @@ pub struct MixerState {
     pub phase: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phase_start: Vec<u64>,
+    /// Tokens unit: the tokens the stream emitted before it mixed in tokens (a change of course
+    /// from a mix in documents, which counts none per input; `crate::lineage::transplant`).
+    /// Phases count the stream's tokens from its start, these included.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub earlier_tokens: u64,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -91,7 +97,7 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// One input's shuffle buffer in a mix in tokens, besides the documents it holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourceShuffleState {
     pub rng_word_pos: u64,
     /// Documents held (residents, or while draining the ones still to emit).
@@ -104,7 +110,18 @@ pub struct SourceShuffleState {
     pub ready: u64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ready_ends: bool,
+    /// When two batches are out of the buffer ([`AHEAD_BATCHES`]): the documents the older one
+    /// still has (the newer has the rest of `ready`). 0: one batch, or none. With it a restored
+    /// mixer takes the next batch out when an uninterrupted one would, so the state at every
+    /// document (what a change of course moves: `crate::lineage::transplant`) is the same
+    /// whatever the stream was resumed from. A state without it (written before it) restores
+    /// `ready` as one batch: the same documents, the next batch taken out earlier.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub ready_batch: u64,
 }
+
+// `SourceShuffleState::ready_batch` describes at most two batches.
+const _: () = assert!(AHEAD_BATCHES == 2);
 
 fn is_zero_u64(n: &u64) -> bool {
     *n == 0
@@ -162,6 +179,9 @@ pub struct Mixer<S: DocSource> {
     phases: Vec<(u64, Vec<f64>)>,
     phase: usize,
     phase_start: Vec<u64>,
+    /// Tokens unit: the stream's tokens before it mixed in tokens
+    /// ([`MixerState::earlier_tokens`]).
+    earlier_tokens: u64,
 }
 
 /// An input's own shuffle buffer (tokens unit).
@@ -226,6 +246,7 @@ impl<S: DocSource> Mixer<S> {
             phases: Vec::new(),
             phase: 0,
             phase_start: Vec::new(),
+            earlier_tokens: 0,
         }
     }
 
@@ -306,7 +327,7 @@ impl<S: DocSource> Mixer<S> {
 
     /// Tokens unit: enter every phase whose point the stream has reached.
     fn enter_phases(&mut self) {
-        let total: u64 = self.emitted_tokens.iter().sum();
+        let total = self.earlier_tokens + self.emitted_tokens.iter().sum::<u64>();
         while self
             .phases
             .get(self.phase)
@@ -362,6 +383,11 @@ impl<S: DocSource> Mixer<S> {
         while docs < AHEAD_DOCS && text_bytes < AHEAD_TEXT_BYTES {
             let next = match &mut shuffle.draining {
                 Some(rest) => rest.pop_front(),
+                // A buffer made smaller at a change of course lets its extra residents out
+                // first, reading nothing meanwhile.
+                None if shuffle.buffer.len() > shuffle.buffer.capacity() => {
+                    shuffle.buffer.shrink_one()
+                }
                 None => match input.source.next_doc().map_err(fail)? {
                     // A split row's pieces pass the buffer by, so they leave in order.
                     Some(doc) if doc.pos.is_piece() => Some(doc),
@@ -589,10 +615,15 @@ impl<S: DocSource> Mixer<S> {
                     draining: s.draining.is_some(),
                     ready: s.ready.iter().flatten().count() as u64,
                     ready_ends: matches!(s.ready.back(), Some(None)),
+                    ready_batch: match s.batches.len() {
+                        2 => s.batches[0] as u64,
+                        _ => 0,
+                    },
                 })
                 .collect(),
             phase: self.phase,
             phase_start: self.phase_start.clone(),
+            earlier_tokens: self.earlier_tokens,
         }
     }
 
@@ -644,9 +675,10 @@ impl<S: DocSource> Mixer<S> {
         for (shuffle, s) in self.shuffles.iter_mut().zip(&state.shuffles) {
             let docs: Vec<Doc> = held.by_ref().take(s.held as usize).collect();
             shuffle.ready = held.by_ref().take(s.ready as usize).map(Some).collect();
-            shuffle.batches = match s.ready {
-                0 => VecDeque::new(),
-                n => VecDeque::from([n as usize]),
+            shuffle.batches = match (s.ready as usize, s.ready_batch as usize) {
+                (0, _) => VecDeque::new(),
+                (n, older) if older > 0 && older < n => VecDeque::from([older, n - older]),
+                (n, _) => VecDeque::from([n]),
             };
             if s.ready_ends {
                 shuffle.ready.push_back(None);
@@ -654,13 +686,9 @@ impl<S: DocSource> Mixer<S> {
             if s.draining {
                 shuffle.buffer.restore(s.rng_word_pos, Vec::new());
                 shuffle.draining = Some(docs.into());
-            } else if docs.len() > shuffle.buffer.capacity() {
-                return Err(MixError::Restore(format!(
-                    "the state holds {} documents in a source's buffer of {}",
-                    docs.len(),
-                    shuffle.buffer.capacity()
-                )));
             } else {
+                // More than its slots: it was made smaller at a change of course, and lets the
+                // extra residents out first (`read_ahead`).
                 shuffle.buffer.restore(s.rng_word_pos, docs);
                 shuffle.draining = None;
             }
@@ -683,6 +711,7 @@ impl<S: DocSource> Mixer<S> {
         self.emitted_tokens = state.emitted_tokens.clone();
         self.phase_start = state.phase_start.clone();
         self.phase = state.phase;
+        self.earlier_tokens = state.earlier_tokens;
         self.started = state.started;
         self.done = state.done;
         // A source a change of course added, or one that ended the mix before the change made

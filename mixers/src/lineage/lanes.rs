@@ -5,7 +5,7 @@
 //! packer has emitted them ([`LanePoint::documents`], found by running the lane). A lane's
 //! runnable lineage ([`Lineage::for_lane`]) is the stream's with each segment's window and
 //! documents made the lane's, so the lane changes course through the one mechanism
-//! ([`super::transplant`]) as a single stream does.
+//! ([`super::transplant()`]) as a single stream does.
 
 use super::Lineage;
 use crate::lanes::lane_tokens_before;

@@ -3,12 +3,13 @@ use crate::checkpoint::PipelineState;
 use crate::doc::{Doc, VecSource};
 use crate::mixer::{MixInput, Mixer};
 use crate::packer::PackerState;
-use crate::recipe::Stopping;
+use crate::recipe::{MixUnit, Stopping};
 use crate::shuffle::Shuffler;
 use crate::stream::DocStream;
 use std::collections::BTreeSet;
 
-const A: &str = r#"
+/// Two sources mixed in documents (also the fixture of `tokens_tests`).
+pub(super) const A: &str = r#"
 version = 1
 [tokenizer]
 path = "tok/tokenizer.json"
@@ -116,15 +117,27 @@ fn edits_that_change_what_an_id_means_or_how_input_is_dealt_are_refused_by_field
         refusal.to_string(),
         "shuffle.seed: 7 → 8: the seed decides every draw of the stream so far; keep 7"
     );
+    // In tokens, or across units: sources added and removed, the buffer resized.
     let mut tokens = recipe(A);
     tokens.mix.unit = MixUnit::Tokens;
     let mut tokens_b = b();
     tokens_b.mix.unit = MixUnit::Tokens;
-    let fields: Vec<String> = check_edit(&tokens, &tokens_b)
+    tokens_b.shuffle.buffer_size = 40;
+    assert_eq!(check_edit(&tokens, &tokens_b), Vec::<Refusal>::new());
+    assert_eq!(check_edit(&recipe(A), &tokens_b), Vec::<Refusal>::new());
+    assert_eq!(check_edit(&tokens_b, &b()), Vec::<Refusal>::new());
+    // What stays refused in tokens too: each by its field.
+    let mut lanes = tokens_b.clone();
+    lanes.lanes = Some(crate::LanesSpec {
+        count: 2,
+        block_windows: 4,
+    });
+    lanes.shuffle.shuffle_shards = !tokens_b.shuffle.shuffle_shards;
+    let fields: Vec<String> = check_edit(&tokens, &lanes)
         .into_iter()
         .map(|r| r.field)
         .collect();
-    assert_eq!(fields, ["source"]);
+    assert_eq!(fields, ["shuffle.shuffle_shards", "lanes"]);
 }
 
 /// The effective recipe of a change that keeps `web`, stops `code` and adds `math`.
