@@ -309,6 +309,31 @@ fn best_fit_changes_course_with_its_pool_and_packs_the_same_windows() {
         data.manifest().packing.is_some(),
         "padded windows (format 5)"
     );
+    // Its windows do not say where each document was mixed (no doc_positions.u64), and A's pool
+    // carries A's documents past window 100: `inspect --mix` shows each segment as the pack's
+    // ledger counted it while its recipe drew, from the window it takes over at.
+    let mix = dsprep_ok(&["inspect", packed.to_str().unwrap(), "--mix"]);
+    let segment = |k: usize| -> (u64, u64) {
+        let s = &data.manifest().lineage.as_ref().unwrap()[k];
+        (
+            s.sources.iter().map(|x| x.tokens).sum(),
+            s.sources.iter().map(|x| x.documents).sum(),
+        )
+    };
+    let as_drawn = "documents as its recipe drew them (the pack's ledger: its windows do not say \
+                    where a best_fit document was mixed) (targets are shares of documents)";
+    let spans: Vec<&str> = mix.lines().filter(|l| l.starts_with("segment ")).collect();
+    let ((t0, d0), (t1, d1)) = (segment(0), segment(1));
+    assert_eq!(
+        spans,
+        [
+            format!("segment 0 (from step 0): tokens 0..51300, {t0} tokens and {d0} {as_drawn}"),
+            format!(
+                "segment 1 (from step 25): tokens 51300..the end, {t1} tokens and {d1} {as_drawn}"
+            ),
+        ],
+        "{mix}"
+    );
 }
 
 #[test]
@@ -518,5 +543,35 @@ fn a_best_fit_change_grows_its_pool_and_adds_a_phase_and_packing_switches_are_re
     assert_eq!(tokens, m.sources.iter().map(|s| s.tokens).sum::<u64>());
     assert!(
         dsprep_ok(&["verify", tmp.path().join("packed").to_str().unwrap()]).starts_with("ok: ")
+    );
+    // `inspect --mix` counts each segment's documents by mixing position, as the pack's ledger
+    // did while each recipe drew them: A's pool carries A's documents past window 100, and
+    // they stay A's (each segment's tokens are its ledger's). B's span begins where its first
+    // document lies: window 101, the pool's A documents filling window 100.
+    let mix = dsprep_ok(&[
+        "inspect",
+        tmp.path().join("packed").to_str().unwrap(),
+        "--mix",
+    ]);
+    let segment_tokens = |k: usize| -> u64 {
+        let segment = &m.lineage.as_ref().unwrap()[k];
+        segment.sources.iter().map(|s| s.tokens).sum()
+    };
+    let spans: Vec<&str> = mix.lines().filter(|l| l.starts_with("segment ")).collect();
+    assert_eq!(
+        spans,
+        [
+            format!(
+                "segment 0 (from step 0): tokens 0..51813, {} tokens and 153 \
+                 document starts in windows (targets are shares of tokens)",
+                segment_tokens(0)
+            ),
+            format!(
+                "segment 1 (from step 25): tokens 51813..the end, {} tokens and \
+                 1474 document starts in windows (targets are shares of tokens)",
+                segment_tokens(1)
+            ),
+        ],
+        "{mix}"
     );
 }

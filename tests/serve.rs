@@ -341,7 +341,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!((h.status, h.request_id), (Status::UnsupportedVersion, 42));
     assert_eq!(
         m,
-        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 4)"
+        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 5)"
     );
 
     let (h, m) = raw.ask_frames(&[b"hello"]);
@@ -436,8 +436,16 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
         (h.version, h.status, h.first_window, h.chain),
         (1, Status::Ok, 11, None)
     );
-    // A version 2 client gets its 3 frames; version 3 adds the document sources.
-    for (version, frames) in [(1u16, 3usize), (2, 3), (3, 4)] {
+    // A version 2 client gets its 3 frames; version 3 adds the document sources, 4 the real
+    // tokens; 5 adds the segment to the header (256 bytes), which v2 to v4 never see.
+    let versions = [
+        (1u16, 3usize, 96),
+        (2, 3, 224),
+        (3, 4, 224),
+        (4, 5, 224),
+        (5, 5, 256),
+    ];
+    for (version, frames, header) in versions {
         let ask = Request {
             version,
             ..request(1, 2, 5)
@@ -445,6 +453,12 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
         raw.socket.send_multipart([&ask.encode()[..]], 0).unwrap();
         let reply = raw.socket.recv_multipart(0).unwrap();
         assert_eq!(reply.len(), frames, "version {version}");
+        assert_eq!(reply[0].len(), header, "version {version}");
+        let segment = ReplyHeader::decode(&reply[0]).unwrap().segment;
+        assert_eq!(segment.is_some(), version == 5, "version {version}");
+        if version == 4 {
+            assert_eq!(&reply[0][41..48], &[0; 7], "v4's reserved bytes");
+        }
     }
     assert_eq!(
         daemon.metric("dsprep_replies_total{status=\"malformed\"}"),

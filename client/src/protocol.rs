@@ -1,11 +1,13 @@
-//! Wire protocol v4 between the daemon and trainer ranks (documented frame by frame in
-//! PROTOCOL.md), and v1 to v3, which the daemon still answers (a daemon whose windows end in
-//! padding, `best_fit`, refuses v1 to v3: their clients would train on the padding). One
+//! Wire protocol v5 between the daemon and trainer ranks (documented frame by frame in
+//! PROTOCOL.md), and v1 to v4, which the daemon still answers byte for byte as before (a daemon
+//! whose windows end in padding, `best_fit`, refuses v1 to v3: their clients would train on the
+//! padding). v5's header adds the lineage segment that produced the step ([`ReplySegment`]). One
 //! implementation, used by both sides.
 //!
 //! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
 //! one 64-byte frame; a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream
-//! chain around the rank's rows and the step, see `chain`) followed by the token payload, the
+//! chain around the rank's rows and the step, see `chain`; 256 in v5, which adds the producing
+//! segment's recipe hash) followed by the token payload, the
 //! document-boundary frame, from v3 the document-source frame and in v4 the real-token frame
 //! (ok), or by one UTF-8 message
 //! frame (error). A reply speaks the
@@ -15,8 +17,10 @@
 use crate::chain::Hash;
 
 /// The version clients send: 3 adds the document-source frame to ok replies, 4 the real-token
-/// frame (each row's tokens before its padding).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// frame (each row's tokens before its padding), 5 the lineage segment in the header.
+pub const PROTOCOL_VERSION: u16 = 5;
+/// The oldest version whose header names the lineage segment that produced the step.
+pub const SEGMENT_VERSION: u16 = 5;
 /// The oldest version that knows padding: a daemon that pads refuses older requests.
 pub const PADDING_VERSION: u16 = 4;
 /// The oldest version the daemon still answers (in that version).
@@ -38,19 +42,22 @@ pub fn request_len(version: u16) -> usize {
 }
 /// A version 1 reply header.
 pub const REPLY_HEADER_V1_LEN: usize = 96;
-/// A version 2 (and 3) reply header: v1's, then four chain values.
+/// A version 2 (to 4) reply header: v1's, then four chain values.
 pub const REPLY_HEADER_LEN: usize = REPLY_HEADER_V1_LEN + 4 * 32;
+/// A version 5 reply header: v4's, then the producing segment's recipe hash.
+pub const REPLY_HEADER_V5_LEN: usize = REPLY_HEADER_LEN + 32;
 
 /// The length of a reply header in `version`.
 pub fn reply_header_len(version: u16) -> usize {
     match version {
         1 => REPLY_HEADER_V1_LEN,
-        _ => REPLY_HEADER_LEN,
+        v if v < SEGMENT_VERSION => REPLY_HEADER_LEN,
+        _ => REPLY_HEADER_V5_LEN,
     }
 }
 
 /// The frames of an ok reply in `version`: header, tokens, document starts, from v3 on the
-/// document sources, and in v4 the real-token counts.
+/// document sources, and from v4 on the real-token counts.
 pub fn ok_reply_frames(version: u16) -> usize {
     match version {
         ..=2 => 3,
@@ -157,10 +164,20 @@ pub struct ReplyChain {
     pub step_end: Hash,
 }
 
+/// Which recipe of the stream's lineage produced an ok reply's step, in version 5: a change of
+/// course takes over at a step boundary, so every window of a step is one segment's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplySegment {
+    /// The segment's index in the lineage (`lineage.json`; 0: the stream's first recipe).
+    pub index: u32,
+    /// Its recipe's hash (the header's `recipe_hash` is the daemon's, the lineage's newest).
+    pub recipe_hash: [u8; 32],
+}
+
 /// The first frame of every reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplyHeader {
-    /// The request's version: 2, or 1 for an old client.
+    /// The request's version: 1 to 5.
     pub version: u16,
     pub status: Status,
     pub request_id: u64,
@@ -179,6 +196,8 @@ pub struct ReplyHeader {
     pub first_window: u64,
     /// Version 2 ok replies: the stream chain around the rows and the step.
     pub chain: Option<ReplyChain>,
+    /// Version 5 ok replies: the lineage segment that produced the step.
+    pub segment: Option<ReplySegment>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -341,7 +360,7 @@ impl ReplyHeader {
         out[32..36].copy_from_slice(&self.micro_batch.to_le_bytes());
         out[36..40].copy_from_slice(&self.window_tokens.to_le_bytes());
         out[40] = self.dtype_bytes;
-        // 41..48 reserved (zero)
+        // 41..44 reserved (zero); 44..48 the segment's index from v5 on (else zero)
         out[48..80].copy_from_slice(&self.recipe_hash);
         out[80..88].copy_from_slice(&self.num_steps.to_le_bytes());
         out[88..96].copy_from_slice(&self.first_window.to_le_bytes());
@@ -350,6 +369,10 @@ impl ReplyHeader {
             out[128..160].copy_from_slice(&c.rows_start);
             out[160..192].copy_from_slice(&c.rows_end);
             out[192..224].copy_from_slice(&c.step_end);
+        }
+        if let (SEGMENT_VERSION.., Some(s)) = (self.version, &self.segment) {
+            out[44..48].copy_from_slice(&s.index.to_le_bytes());
+            out[224..256].copy_from_slice(&s.recipe_hash);
         }
         out
     }
@@ -368,7 +391,8 @@ impl ReplyHeader {
         if status == Status::Ok && dtype_bytes != 2 && dtype_bytes != 4 {
             return Err(DecodeError::Dtype(dtype_bytes));
         }
-        r.take::<7>();
+        r.take::<3>();
+        let segment_index = r.u32();
         let recipe_hash = r.take::<32>();
         let num_steps = r.u64();
         let first_window = r.u64();
@@ -377,6 +401,10 @@ impl ReplyHeader {
             rows_start: r.take(),
             rows_end: r.take(),
             step_end: r.take(),
+        });
+        let segment = (version >= SEGMENT_VERSION && status == Status::Ok).then(|| ReplySegment {
+            index: segment_index,
+            recipe_hash: r.take(),
         });
         Ok(ReplyHeader {
             version,
@@ -392,6 +420,7 @@ impl ReplyHeader {
             num_steps,
             first_window,
             chain,
+            segment,
         })
     }
 

@@ -177,6 +177,18 @@ impl ServedBatch {
         self.header.micro_batch as usize
     }
 
+    /// The index in the stream's lineage of the segment whose recipe produced this step (0: the
+    /// first recipe); `None` from a daemon older than protocol v5.
+    pub fn segment(&self) -> Option<u32> {
+        self.header.segment.map(|s| s.index)
+    }
+
+    /// That segment's recipe hash (the header's `recipe_hash` is the daemon's: the lineage's
+    /// newest); `None` from a daemon older than protocol v5.
+    pub fn segment_recipe_hash(&self) -> Option<[u8; 32]> {
+        self.header.segment.map(|s| s.recipe_hash)
+    }
+
     /// Row `i`'s bytes as received (little-endian ids): what the stream chain hashes.
     fn row_bytes(&self, i: usize) -> &[u8] {
         let row = self.header.window_tokens as usize * self.header.dtype_bytes as usize;
@@ -306,6 +318,8 @@ pub struct Client {
     next_request_id: u64,
     /// The stream chain before a step: what that step's reply must start from.
     chain_before: Option<(u64, Hash)>,
+    /// Set once a pinned recipe is served as an earlier recipe of the daemon's lineage.
+    recipe_note: Option<String>,
 }
 
 impl Client {
@@ -345,6 +359,7 @@ impl Client {
             next_step: 0,
             next_request_id: 1,
             chain_before: None,
+            recipe_note: None,
         })
     }
 
@@ -394,6 +409,38 @@ impl Client {
         }
         self.chain_before = Some((step + 1, c.step_end));
         Ok(())
+    }
+
+    /// Once this trainer's pinned recipe ([`ClientConfig::recipe_hash`]) is served as an earlier
+    /// recipe of the daemon's lineage (the daemon changed course from it; any other recipe is
+    /// refused, [`ClientError::RecipeMismatch`]): what it is served, in words.
+    pub fn recipe_note(&self) -> Option<&str> {
+        self.recipe_note.as_deref()
+    }
+
+    /// Note a pinned recipe that the daemon serves as an earlier recipe of its lineage.
+    fn note_pinned_recipe(&mut self, batch: &ServedBatch) {
+        let Some(pinned) = self.recipe_hash else {
+            return;
+        };
+        if pinned == batch.header.recipe_hash || self.recipe_note.is_some() {
+            return;
+        }
+        let mut note = format!(
+            "recipe {} this trainer pinned is an earlier recipe of the stream's lineage: the \
+             daemon changed course to recipe {} and serves the trainer that stream",
+            chain::to_hex(&pinned),
+            chain::to_hex(&batch.header.recipe_hash)
+        );
+        if let Some(s) = batch.header.segment {
+            note += &format!(
+                "; step {} is segment {}'s (recipe {})",
+                batch.step(),
+                s.index,
+                chain::to_hex(&s.recipe_hash)
+            );
+        }
+        self.recipe_note = Some(note);
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -472,6 +519,7 @@ impl Client {
                 let batch = reply?;
                 if let Some(batch) = &batch {
                     self.check_chain(batch)?;
+                    self.note_pinned_recipe(batch);
                 }
                 self.next_step = step + 1;
                 return Ok(batch);

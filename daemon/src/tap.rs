@@ -1,6 +1,6 @@
 //! `dsprep tap`: a command-line trainer stand-in. Connects as one rank, pulls steps in order and
 //! writes each step's raw token bytes to `--out` (nothing else) and one JSON line per step with
-//! its header and stream chain to `<out>.jsonl`. Like a resumed trainer, it can be given the
+//! its header (the lineage segment that made it included) and stream chain to `<out>.jsonl`. Like a resumed trainer, it can be given the
 //! chain before its first step (`--expect-chain`), which the daemon's stream must continue, and
 //! a time per step (`--step-ms`) stands in for a trainer's compute. For debugging and tests.
 
@@ -84,6 +84,7 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
             "window_tokens": h.window_tokens, "dtype_bytes": h.dtype_bytes, "recipe_hash": hex::encode(h.recipe_hash),
             "first_window": h.first_window, "doc_starts": doc_starts, "chain": chain,
             "doc_sources": doc_sources, "lead_sources": lead_sources, "real_tokens": real_tokens,
+            "segment": batch.segment(), "segment_recipe_hash": batch.segment_recipe_hash().map(hex::encode),
         });
         writeln!(headers, "{line}")?;
         // Flushed per step: a tap killed mid-run leaves every completed step on disk.

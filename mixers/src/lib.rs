@@ -20,6 +20,8 @@ pub mod rng;
 pub mod shuffle;
 pub mod split;
 pub mod stream;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod test_fixtures;
 pub use dsprep_tokenize as tokenize;
 
 pub use doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor};

@@ -67,3 +67,26 @@ def test_a_version_1_request_gets_a_version_1_reply(daemon_factory, raw):
     assert (header.version, header.chain) == (1, None)
     assert np.array_equal(decode_reply(frames).tokens[0], raw.tokens[2])
     socket.close(linger=0)
+
+
+def test_a_version_4_request_gets_the_version_4_header_and_5_adds_the_segment(daemon_factory):
+    daemon = daemon_factory(world_size=1, micro_batch=1)
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.connect(daemon.endpoint)
+    replies = {}
+    for version in (4, 5):
+        socket.send(encode_request(5, 0, 1, 2, version=version))
+        assert socket.poll(10_000), "the daemon replies"
+        replies[version] = socket.recv_multipart()
+    v4, v5 = replies[4], replies[5]
+    assert (len(v4[0]), len(v5[0])) == (224, 256)
+    assert v4[0][41:48] == bytes(7), "v4's reserved bytes stay zero"
+    assert v5[0][44:48] == bytes(4), "segment 0: a stream of one recipe"
+    assert v5[0][224:] == v5[0][48:80], "its recipe is the daemon's"
+    assert v4[0][6:] == v5[0][6:224] and v4[1:] == v5[1:]
+    h4, h5 = decode_header(v4[0]), decode_header(v5[0])
+    assert (h4.segment, h5.segment) == (None, (0, h5.recipe_hash))
+    batch = decode_reply(v5)
+    assert (batch.segment, batch.segment_recipe_hash) == (0, batch.recipe_hash)
+    assert decode_reply(v4).segment is None
+    socket.close(linger=0)

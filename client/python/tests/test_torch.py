@@ -39,6 +39,7 @@ def test_yields_torch_tensors_equal_to_the_numpy_batches(daemon_factory, packed_
     for step in range(5):
         a, b, want = next(served), next(packed), reference.next_batch()
         assert a["step"] == b["step"] == step
+        assert (a["segment"], "segment" in b) == (0, False), "served (v5), not packed"
         assert a["input_ids"].dtype == torch.int64 and a["input_ids"].shape == (2, 512)
         for key in ("input_ids", "labels", "position_ids", "cu_seqlens_flat", "input_sources"):
             assert torch.equal(a[key], b[key]), key

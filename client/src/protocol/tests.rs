@@ -37,6 +37,10 @@ fn header() -> ReplyHeader {
             rows_end: [3; 32],
             step_end: [4; 32],
         }),
+        segment: Some(ReplySegment {
+            index: 2,
+            recipe_hash: [0xee; 32],
+        }),
     }
 }
 
@@ -44,7 +48,7 @@ fn header() -> ReplyHeader {
 fn request_round_trips_and_has_a_fixed_layout() {
     let bytes = request().encode();
     assert_eq!(&bytes[0..4], b"DSPQ");
-    assert_eq!(&bytes[4..6], &[4, 0]);
+    assert_eq!(&bytes[4..6], &[5, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
     assert_eq!(bytes.len(), 80);
     assert_eq!(
@@ -68,18 +72,86 @@ fn request_round_trips_and_has_a_fixed_layout() {
 #[test]
 fn header_round_trips() {
     let bytes = header().encode();
-    assert_eq!(bytes.len(), 224);
+    assert_eq!(bytes.len(), 256);
     assert_eq!(&bytes[96..128], &[1; 32], "the chain follows v1's fields");
     assert_eq!(&bytes[192..224], &[4; 32]);
+    assert_eq!(&bytes[41..44], &[0; 3], "reserved");
+    assert_eq!(&bytes[44..48], &2u32.to_le_bytes(), "the segment's index");
+    assert_eq!(&bytes[48..80], &[0xcd; 32], "the daemon's recipe");
+    assert_eq!(&bytes[224..256], &[0xee; 32], "the segment's recipe");
     assert_eq!(ReplyHeader::decode(&bytes), Ok(header()));
     assert_eq!(header().payload_bytes(), 4 * 2049 * 2);
-    // An error reply carries no chain (its chain bytes are zero).
+    // An error reply carries no chain and no segment (their bytes are zero).
     let error = ReplyHeader {
         status: Status::StepGone,
         chain: None,
+        segment: None,
         ..header()
     };
-    assert_eq!(ReplyHeader::decode(&error.encode()), Ok(error));
+    let bytes = error.encode();
+    assert_eq!(bytes.len(), 256);
+    assert!(bytes[44..48].iter().chain(&bytes[96..]).all(|&b| b == 0));
+    assert_eq!(ReplyHeader::decode(&bytes), Ok(error));
+}
+
+/// The v4 header as PROTOCOL.md lays it out, field by field: what v4 clients have always read.
+fn v4_layout(h: &ReplyHeader, c: &ReplyChain) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend(b"DSPR");
+    out.extend(4u16.to_le_bytes());
+    out.extend((h.status as u16).to_le_bytes());
+    out.extend(h.request_id.to_le_bytes());
+    out.extend(h.step.to_le_bytes());
+    for v in [h.rank, h.world_size, h.micro_batch, h.window_tokens] {
+        out.extend(v.to_le_bytes());
+    }
+    out.push(h.dtype_bytes);
+    out.extend([0; 7]);
+    out.extend(h.recipe_hash);
+    out.extend(h.num_steps.to_le_bytes());
+    out.extend(h.first_window.to_le_bytes());
+    for hash in [c.step_start, c.rows_start, c.rows_end, c.step_end] {
+        out.extend(hash);
+    }
+    out
+}
+
+#[test]
+fn a_v4_header_is_what_it_was_and_carries_no_segment() {
+    let v4 = ReplyHeader {
+        version: 4,
+        ..header()
+    };
+    let chain = v4.chain.unwrap();
+    let bytes = v4.encode();
+    assert_eq!(bytes.len(), 224);
+    assert_eq!(bytes, v4_layout(&v4, &chain), "a segment given is not sent");
+    let decoded = ReplyHeader::decode(&bytes).unwrap();
+    assert_eq!(
+        decoded,
+        ReplyHeader {
+            segment: None,
+            ..v4
+        }
+    );
+    // A v5 header is v4's with the segment's index in reserved bytes and its recipe appended.
+    let v5 = header().encode();
+    let mut expected = v4_layout(&v4, &chain);
+    expected[4] = 5;
+    expected[44..48].copy_from_slice(&2u32.to_le_bytes());
+    expected.extend([0xee; 32]);
+    assert_eq!(v5, expected);
+    assert_eq!(
+        ReplyHeader::decode(&v5[..224]),
+        Err(DecodeError::Length {
+            len: 224,
+            expected: 256
+        }),
+        "a v5 header must have its segment"
+    );
+    assert_eq!(reply_header_len(4), 224);
+    assert_eq!(reply_header_len(5), 256);
+    assert_eq!(ok_reply_frames(5), 5);
 }
 
 #[test]
@@ -105,6 +177,7 @@ fn version_1_is_still_spoken() {
     let v1 = ReplyHeader {
         version: 1,
         chain: None,
+        segment: None,
         ..header()
     };
     let bytes = v1.encode();
@@ -117,7 +190,13 @@ fn version_1_is_still_spoken() {
     };
     assert_eq!(ReplyHeader::decode(&dropped.encode()), Ok(v1));
     assert_eq!(
-        ReplyHeader::decode(&header().encode()[..96]),
+        ReplyHeader::decode(
+            &ReplyHeader {
+                version: 2,
+                ..header()
+            }
+            .encode()[..96]
+        ),
         Err(DecodeError::Length {
             len: 96,
             expected: 224
@@ -159,14 +238,14 @@ fn each_malformation_has_its_error() {
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
     let mut bad = good.clone();
-    bad[4] = 5;
+    bad[4] = 6;
     assert_eq!(
         Request::decode(&bad),
-        Err(DecodeError::Version { found: 5 })
+        Err(DecodeError::Version { found: 6 })
     );
     assert_eq!(
-        DecodeError::Version { found: 5 }.to_string(),
-        "protocol version 5 is not supported (this side speaks versions 1 to 4)"
+        DecodeError::Version { found: 6 }.to_string(),
+        "protocol version 6 is not supported (this side speaks versions 1 to 5)"
     );
     bad[4] = 0;
     assert_eq!(

@@ -152,18 +152,7 @@ pub fn refuse_other_stream(path: &Path, lineage: &Lineage, first_hash: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsprep_mixers::Recipe;
-
-    fn lineage() -> Lineage {
-        let recipe = Recipe::parse(
-            "version = 1\n[tokenizer]\npath = \"t.json\"\neos = 0\n[packing]\nseq_len = 8\n\
-             [[source]]\nname = \"a\"\nfiles = [\"a/*.jsonl\"]\nformat = \"jsonl\"\n",
-        )
-        .unwrap();
-        let mut b = recipe.clone();
-        b.sources[0].weight = 2.0;
-        Lineage::start(recipe, "/r".into(), 2, 2).changed(b, "/r".into(), 5, 20, 31, 4, 2)
-    }
+    use dsprep_mixers::test_fixtures::lineage;
 
     #[test]
     fn a_lineage_round_trips_and_a_changed_byte_is_refused_by_name() {
@@ -194,13 +183,13 @@ mod tests {
     #[test]
     fn segments_that_do_not_follow_each_other_are_refused() {
         let mut bad = lineage();
-        bad.segments[1].from_window = 21;
+        bad.segments[1].from_window = 41;
         let dir = tempfile::tempdir().unwrap();
         let path = path_in(dir.path());
         write(&path, &bad).unwrap();
         let err = read(&path).unwrap_err().to_string();
         assert!(
-            err.contains("segment 1 starts at step 5 window 21, which does not follow segment 0"),
+            err.contains("segment 1 starts at step 5 window 41, which does not follow segment 0"),
             "{err}"
         );
     }

@@ -4,14 +4,15 @@
 //! share along the stream every `N` tokens (a CSV, or `--plot`'s picture), and per source the
 //! histogram of document lengths.
 //!
-//! It counts what the windows hold (the dropped tail is not in them), segment by segment: a
+//! It counts what the windows hold (the dropped tail is not in them), span by span: a
 //! window's tokens up to its first document start belong to its lead source, then each start's
 //! tokens to its source. Phases are counted by `dsprep_mixers::ledger` (a document belongs to the
 //! phase in force at its mixing position in its lane's own stream: where it lies in the windows,
-//! or with `best_fit` and phases its `doc_positions.u64`), as the pack's manifest is. Memory:
-//! a few counters per source and phase.
+//! or with `best_fit` and phases its `doc_positions.u64`), as the pack's manifest is; a
+//! lineage's segments likewise (`segments.rs`). Memory: a few counters per source and phase.
 
 use super::fill::{WindowFill, window_fill};
+use super::segments::{segment_points, segment_spans};
 use anyhow::{Context, bail};
 use dsprep_client::{Manifest, PackedDataset};
 use dsprep_mixers::ledger::{Counts, PhaseLedger, PhasePoints, ShareLine, share_lines};
@@ -35,6 +36,10 @@ pub struct Span {
     /// recipe with phases).
     pub targets: Vec<f64>,
     pub counts: Counts,
+    /// The counts are the pack's ledger (documents as their recipe drew them), not recounted
+    /// from the windows: a lineage's segment in a `best_fit` pack that does not say where each
+    /// document was mixed (`inspect/segments.rs`).
+    pub as_drawn: bool,
 }
 
 /// The ledger of a packed directory.
@@ -116,18 +121,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         .to_string();
     let points = phase_points(m).with_context(|| dir.display().to_string())?;
     let mut phases = PhaseLedger::new(&points, n);
-    // A lineage's segments are counted as phases are: a document in the segment where it
-    // starts (each recipe's first document starts at or after its first window).
-    let segment_points = m.lineage.as_ref().map(|segments| {
-        let wt = u64::from(m.window_tokens);
-        let at = segments
-            .iter()
-            .skip(1)
-            .map(|s| s.from_window * wt)
-            .collect();
-        PhasePoints::from_parts(at, wt, None)
-    });
-    let mut segments = segment_points.as_ref().map(|p| PhaseLedger::new(p, n));
+    let segment_points = segment_points(m, points.num_lanes() > 1);
+    let mut segments = segment_points.as_ref().map(|(p, _)| PhaseLedger::new(p, n));
     let mut rows = Vec::new();
     let mut lengths = vec![[0u64; LENGTH_BUCKETS]; n];
     let mut last_start: Option<(u64, usize)> = None;
@@ -142,8 +137,9 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         let len = u64::from(window.real_tokens);
         let positions = window.doc_positions.unwrap_or_default();
         phases.add_window_at(&points, w, len, window.doc_starts, sources, lead, positions);
-        if let (Some(points), Some(ledger)) = (&segment_points, &mut segments) {
-            ledger.add_window(points, w, len, window.doc_starts, sources, lead);
+        if let (Some((points, count)), Some(ledger)) = (&segment_points, &mut segments) {
+            let positions = count.positions(positions);
+            ledger.add_window_at(points, w, len, window.doc_starts, sources, lead, positions);
         }
         let mut cuts = Vec::with_capacity(sources.len() + 2);
         cuts.push((0u64, lead, false));
@@ -191,8 +187,8 @@ pub fn mix_ledger(dir: &Path, every: u64) -> anyhow::Result<MixLedger> {
         rows.push(ShareRow::new(at, &since_row, &whole));
     }
     let mut spans = phase_spans(m, &phases, points.num_lanes() > 1);
-    if let Some(ledger) = &segments {
-        spans.extend(segment_spans(m, ledger));
+    if let (Some(ledger), Some((_, count))) = (&segments, &segment_points) {
+        spans.extend(segment_spans(m, ledger, *count));
     }
     if spans.len() > 1 {
         spans.insert(0, whole_span(m, whole));
@@ -239,28 +235,7 @@ fn phase_spans(m: &Manifest, phases: &PhaseLedger, lanes: bool) -> Vec<Span> {
             all_lanes_from: phases.began(k).1.filter(|_| lanes && k > 0),
             targets,
             counts: phases.phases[k].clone(),
-        })
-        .collect()
-}
-
-/// A packed lineage's segments as spans: each recipe's targets, from the window it takes over
-/// at.
-fn segment_spans(m: &Manifest, ledger: &PhaseLedger) -> Vec<Span> {
-    let segments = m.lineage.as_deref().unwrap_or_default();
-    let wt = u64::from(m.window_tokens);
-    (segments.iter().enumerate())
-        .map(|(k, s)| Span {
-            name: format!("segment {k} (from step {})", s.from_step),
-            from: s.from_window * wt,
-            to: segments.get(k + 1).map(|next| next.from_window * wt),
-            all_lanes_from: None,
-            targets: (m.sources.iter())
-                .map(|source| {
-                    let mine = s.sources.iter().find(|x| x.name == source.name);
-                    mine.map_or(0.0, |x| x.target_fraction)
-                })
-                .collect(),
-            counts: ledger.phases[k].clone(),
+            as_drawn: false,
         })
         .collect()
 }
@@ -273,6 +248,7 @@ fn whole_span(m: &Manifest, counts: Counts) -> Span {
         all_lanes_from: None,
         targets: vec![f64::NAN; m.sources.len()],
         counts,
+        as_drawn: false,
     }
 }
 
@@ -331,9 +307,15 @@ impl MixLedger {
                 }
                 None => String::new(),
             };
+            let counted = match span.as_drawn {
+                true => {
+                    "documents as its recipe drew them (the pack's ledger: its windows do not say where a best_fit document was mixed)"
+                }
+                false => "document starts in windows",
+            };
             let _ = writeln!(
                 out,
-                "{}: tokens {}..{to}{lanes}, {tokens} tokens and {docs} document starts in windows (targets are shares of {})",
+                "{}: tokens {}..{to}{lanes}, {tokens} tokens and {docs} {counted} (targets are shares of {})",
                 span.name, span.from, self.unit
             );
             out.push_str(&ledger_rows(

@@ -1,11 +1,13 @@
 //! `dsprep inspect DIR`: look inside a packed directory. `--window N` decodes one window with its
 //! document boundaries (`window.rs`); `--mix` prints the ledger of its sources, optionally with a
-//! CSV of the realized shares along the stream (`mix.rs`); `--plot` draws them and the document
-//! lengths (`plot.rs`) and, for a padded pack, the windows' fill (`fill.rs`).
+//! CSV of the realized shares along the stream (`mix.rs`; a lineage's segments: `segments.rs`);
+//! `--plot` draws them and the document lengths (`plot.rs`) and, for a padded pack, the
+//! windows' fill (`fill.rs`).
 
 mod fill;
 mod mix;
 mod plot;
+mod segments;
 mod window;
 
 pub use fill::{FILL_BUCKETS, WindowFill};

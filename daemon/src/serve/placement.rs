@@ -39,12 +39,7 @@ mod tests {
 
     /// A lineage of one recipe at 4 windows a step.
     fn plain() -> Lineage {
-        let recipe = dsprep_mixers::Recipe::parse(
-            "version = 1\n[tokenizer]\npath = \"t.json\"\neos = 0\n[packing]\nseq_len = 8\n\
-             [[source]]\nname = \"a\"\nfiles = [\"a/*.jsonl\"]\nformat = \"jsonl\"\n",
-        )
-        .unwrap();
-        Lineage::start(recipe, "/r".into(), 2, 2)
+        Lineage::start(dsprep_mixers::test_fixtures::recipe(), "/r".into(), 2, 2)
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use super::course::{Course, Placed};
 use super::metrics::Metrics;
 use super::placement::first_held_step;
-use super::store::{StepChain, StepData, StepStore};
+use super::store::{StepChain, StepData, StepSegments, StepStore};
 use crate::checkpoint::{CheckpointDir, CheckpointMeta, RunIdentity};
 use crate::driver::lineage::SegmentSink;
 use crate::driver::pipeline::{PipelineConfig, ProducedDoc};
@@ -63,6 +63,8 @@ pub(super) struct StepAssembler {
     /// The stream chain before `current`'s first window (before `next_window` while
     /// fast-forwarding), when this assembler sees every window of the stream.
     pub chain: Option<Hash>,
+    /// Which lineage segment made each step.
+    pub segments: StepSegments,
 }
 
 impl StepAssembler {
@@ -89,6 +91,7 @@ impl StepAssembler {
             let mut next = StepData::new(step.step + 1, self.global_batch as usize);
             next.tokens.reserve(step.tokens.len());
             let mut done = std::mem::replace(step, next);
+            done.segment = self.segments.at(done.step);
             if let Some(at) = &mut self.chain {
                 done.chain = StepChain::linked(*at, &done.digests);
                 *at = done.chain.step_end;
@@ -187,6 +190,7 @@ impl Producer<'_> {
             keep_from: lineage.window_of_step(first),
             current: StepData::new(first, self.global_batch as usize),
             chain: Some(chain_at),
+            segments: StepSegments::of(lineage),
         };
         let fast_forward =
             FastForward::new("resume".into(), steps.keep_from.saturating_sub(windows));

@@ -199,11 +199,7 @@ impl Server {
             && expected != layout.recipe_hash
             && !self.earlier_recipes.contains(&expected)
         {
-            let msg = format!(
-                "the daemon serves recipe {}, the trainer expects {}",
-                hex::encode(layout.recipe_hash),
-                hex::encode(expected)
-            );
+            let msg = recipe_mismatch(&layout.recipe_hash, &self.earlier_recipes, &expected);
             self.reply_error(&identity, &request, Status::RecipeMismatch, &msg);
             return;
         }
@@ -321,6 +317,7 @@ impl Server {
             num_steps,
             first_window: first_window(request.step, request.rank, l),
             chain: None,
+            segment: None,
         }
     }
 
@@ -355,6 +352,7 @@ impl Server {
                 rows_end: *rows_end,
                 step_end: chain.step_end,
             }),
+            segment: Some(step.segment),
             ..self.header(request, Status::Ok, num_steps.unwrap_or(u64::MAX))
         };
         self.metrics.count_reply("ok");
@@ -413,6 +411,24 @@ impl Server {
         self.malformed_log.note(status, message);
         self.reply_error(identity, &request, status, message);
     }
+}
+
+/// Status 11's message: the recipe the daemon serves and the one the trainer expects, and the
+/// earlier recipes of its lineage, with which a trainer pinned to one of them is served.
+fn recipe_mismatch(serves: &[u8; 32], earlier: &[[u8; 32]], expected: &[u8; 32]) -> String {
+    let mut msg = format!(
+        "the daemon serves recipe {}, the trainer expects {}",
+        hex::encode(serves),
+        hex::encode(expected)
+    );
+    if !earlier.is_empty() {
+        let earlier: Vec<String> = earlier.iter().map(hex::encode).collect();
+        msg += &format!(
+            ", which is no earlier recipe of its lineage either ({})",
+            earlier.join(", ")
+        );
+    }
+    msg
 }
 
 /// `(step × world_size + rank) × micro_batch`: the stream index of a rank's first row. A request

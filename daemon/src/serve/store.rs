@@ -9,6 +9,8 @@
 //! it never grows memory.
 
 use dsprep_client::chain::{self, Hash};
+use dsprep_client::protocol::ReplySegment;
+use dsprep_mixers::lineage::Lineage;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -45,6 +47,9 @@ pub struct StepData {
     pub digests: Vec<Hash>,
     /// The stream chain around the windows held (`dsprep_client::chain`).
     pub chain: StepChain,
+    /// The lineage segment whose recipe made the step (changes of course fall on step
+    /// boundaries: one segment per step), named in v5 reply headers.
+    pub segment: ReplySegment,
 }
 
 impl StepData {
@@ -59,6 +64,41 @@ impl StepData {
             real_tokens: Vec::with_capacity(windows),
             digests: Vec::with_capacity(windows),
             chain: StepChain::default(),
+            segment: ReplySegment::default(),
+        }
+    }
+}
+
+/// Which segment of the lineage made a step: the lineage the producer serves (a change to make
+/// included) and each segment's recipe hash as bytes.
+#[derive(Clone, Debug)]
+pub struct StepSegments {
+    lineage: Lineage,
+    hashes: Vec<[u8; 32]>,
+}
+
+impl StepSegments {
+    pub fn of(lineage: &Lineage) -> StepSegments {
+        let hashes = (lineage.segments.iter())
+            .map(|s| {
+                let mut hash = [0u8; 32];
+                // A lineage's hashes are checked against its recipes when it is read or made.
+                let _ = hex::decode_to_slice(&s.recipe_hash, &mut hash);
+                hash
+            })
+            .collect();
+        StepSegments {
+            lineage: lineage.clone(),
+            hashes,
+        }
+    }
+
+    /// The segment in force at `step` (a change of course takes over at a step boundary).
+    pub fn at(&self, step: u64) -> ReplySegment {
+        let k = self.lineage.segment_at_step(step);
+        ReplySegment {
+            index: u32::try_from(k).unwrap_or(u32::MAX),
+            recipe_hash: self.hashes.get(k).copied().unwrap_or_default(),
         }
     }
 }
@@ -509,5 +549,24 @@ mod tests {
             Lookup::EndOfData { num_steps } if num_steps == last + 2
         ));
         assert_eq!(ready(store.lookup(0, last + 1)), last + 1);
+    }
+
+    #[test]
+    fn a_step_names_the_segment_in_force_at_it() {
+        let lineage = dsprep_mixers::test_fixtures::lineage();
+        let segments = StepSegments::of(&lineage);
+        let hash = |k: usize| {
+            let mut h = [0u8; 32];
+            hex::decode_to_slice(&lineage.segments[k].recipe_hash, &mut h).unwrap();
+            h
+        };
+        assert_ne!(hash(0), hash(1));
+        for (step, index) in [(0, 0), (4, 0), (5, 1), (900, 1)] {
+            let want = ReplySegment {
+                index,
+                recipe_hash: hash(index as usize),
+            };
+            assert_eq!(segments.at(step), want, "step {step}");
+        }
     }
 }

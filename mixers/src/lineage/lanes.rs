@@ -80,18 +80,7 @@ impl Lineage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Recipe;
-
-    fn lineage() -> Lineage {
-        let recipe = Recipe::parse(
-            "version = 1\n[tokenizer]\npath = \"t.json\"\neos = 0\n[packing]\nseq_len = 8\n\
-             [[source]]\nname = \"a\"\nfiles = [\"a/*.jsonl\"]\nformat = \"jsonl\"\n",
-        )
-        .unwrap();
-        let mut b = recipe.clone();
-        b.sources[0].weight = 2.0;
-        Lineage::start(recipe, "/r".into(), 2, 4).changed(b, "/r".into(), 5, 40, 0, 2, 4)
-    }
+    use crate::test_fixtures::lineage;
 
     #[test]
     fn a_lane_takes_its_own_windows_and_documents_and_stale_points_are_dropped() {

@@ -52,6 +52,11 @@ class Batch:
     #: Per row, the tokens before its padding (uint32 `[micro_batch]`, 1 to `seq_len + 1`):
     #: protocol v4 / format 5; left out (None), every row is whole.
     real_tokens: Optional[np.ndarray] = None
+    #: Served batches (protocol v5): the index in the stream's lineage of the segment whose
+    #: recipe produced this step (0: the first recipe), and that recipe's hash (`recipe_hash` is
+    #: the daemon's, its newest); None from an older daemon or a packed directory.
+    segment: Optional[int] = None
+    segment_recipe_hash: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.real_tokens is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
@@ -78,6 +79,19 @@ def parse_recipe_hash(text: Optional[str]) -> Optional[bytes]:
     return raw
 
 
+def recipe_note(pinned: str, batch: Batch) -> str:
+    """What a trainer pinned to `pinned` is told when the daemon serves it `batch` of another
+    recipe: its pinned recipe is an earlier one of the stream's lineage (the daemon refuses any
+    other), and (protocol v5) which segment made this step."""
+    note = (
+        f"recipe {pinned} this trainer pinned is an earlier recipe of the stream's lineage: the "
+        f"daemon changed course to recipe {batch.recipe_hash} and serves the trainer that stream"
+    )
+    if batch.segment is not None:
+        note += f"; step {batch.step} is segment {batch.segment}'s (recipe {batch.segment_recipe_hash})"
+    return note
+
+
 class Client:
     """A rank of the daemon at `endpoint` (`ipc://PATH` or `tcp://HOST:PORT`).
 
@@ -124,6 +138,8 @@ class Client:
         self.seq_len: Optional[int] = None
         self.num_steps: Optional[int] = None
         self.served_recipe_hash: Optional[str] = None
+        #: Set once a pinned recipe is served as an earlier recipe of the daemon's lineage.
+        self.recipe_note: Optional[str] = None
         #: (step, chain): the stream chain before `step`, once a step was received; saved by
         #: `state_dict` and checked again after `load_state_dict`.
         self.stream_chain: Optional[Tuple[int, bytes]] = None
@@ -178,7 +194,17 @@ class Client:
                 self.next_step = step + 1
                 self.micro_batch, self.seq_len = batch.micro_batch, batch.seq_len
                 self.served_recipe_hash = batch.recipe_hash
+                self._note_pinned_recipe(batch)
             return batch
+
+    def _note_pinned_recipe(self, batch: Batch) -> None:
+        """A pinned recipe the daemon no longer serves was accepted as an earlier recipe of its
+        lineage (PROTOCOL.md status 11): say so once, in `recipe_note` and as a warning."""
+        pinned = self._expected_hash.hex() if self._expected_hash is not None else None
+        if pinned is None or pinned == batch.recipe_hash or self.recipe_note is not None:
+            return
+        self.recipe_note = recipe_note(pinned, batch)
+        warnings.warn(self.recipe_note, stacklevel=3)
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"next_step": self.next_step, "recipe_hash": self.recipe_hash}

@@ -1,9 +1,10 @@
-"""Wire protocol v4 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+"""Wire protocol v5 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
 describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
 
 A request is one frame (64 bytes in v1 and v2, 80 from v3). A reply is a header (224 bytes from
 v2: v1's 96, then the stream chain around the rank's rows and the step; a reply speaks the
-request's version), then the token frame, the document-boundary frame, (v3) the document-source
+request's version; 256 in v5, which adds the lineage segment that produced the step), then the
+token frame, the document-boundary frame, (v3) the document-source
 frame and (v4) the real-token frame (ok), nothing (end of data) or one UTF-8 message (an error
 status, raised as its exception class). Token, boundary, source and real-token frames become
 numpy views without a copy. A daemon whose windows end in padding (`best_fit`) refuses requests
@@ -20,8 +21,11 @@ import numpy as np
 from .batch import Batch
 from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
 
-#: The version this client sends: 3 adds the document-source frame, 4 the real-token frame.
-PROTOCOL_VERSION = 4
+#: The version this client sends: 3 adds the document-source frame, 4 the real-token frame, 5
+#: the lineage segment in the header.
+PROTOCOL_VERSION = 5
+#: The oldest version whose header names the lineage segment that produced the step.
+SEGMENT_VERSION = 5
 #: The oldest version the daemon answers.
 OLDEST_VERSION = 1
 REQUEST_MAGIC = b"DSPQ"
@@ -29,6 +33,8 @@ REPLY_MAGIC = b"DSPR"
 REQUEST_LEN = 64
 REPLY_HEADER_V1_LEN = 96
 REPLY_HEADER_LEN = REPLY_HEADER_V1_LEN + 4 * 32
+#: Version 5: v4's header, then the producing segment's recipe hash.
+REPLY_HEADER_V5_LEN = REPLY_HEADER_LEN + 32
 KIND_BATCH = 1
 #: Version 3: the trainer process is done with its rank (no reply).
 KIND_RELEASE = 2
@@ -41,7 +47,7 @@ UNKNOWN_STEPS = 2**64 - 1
 
 _REQUEST = struct.Struct("<4sHHQIIQ32s")
 _OWNER = struct.Struct("<IIQ")
-_HEADER = struct.Struct("<4sHHQQIIIIB7s32sQQ")
+_HEADER = struct.Struct("<4sHHQQIIIIB3sI32sQQ")
 _CHAIN = struct.Struct("<32s32s32s32s")
 assert _REQUEST.size == REQUEST_LEN and _HEADER.size == REPLY_HEADER_V1_LEN
 assert _REQUEST.size + _OWNER.size == REQUEST_V3_LEN
@@ -74,6 +80,9 @@ class ReplyHeader(NamedTuple):
     version: int = PROTOCOL_VERSION
     #: Version 2 ok replies: the stream chain around the rows and the step.
     chain: Optional[ReplyChain] = None
+    #: Version 5 ok replies: (index in the lineage, its recipe hash) of the segment whose recipe
+    #: produced the step.
+    segment: Optional[Tuple[int, bytes]] = None
 
     def payload_bytes(self) -> int:
         return self.micro_batch * self.window_tokens * self.dtype_bytes
@@ -118,18 +127,26 @@ def decode_header(frame: Any) -> ReplyHeader:
         raise UnsupportedVersion(
             f"the daemon replied in protocol version {version}; this client speaks versions {OLDEST_VERSION} to {PROTOCOL_VERSION}"
         )
-    expected = REPLY_HEADER_V1_LEN if version == 1 else REPLY_HEADER_LEN
+    expected = reply_header_len(version)
     if len(view) != expected:
         raise ProtocolError(f"a version {version} reply header is {expected} bytes, got {len(view)}")
-    request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, _reserved, recipe_hash, num_steps, first_window = rest
+    request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, _reserved, index, recipe_hash, num_steps, first_window = rest
     if status not in (STATUS_OK, STATUS_END_OF_DATA) and status not in STATUS_ERRORS:
         raise ProtocolError(f"unknown reply status {status}")
     if status == STATUS_OK and dtype_bytes not in (2, 4):
         raise ProtocolError(f"dtype of {dtype_bytes} bytes per token is not 2 or 4")
     chain = ReplyChain(*_CHAIN.unpack_from(view, REPLY_HEADER_V1_LEN)) if version >= 2 and status == STATUS_OK else None
+    segment = None
+    if version >= SEGMENT_VERSION and status == STATUS_OK:
+        segment = (index, bytes(view[REPLY_HEADER_LEN:REPLY_HEADER_V5_LEN]))
     return ReplyHeader(
-        status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window, version, chain
+        status, request_id, step, rank, world_size, micro_batch, window_tokens, dtype_bytes, recipe_hash, num_steps, first_window, version, chain, segment
     )
+
+
+def reply_header_len(version: int) -> int:
+    """A reply header's bytes in `version`: 96 (v1), 224 (v2 to v4), 256 (v5)."""
+    return REPLY_HEADER_V1_LEN if version == 1 else REPLY_HEADER_LEN if version < SEGMENT_VERSION else REPLY_HEADER_V5_LEN
 
 
 def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) -> Optional[Batch]:
@@ -169,6 +186,8 @@ def decode_reply(frames: Sequence[Any], header: Optional[ReplyHeader] = None) ->
         doc_sources=sources,
         lead_sources=leads,
         real_tokens=real_tokens,
+        segment=header.segment[0] if header.segment is not None else None,
+        segment_recipe_hash=header.segment[1].hex() if header.segment is not None else None,
     )
 
 

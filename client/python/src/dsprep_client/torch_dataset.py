@@ -32,7 +32,8 @@ def to_tensors(batch: Batch) -> Dict[str, Any]:
     without padding), `cu_seqlens` per row (over the real inputs) and `cu_seqlens_flat` (int32,
     see `Batch.cu_seqlens_flat`), `step` as an int, and where the daemon or pack records them
     (protocol v3, format 3) `input_sources`: int64 `[micro_batch, seq_len]`, the recipe source
-    index of every input token, to log the loss per source."""
+    index of every input token, to log the loss per source; from a daemon of protocol v5,
+    `segment` (an int): the lineage segment whose recipe produced the step."""
     as_long = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
     out = {
         "input_ids": as_long(batch.input_ids),
@@ -45,6 +46,8 @@ def to_tensors(batch: Batch) -> Dict[str, Any]:
     }
     if batch.input_sources is not None:
         out["input_sources"] = torch.from_numpy(batch.input_sources)
+    if batch.segment is not None:
+        out["segment"] = batch.segment
     return out
 
 

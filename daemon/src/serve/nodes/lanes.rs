@@ -29,7 +29,7 @@ use crate::progress::FastForward;
 use crate::serve::metrics::Metrics;
 use crate::serve::placement::{first_request, held_from};
 use crate::serve::producer::{Ended, StepAssembler};
-use crate::serve::store::{StepData, StepStore};
+use crate::serve::store::{StepData, StepSegments, StepStore};
 use anyhow::anyhow;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use dsprep_client::format::Dtype;
@@ -171,6 +171,7 @@ impl LaneProducer<'_> {
             keep_from: self.slice.own_windows_before(first),
             current: StepData::new(first, per_step as usize),
             chain: None,
+            segments: StepSegments::of(&self.course.lineage),
         };
         for i in from.. {
             let (lane, _) = block_lane(&self.spec, self.slice.block(i));
