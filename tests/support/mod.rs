@@ -4,6 +4,7 @@
 
 pub mod daemon;
 mod fetched_tokenizer;
+pub mod lineage;
 pub mod nodes;
 pub mod parquet_pages;
 pub mod serve_run;
