@@ -424,11 +424,11 @@ fn readers_refuse_a_newer_format_and_a_torn_real_token_file() {
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(
         &manifest,
-        text.replace("\"format_version\": 5", "\"format_version\": 7"),
+        text.replace("\"format_version\": 5", "\"format_version\": 8"),
     )
     .unwrap();
     let err = PackedDataset::open(&out).err().unwrap();
-    assert!(err.to_string().contains("format version 7"), "{err}");
+    assert!(err.to_string().contains("format version 8"), "{err}");
     std::fs::write(&manifest, &text).unwrap();
     let file = out.join("real_tokens.u32");
     let mut bytes = std::fs::read(&file).unwrap();

@@ -24,8 +24,13 @@ pub const FORMAT_NAME: &str = "dsprep-packed";
 /// (`Manifest::doc_sources`, `Manifest::lead_sources`), 4 the ledger of every phase
 /// (`Manifest::phases`), 5 padded windows (`Manifest::real_tokens`, `Manifest::packing`), 6 the
 /// mixing position of every document start (`Manifest::doc_positions`), which a `best_fit` pack
-/// with phases counts its phases by. A pack is written at the oldest version that holds it.
-pub const FORMAT_VERSION: u32 = 6;
+/// with phases counts its phases by, 7 each lineage segment's packing
+/// ([`LineageSegment::packing`]: a lineage whose packing changed at a change of course). A pack
+/// is written at the oldest version that holds it.
+pub const FORMAT_VERSION: u32 = 7;
+/// The version of a `best_fit` pack with phases (mixing positions), one packing throughout:
+/// version 6, byte for byte.
+pub const POSITIONS_FORMAT_VERSION: u32 = 6;
 /// The version of a padded pack without mixing positions: version 5, byte for byte.
 pub const PADDED_FORMAT_VERSION: u32 = 5;
 /// The version of a pack without padding: version 4, byte for byte, so that every reader of
@@ -160,6 +165,24 @@ pub struct LineageSegment {
     /// but not emitted: dropped at the change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<DroppedDocuments>,
+    /// Format 7 (a lineage whose packing changed): how this segment's windows are packed.
+    /// Absent when every segment packs alike (the manifest's `packing`, or none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packing: Option<SegmentPacking>,
+}
+
+/// How one segment of a format 7 lineage pack packs its windows.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SegmentPacking {
+    /// `"concat"` or `"best_fit"`.
+    pub strategy: String,
+    /// With `best_fit`, the id after each window's real tokens; absent with `concat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad_id: Option<u32>,
+    /// The first window its packer made: at or past `from_window` (the windows the previous
+    /// packer made at the document where this recipe takes over are the previous packing's).
+    /// Its windows run to the next segment's `first_window`.
+    pub first_window: u64,
 }
 
 /// One source in one segment of a packed lineage.

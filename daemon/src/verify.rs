@@ -4,7 +4,9 @@
 //! (format 4: recounted from the windows, each document in the phase of its mixing position,
 //! `doc_positions.u64` where the pack has it), and padding (format 5: every window starts a document,
 //! holds its documents before its padding, and pads with the manifest's pad id; the padding
-//! adds up to the manifest's). Reports the first problem with the file it is in.
+//! adds up to the manifest's), each window by its own segment's packing in a lineage whose
+//! packing changed (format 7: a `concat` segment's windows are real tokens to their end, a
+//! `best_fit` one's padded with its pad id). Reports the first problem with the file it is in.
 
 use crate::files::sha256_file;
 use anyhow::{Context, bail, ensure};
@@ -80,6 +82,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             Some((points, counts))
         }
     };
+    let padding = Padding::of(m);
     let mut marks = m.chain.iter().peekable();
     let mut at = chain::START;
     let mut total_starts = 0u64;
@@ -122,19 +125,26 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         );
         total_starts += starts.len() as u64;
         real_tokens += u64::from(window.real_tokens);
-        if let Some(packing) = &m.packing {
-            let real = window.real_tokens;
-            ensure!(
-                starts.first() == Some(&0) && starts.iter().all(|&s| s < real),
-                "window {index}: with padding every window starts a document at 0 and every \
-                 start lies before its {real} real tokens: {starts:?}"
-            );
-            ensure!(
-                (real as usize..window.tokens.len())
-                    .all(|i| window.tokens.get(i) == Some(packing.pad_id)),
-                "window {index}: a token after its {real} real tokens is not the pad id {}",
-                packing.pad_id
-            );
+        let real = window.real_tokens;
+        match padding.at(index) {
+            Some(pad_id) => {
+                ensure!(
+                    starts.first() == Some(&0) && starts.iter().all(|&s| s < real),
+                    "window {index}: with padding every window starts a document at 0 and every \
+                     start lies before its {real} real tokens: {starts:?}"
+                );
+                ensure!(
+                    (real as usize..window.tokens.len())
+                        .all(|i| window.tokens.get(i) == Some(pad_id)),
+                    "window {index}: a token after its {real} real tokens is not the pad id \
+                     {pad_id}"
+                );
+            }
+            None => ensure!(
+                real == m.window_tokens,
+                "window {index}: a concat window holds {real} real tokens, not all {}",
+                m.window_tokens
+            ),
         }
         if let (Some((points, counts)), Some(sources), Some(lead)) =
             (&mut ledger, window.doc_sources, window.lead_source)
@@ -172,6 +182,36 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         num_files: files.len() + 1,
         num_tokens: real_tokens,
     })
+}
+
+/// How each window is packed: the pack's one packing, or (format 7) each lineage segment's from
+/// its first window on.
+struct Padding {
+    /// `(first window, pad id)`, increasing; `None`: `concat`, no padding.
+    spans: Vec<(u64, Option<u32>)>,
+}
+
+impl Padding {
+    fn of(m: &format::Manifest) -> Padding {
+        let per_segment: Vec<(u64, Option<u32>)> = (m.lineage.iter().flatten())
+            .filter_map(|s| s.packing.as_ref())
+            .map(|p| (p.first_window, p.pad_id))
+            .collect();
+        Padding {
+            spans: match per_segment.is_empty() {
+                true => vec![(0, m.packing.as_ref().map(|p| p.pad_id))],
+                false => per_segment,
+            },
+        }
+    }
+
+    /// Window `index`'s pad id; `None` when it is not padded.
+    fn at(&self, index: u64) -> Option<u32> {
+        let k = self.spans.partition_point(|&(first, _)| first <= index);
+        self.spans
+            .get(k.saturating_sub(1))
+            .and_then(|&(_, pad)| pad)
+    }
 }
 
 /// The manifest's phase ledger against the one recounted from the windows.
@@ -257,6 +297,23 @@ pub fn verify_lineage(dir: &Path, lineage: &Path) -> anyhow::Result<()> {
                 served.map_or("absent", String::as_str)
             );
         }
+    }
+    // Format 7: each segment packed by its recipe's strategy, from where its recipe takes over.
+    for (k, (got, want)) in got.iter().zip(&want.segments).enumerate() {
+        let Some(packing) = &got.packing else {
+            continue;
+        };
+        let strategy = want.recipe.packing.strategy.name();
+        ensure!(
+            packing.strategy == strategy && packing.first_window >= got.from_window,
+            "{} does not pack the lineage {}: segment {k} packs with {} from window {} in the \
+             pack, with {strategy} from window {} on in the lineage",
+            dir.display(),
+            lineage.display(),
+            packing.strategy,
+            packing.first_window,
+            got.from_window
+        );
     }
     // Where the segments take over, the windows must be there.
     let last = want.segments.last().map_or(0, |s| s.from_window);

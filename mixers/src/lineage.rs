@@ -9,7 +9,8 @@
 //! recipe's packer has emitted every window below `T` (window `from_window`). The documents the
 //! old recipe had drawn by then (`from_documents`) are its; every later draw is the new recipe's.
 //! So steps below `T` are exactly what the old recipe served, and what the packer still holds at
-//! the boundary (the end of the document that crossed it, a `best_fit` pool) opens step `T`.
+//! the boundary (the end of the document that crossed it, a `best_fit` pool) opens step `T`,
+//! made the next packing's when `[packing]` changes (`packer/transplant.rs`).
 //!
 //! Sources keep one index over the whole lineage: those of the first recipe in its order, then
 //! each source a change adds, in the order it is listed. A segment's stream is built over all of
@@ -206,11 +207,11 @@ impl Lineage {
 
 /// Why `new` cannot take over a stream made so far by `old` (every reason, each with its field).
 /// Allowed: weights, phases, `[mix] unit` (documents ↔ tokens), sources added or removed,
-/// filters and document limits, the shuffle buffer's size, the stopping strategy, a larger
-/// `best_fit` pool, and the global batch (not a recipe field), in either unit: [`transplant()`]
-/// moves the state over. Refused: whatever changes what an id means or how the input is dealt
-/// (the tokenizer, `seq_len`, the seed, `shuffle_shards`, `[lanes]`, a source's files, format,
-/// text field or content), and the packing edits [`check_packing`] names.
+/// filters and document limits, the shuffle buffer's size, the stopping strategy, the packing
+/// strategy, the `best_fit` pool and pad, and the global batch (not a recipe field), in either
+/// unit: [`transplant()`] moves the state over. Refused: whatever changes what an id means or how
+/// the input is dealt (the tokenizer, `seq_len`, the seed, `shuffle_shards`, `[lanes]`, a
+/// source's files, format, text field or content), and the packing edits [`check_packing`] names.
 pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     let mut refuse = |field: &str, why: String| {
@@ -292,45 +293,33 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
 }
 
 /// The packing edits a change cannot make besides `seq_len`, each with its field and what to do
-/// instead. The `best_fit` pool may grow: the documents it holds at the change wait on in the
-/// larger pool (the next recipe's packer continues the same state, so served and packed agree).
-/// Refused:
-/// - `packing.strategy` (`concat` ↔ `best_fit`): a stream is padded throughout or not at all. Its
-///   pack (format 5 or 4), `dsprep verify` (every padded window starts a document) and the
-///   trainers' masks hold one packing for the whole stream, and a `concat` window may begin in
-///   the middle of a document;
-/// - a smaller pool: the documents held at the change do not fit it, and windows would have to
-///   be made from them at the change, outside any recipe's packer;
-/// - `packing.pad` (the default, the EOS, written out is the same pad): a pack has one pad id, and
-///   every padding token is checked against it.
+/// instead. A change may switch `packing.strategy` (`concat` ↔ `best_fit`), grow or shrink the
+/// `best_fit` pool, and change `packing.pad`: the packer's state is made the next packing's
+/// ([`crate::packer::transplant_packer`]: the window being filled enters the pool, the pool opens
+/// the `concat` stream, a smaller pool drains before it takes a document, the new pad pads the
+/// windows from the change on), and a pack of the lineage records each segment's packing
+/// (FORMAT.md, format 7). Refused, with `[lanes]` (not yet): a switch of strategy and another pad,
+/// since a laned pack interleaves its lanes' windows and records one packing per segment of the
+/// stream, not per lane.
 fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     let (was, now) = (&old.packing, &new.packing);
     let mut refusals = Vec::new();
+    if old.lanes.is_none() {
+        return refusals;
+    }
     if was.strategy != now.strategy {
         refusals.push(Refusal {
             field: "packing.strategy".into(),
             why: format!(
-                "{} → {}: a stream is padded throughout (best_fit) or not at all (concat): its \
-                 pack, dsprep verify and the trainers' masks hold one packing for the whole \
-                 stream; keep strategy = \"{}\", or start a new stream (an empty --state-dir) \
-                 with the other packing",
+                "{} → {}: a stream with [lanes] cannot switch its packing at a change yet (its \
+                 lanes' windows interleave); keep strategy = \"{}\", or start a new stream (an \
+                 empty --state-dir) with the other packing",
                 was.strategy.name(),
                 now.strategy.name(),
                 was.strategy.name()
             ),
         });
         return refusals;
-    }
-    if let (Some(from), Some(to)) = (was.pool_documents(), now.pool_documents())
-        && to < from
-    {
-        refusals.push(Refusal {
-            field: "packing.pool_documents".into(),
-            why: format!(
-                "{from} → {to}: a pool can grow at a change, not shrink (the documents it holds \
-                 there must all wait on in the next recipe's pool); keep at least {from}"
-            ),
-        });
     }
     // The default pad is the EOS: written out or left to the default, it is the same pad.
     let pad = |r: &Recipe| {
@@ -342,8 +331,8 @@ fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     if was.pads() && pad(old) != pad(new) {
         refusals.push(Refusal {
             field: "packing.pad".into(),
-            why: "a stream pads with one token (its pack records one pad id, and verify checks \
-                  every padding token against it); keep the pad as it was"
+            why: "a stream with [lanes] cannot change its pad at a change yet (its lanes' \
+                  windows interleave); keep the pad as it was"
                 .into(),
         });
     }

@@ -1,5 +1,6 @@
-//! Changing course (tests/lineage.rs, tests/lineage_units.rs): recipes edited from the
-//! quickstart, a daemon restarted with `--change-course`, and `dsprep pack --lineage`.
+//! Changing course (tests/lineage.rs, tests/lineage_units.rs, tests/lineage_packing.rs):
+//! recipes edited from the quickstart, a daemon restarted with `--change-course`, `dsprep pack
+//! --lineage`, and packed windows as bytes.
 
 use super::daemon::Daemon;
 use super::serve_run::Run;

@@ -155,10 +155,29 @@ def test_a_daemon_that_does_not_pad_answers_v3_as_before_and_v4_with_whole_rows(
 
 def test_a_newer_format_is_refused(best_fit_dir, tmp_path):
     manifest = json.loads((best_fit_dir / "manifest.json").read_text())
-    manifest["format_version"] = 7
+    manifest["format_version"] = 8
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PackedFormatError, match=r"manifest.json: format version 7 is not supported \(this reader reads versions 1 to 6\)"):
+    with pytest.raises(PackedFormatError, match=r"manifest.json: format version 8 is not supported \(this reader reads versions 1 to 7\)"):
         PackedDataset(tmp_path)
+
+
+def test_a_format_7_pack_reads_its_real_tokens_as_5(best_fit_dir, tmp_path):
+    """Format 7 (a lineage whose packing changed) adds each segment's packing to the manifest's
+    `lineage`; the windows and their real tokens read as before."""
+    copy = tmp_path / "packed"
+    shutil.copytree(best_fit_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["format_version"] = 7
+    manifest["lineage"] = [
+        {"recipe_hash": "a" * 64, "from_step": 0, "from_window": 0, "from_documents": 0, "global_batch": 4,
+         "packing": {"strategy": "concat", "first_window": 0}},
+        {"recipe_hash": manifest["recipe_hash"], "from_step": 1, "from_window": 4, "from_documents": 9, "global_batch": 4,
+         "packing": {"strategy": "best_fit", "pad_id": manifest["packing"]["pad_id"], "first_window": 5}},
+    ]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    old, new = PackedDataset(best_fit_dir), PackedDataset(copy)
+    assert new.num_windows == old.num_windows
+    assert [new.window_real_tokens(i) for i in range(new.num_windows)] == [old.window_real_tokens(i) for i in range(old.num_windows)]
 
 
 def test_a_real_token_file_that_does_not_match_the_windows_is_refused(best_fit_dir, tmp_path):

@@ -18,6 +18,8 @@ use super::stream::{LoadedRecipe, Locator, build_stream};
 use anyhow::{Context, anyhow, bail};
 use dsprep_mixers::checkpoint::PipelineState;
 use dsprep_mixers::lineage::{Lineage, transplant};
+use dsprep_mixers::packer::{PackingCounters, transplant_packer};
+use dsprep_mixers::recipe::PackStrategy;
 use dsprep_mixers::{DocStream, PackedWindow, WindowPacker};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,26 +39,58 @@ pub trait SegmentSink: WindowSink {
     /// source name, the documents of sources it stops drawing from that had been drawn but not
     /// emitted.
     fn segment_began(&mut self, _k: usize, _dropped: &[(String, u64)]) {}
+
+    /// Segment `k`'s packer takes over (after [`SegmentSink::segment_began`]): the first window
+    /// it makes is `first_window` (at or past the segment's `from_window`: the windows the old
+    /// packer emitted at the boundary document are the old packing's), and `ended` holds the
+    /// counters of a `best_fit` packing a `concat` one follows.
+    fn packer_took_over(
+        &mut self,
+        _k: usize,
+        _first_window: u64,
+        _ended: Option<&PackingCounters>,
+    ) {
+    }
 }
 
 impl Segments {
-    /// Load every segment's effective recipe over `first` (the stream's tokenizer and stage).
-    pub fn load(lineage: Lineage, first: &LoadedRecipe) -> Segments {
+    /// Load every segment's effective recipe over `first` (the stream's tokenizer and stage),
+    /// each with its own pad (a change may change it).
+    pub fn load(lineage: Lineage, first: &LoadedRecipe) -> anyhow::Result<Segments> {
         let loaded = (0..lineage.segments.len())
-            .map(|k| LoadedRecipe {
-                recipe: lineage.effective_recipe(k),
-                base: PathBuf::from(&lineage.segments[k].base),
-                tokenizer_json: Arc::clone(&first.tokenizer_json),
-                stage: Arc::clone(&first.stage),
-                plan: None,
-                pad_id: first.pad_id,
+            .map(|k| {
+                let recipe = lineage.effective_recipe(k);
+                // The first's pad when it is the same (resolving another may parse the
+                // tokenizer's JSON).
+                let same =
+                    first.recipe.packing.pads() && first.recipe.packing.pad == recipe.packing.pad;
+                let pad_id = match recipe.packing.strategy {
+                    PackStrategy::Concat => first.stage.eos_id(),
+                    PackStrategy::BestFit if same => first.pad_id,
+                    PackStrategy::BestFit => (first.stage)
+                        .resolve_pad(recipe.packing.pad.as_ref())
+                        .map_err(|e| {
+                            anyhow!(
+                                "segment {k} (recipe {}): {e}",
+                                lineage.segments[k].recipe_hash
+                            )
+                        })?,
+                };
+                Ok(LoadedRecipe {
+                    recipe,
+                    base: PathBuf::from(&lineage.segments[k].base),
+                    tokenizer_json: Arc::clone(&first.tokenizer_json),
+                    stage: Arc::clone(&first.stage),
+                    plan: None,
+                    pad_id,
+                })
             })
-            .collect();
-        Segments {
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Segments {
             lineage,
             loaded,
             lane: None,
-        }
+        })
     }
 
     /// Lane `lane`'s segments: `lineage` is the lane's own ([`Lineage::for_lane`]), `inputs`
@@ -66,11 +100,11 @@ impl Segments {
         first: &LoadedRecipe,
         lane: u32,
         inputs: Vec<Arc<LaneInputs>>,
-    ) -> Segments {
-        Segments {
+    ) -> anyhow::Result<Segments> {
+        Ok(Segments {
             lane: Some((lane, inputs)),
-            ..Segments::load(lineage, first)
-        }
+            ..Segments::load(lineage, first)?
+        })
     }
 
     /// Segment `k`'s stream (the lane's, for a lane's segments).
@@ -139,15 +173,18 @@ impl Segments {
     }
 
     /// Segment `k`'s recipe takes over from `state` (where the one before stopped): the state
-    /// made its own, the log line and the sink told (what was dropped, by source name).
+    /// made its own (the packer's made its packing's: [`transplant_packer`]), the log line and
+    /// the sink told (what was dropped, by source name; where its packer begins).
     fn take_over(
         &self,
         k: usize,
         state: PipelineState,
         sink: &mut impl SegmentSink,
     ) -> anyhow::Result<PipelineState> {
-        let (state, change) = transplant(state, &self.loaded[k].recipe)
+        let (mut state, change) = transplant(state, &self.loaded[k].recipe)
             .map_err(|e| anyhow!("the change of course at segment {k}: {e}"))?;
+        let packing = transplant_packer(std::mem::take(&mut state.packer), &self.packer(k));
+        state.packer = packing.state;
         let names = self.lineage.source_names();
         let dropped: Vec<(String, u64)> = (change.dropped.iter())
             .map(|&(i, n)| (names[usize::from(i)].clone(), n))
@@ -173,6 +210,7 @@ impl Segments {
             }
         );
         sink.segment_began(k, &dropped);
+        sink.packer_took_over(k, state.packer.windows_emitted, packing.ended.as_ref());
         Ok(state)
     }
 
@@ -260,10 +298,10 @@ impl Segments {
         let mut next = self.build(k, config.threads)?;
         (next.restore_from(&state.stream, docs))
             .with_context(|| format!("the change of course at segment {k}"))?;
-        // The next recipe's packer goes on from this one's state (its pool may be larger), as a
-        // replay of the lineage restores it.
+        // The next recipe's packer goes on from this one's state made its packing's, as a replay
+        // of the lineage restores it.
         let packing = self.loaded[k].packer(None);
-        let packer = WindowPacker::from_state(packing, packer.state()).ok_or_else(|| {
+        let packer = WindowPacker::from_state(packing, state.packer).ok_or_else(|| {
             anyhow!(
                 "the change of course at segment {k}: the packer's state does not fit its packing"
             )

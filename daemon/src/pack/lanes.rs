@@ -392,7 +392,7 @@ fn pack_lane(
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
     let finished = new_manifest(loaded, dtype, run.leftover_tokens, read, sources)
-        .map(|m| with_packing(m, loaded, run.packing.as_ref()))
+        .map(|m| with_packing(m, Some(loaded), run.packing.as_ref()))
         .map(|m| match segments {
             Some(s) => ledger_of::into_manifest(m, s, &counts),
             None => m,
@@ -495,7 +495,7 @@ fn finish_dealt(
     let window_tokens = loaded.recipe.packing.window_tokens() as u64;
     let packing = lane_packing(&lanes, blocks * k * window_tokens - written);
     let made = new_manifest(loaded, dtype, dropped, inputs_hashed, sources)
-        .map(|m| with_packing(m, loaded, packing.as_ref()))
+        .map(|m| with_packing(m, Some(loaded), packing.as_ref()))
         .and_then(|m| match lineage {
             Some(segments) => {
                 let ledgers: Vec<_> = (0..spec.count)
@@ -679,7 +679,7 @@ pub fn pack_lineage(
             &segments.loaded[0],
             lane,
             inputs.clone(),
-        ));
+        )?);
     }
     let last = segments.loaded.last().context("a lineage has a segment")?;
     let dealt = inputs.last().context("a lineage has a segment")?;

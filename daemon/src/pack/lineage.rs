@@ -6,7 +6,9 @@
 use crate::driver::lineage::Segments;
 use crate::driver::load_parsed;
 use anyhow::bail;
-use dsprep_client::format::{DroppedDocuments, LineageSegment, Manifest, SegmentSource};
+use dsprep_client::format::{
+    DroppedDocuments, LineageSegment, Manifest, SegmentPacking, SegmentSource,
+};
 use dsprep_mixers::EngineChoice;
 use dsprep_mixers::mixer::{share, target_shares};
 use serde::{Deserialize, Serialize};
@@ -24,7 +26,7 @@ pub fn load(path: &Path, engine: EngineChoice) -> anyhow::Result<Segments> {
         &label,
         engine,
     )?;
-    Ok(Segments::load(lineage, &loaded))
+    Segments::load(lineage, &loaded)
 }
 
 /// One segment's count: per source (over the whole lineage) the documents and tokens the
@@ -36,6 +38,9 @@ pub struct SegmentCounts {
     pub tokens: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<(String, u64)>,
+    /// The first window its packer made (told at the change; absent for the first segment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_window: Option<u64>,
 }
 
 impl SegmentCounts {
@@ -55,6 +60,7 @@ pub fn counts(segments: &Segments) -> Vec<SegmentCounts> {
         documents: vec![0; sources],
         tokens: vec![0; sources],
         dropped: Vec::new(),
+        first_window: None,
     };
     vec![empty; segments.lineage.segments.len()]
 }
@@ -70,6 +76,7 @@ pub fn into_manifest(
     let names = lineage.source_names();
     let last = lineage.segments.last().expect("a lineage has a segment");
     manifest.recipe_hash = last.recipe_hash.clone();
+    let packings = segment_packings(segments, counts);
     let listed = (lineage.segments.iter()).zip(&segments.loaded).zip(counts);
     manifest.lineage = Some(
         listed
@@ -103,11 +110,36 @@ pub fn into_manifest(
                             documents: *documents,
                         })
                         .collect(),
+                    packing: None,
                 }
             })
+            .zip(packings)
+            .map(|(segment, packing)| LineageSegment { packing, ..segment })
             .collect(),
     );
     manifest
+}
+
+/// Each segment's packing (format 7) when the lineage's segments do not all pack alike (the
+/// strategy, and the pad of those that pad); else none.
+fn segment_packings(segments: &Segments, counts: &[SegmentCounts]) -> Vec<Option<SegmentPacking>> {
+    let packing = |k: usize| {
+        let loaded = &segments.loaded[k];
+        let pads = loaded.recipe.packing.pads();
+        SegmentPacking {
+            strategy: loaded.recipe.packing.strategy.name().to_string(),
+            pad_id: pads.then_some(loaded.pad_id),
+            first_window: match k {
+                0 => 0,
+                _ => (counts.get(k).and_then(|c| c.first_window))
+                    .unwrap_or(segments.lineage.segments[k].from_window),
+            },
+        }
+    };
+    let all: Vec<SegmentPacking> = (0..segments.loaded.len()).map(packing).collect();
+    let alike =
+        (all.windows(2)).all(|p| (&p[0].strategy, p[0].pad_id) == (&p[1].strategy, p[1].pad_id));
+    all.into_iter().map(|p| (!alike).then_some(p)).collect()
 }
 
 /// The counts of a laned lineage's pack: per segment and source, the lanes' ledgers (each lane's

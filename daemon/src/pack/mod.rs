@@ -185,6 +185,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         },
         docs_per_source: vec![0; recipe.sources.len()],
         tokens_per_source: vec![0; recipe.sources.len()],
+        packing_done: None,
     };
     output::refuse_existing(&options.out, options.force)?;
     let partial = output::partial_dir(&options.out)?;
@@ -228,7 +229,8 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
         None => {
             let ledger = PackLedger::new(recipe);
-            let columns = output::Columns::of(&loaded.recipe);
+            let recipes: Vec<Recipe> = (segments.loaded.iter()).map(|l| l.recipe.clone()).collect();
+            let columns = output::Columns::of_lineage(&recipes);
             let writer = PackWriter::create(
                 &options.out,
                 dtype,
@@ -287,8 +289,18 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
     }
 
     let sources = source_stats(recipe, docs_per_source, tokens_per_source, &counters);
+    // The padding of every `best_fit` packing of the stream: those a `concat` one followed, and
+    // the one in force at the end; the last padded segment's recipe names the packing.
+    let padding = match (meta.packing_done, run.packing) {
+        (Some(mut done), Some(now)) => {
+            done.add(&now);
+            Some(done)
+        }
+        (done, now) => done.or(now),
+    };
+    let padded = (segments.loaded.iter().rev()).find(|l| l.recipe.packing.pads());
     let made = new_manifest(loaded, dtype, run.leftover_tokens, inputs, sources)
-        .map(|m| with_packing(m, loaded, run.packing.as_ref()))
+        .map(|m| with_packing(m, padded, padding.as_ref()))
         .map(|m| match &options.lineage {
             Some(_) => lineage::into_manifest(m, &segments, &meta.segments),
             None => m,
@@ -330,6 +342,15 @@ impl SegmentSink for PackSink {
         self.meta.segment = k;
         if let Some(counts) = self.meta.segments.get_mut(k) {
             counts.dropped = dropped.to_vec();
+        }
+    }
+
+    fn packer_took_over(&mut self, k: usize, first_window: u64, ended: Option<&PackingCounters>) {
+        if let Some(counts) = self.meta.segments.get_mut(k) {
+            counts.first_window = Some(first_window);
+        }
+        if let Some(ended) = ended {
+            (self.meta.packing_done.get_or_insert_with(Default::default)).add(ended);
         }
     }
 }
@@ -480,12 +501,16 @@ fn new_manifest(
     })
 }
 
-/// The manifest's `packing` (format 5) from `best_fit`'s counters; unchanged with `concat`.
+/// The manifest's `packing` (format 5) from `best_fit`'s counters, named by `loaded`'s recipe
+/// (the last that pads); unchanged without padding.
 fn with_packing(
     mut manifest: Manifest,
-    loaded: &LoadedRecipe,
+    loaded: Option<&LoadedRecipe>,
     counters: Option<&PackingCounters>,
 ) -> Manifest {
+    let Some(loaded) = loaded else {
+        return manifest;
+    };
     let packing = &loaded.recipe.packing;
     if let (Some(pool), Some(c)) = (packing.pool_documents(), counters) {
         manifest.packing = Some(PackingStats {

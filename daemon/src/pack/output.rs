@@ -66,10 +66,18 @@ pub struct Columns {
 
 impl Columns {
     pub fn of(recipe: &dsprep_mixers::recipe::Recipe) -> Columns {
-        let padded = recipe.packing.pads();
+        Columns::of_lineage(std::slice::from_ref(recipe))
+    }
+
+    /// A lineage's (its segments' recipes in order, the last one's ledger): padded when any
+    /// segment pads (format 7 when not all do), with mixing positions when the last recipe has
+    /// phases.
+    pub fn of_lineage(recipes: &[dsprep_mixers::recipe::Recipe]) -> Columns {
+        let padded = recipes.iter().any(|r| r.packing.pads());
+        let phased = recipes.last().is_some_and(|r| !r.mix.phases.is_empty());
         Columns {
             padded,
-            positions: padded && !recipe.mix.phases.is_empty(),
+            positions: padded && phased,
         }
     }
 }
@@ -536,12 +544,16 @@ impl PackWriter {
             None => None,
         };
         // The oldest version that holds the pack: a reader of 5 would count a best_fit pack's
-        // phases by window, not by the mixing positions only version 6 has.
-        manifest.format_version = match (&manifest.doc_positions, &manifest.real_tokens) {
-            (Some(_), _) => format::FORMAT_VERSION,
-            (None, Some(_)) => format::PADDED_FORMAT_VERSION,
-            (None, None) => format::UNPADDED_FORMAT_VERSION,
-        };
+        // phases by window, not by the mixing positions only version 6 has; a reader of 6 would
+        // hold a lineage's concat windows to the padded windows' rules, or pad with one id.
+        let per_segment = (manifest.lineage.iter().flatten()).any(|s| s.packing.is_some());
+        manifest.format_version =
+            match (per_segment, &manifest.doc_positions, &manifest.real_tokens) {
+                (true, _, _) => format::FORMAT_VERSION,
+                (false, Some(_), _) => format::POSITIONS_FORMAT_VERSION,
+                (false, None, Some(_)) => format::PADDED_FORMAT_VERSION,
+                (false, None, None) => format::UNPADDED_FORMAT_VERSION,
+            };
         manifest.shards = tokens.closed;
         manifest.num_windows = self.num_windows;
         manifest.num_doc_starts = self.num_doc_starts;

@@ -31,6 +31,10 @@ pub struct PackCheckpoint {
     pub writer: WriterProgress,
     pub docs_per_source: Vec<u64>,
     pub tokens_per_source: Vec<u64>,
+    /// A lineage's: the counters of the `best_fit` packings a `concat` one followed, summed
+    /// (the packer in force counts its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packing_done: Option<dsprep_mixers::packer::PackingCounters>,
 }
 
 impl PackCheckpoint {

@@ -108,7 +108,7 @@ impl Course {
             world_size,
             micro_batch,
         );
-        let segments = Segments::load(now.clone(), loaded);
+        let segments = Segments::load(now.clone(), loaded)?;
         // The new recipe's own listing: the stream of a fresh start, or what a change checks.
         let (own_shards, own_stream) = segments.list(0, options.threads)?;
         let fresh = |kept| Course {
@@ -193,7 +193,7 @@ impl Course {
         // layout is checked against the step they ask for first (`place`).
         let same = last.recipe_hash == loaded.recipe.hash()
             && (stored.segments.iter()).any(|s| s.global_batch == global_batch);
-        let segments = Segments::load(stored.clone(), loaded);
+        let segments = Segments::load(stored.clone(), loaded)?;
         // Every segment's listing (a checkpoint of any may be resumed from); the last one's
         // stream kept, where a resume usually starts.
         let last_k = segments.loaded.len() - 1;
@@ -447,7 +447,7 @@ impl Course {
             window,
             kept,
             near,
-            base: Segments::load(below, loaded),
+            base: Segments::load(below, loaded)?,
             prospective,
             stored,
             change,
@@ -482,7 +482,7 @@ impl Course {
             self.world_size,
             self.micro_batch,
         );
-        let segments = Segments::load(next.clone(), &base.loaded[0]);
+        let segments = Segments::load(next.clone(), &base.loaded[0])?;
         let mut shards = self.shards[..*kept].to_vec();
         shards.push(segments.list(*kept, 1)?.0);
         if let Some((path, dir)) = &self.kept {

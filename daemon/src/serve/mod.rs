@@ -152,7 +152,7 @@ impl Served {
             recipe.lanes.is_some(),
             &options.parallel,
         )?;
-        let layout = Layout {
+        let mut layout = Layout {
             world_size: options.world_size,
             micro_batch: options.micro_batch,
             window_tokens: recipe.packing.window_tokens() as u32,
@@ -170,6 +170,12 @@ impl Served {
             )?)),
             None => Work::Single(Box::new(course::Course::open(options, &loaded)?)),
         };
+        // A stream with padding in any of its segments pads throughout, on the wire: requests
+        // of versions 1 to 3 are refused from its first step (PROTOCOL.md v4).
+        if let Work::Single(course) = &work {
+            layout.pads |=
+                (course.segments.lineage.segments.iter()).any(|s| s.recipe.packing.pads());
+        }
         // Sources are counted over the whole lineage (those of earlier recipes first).
         let counted = match &work {
             Work::Single(course) => course.served_recipe(),

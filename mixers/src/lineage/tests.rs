@@ -280,50 +280,59 @@ fn a_change_after_the_mix_ended_goes_on_when_every_source_runs_out_at_least_once
     assert!(after.iter().any(|d| d.pos.source == 0 && d.pos.pass == 1));
 }
 
-/// The packing at a change: a larger `best_fit` pool is allowed; a switch of strategy, a
-/// smaller pool and another pad are refused, each by its field with what to do instead.
+/// The packing at a change: the strategy, the pool (larger or smaller) and the pad may change;
+/// with `[lanes]` a switch of strategy and another pad are refused, each by its field with what
+/// to do instead.
 #[test]
-fn a_best_fit_pool_may_grow_at_a_change_and_other_packing_edits_are_refused() {
+fn packing_may_change_at_a_change_and_lanes_keep_their_strategy_and_pad() {
     use crate::recipe::{PackStrategy, TokenRef};
     let mut old = recipe(A);
     old.packing.strategy = PackStrategy::BestFit;
     old.packing.pool_documents = Some(64);
+    let mut concat = old.clone();
+    concat.packing.strategy = PackStrategy::Concat;
+    concat.packing.pool_documents = None;
+    let mut small = old.clone();
+    small.packing.pool_documents = Some(32);
+    small.packing.pad = Some(TokenRef::Id(0));
     let mut grown = old.clone();
     grown.packing.pool_documents = Some(256);
-    assert_eq!(check_edit(&old, &grown), Vec::<Refusal>::new());
-    let refused = |new: &Recipe| -> Vec<String> {
-        check_edit(&old, new)
+    for new in [&concat, &small, &grown] {
+        assert_eq!(check_edit(&old, new), Vec::<Refusal>::new());
+        assert_eq!(check_edit(new, &old), Vec::<Refusal>::new());
+    }
+    let laned = |r: &Recipe| {
+        let mut r = r.clone();
+        r.lanes = Some(crate::LanesSpec {
+            count: 4,
+            block_windows: 8,
+        });
+        r
+    };
+    let refused = |old: &Recipe, new: &Recipe| -> Vec<String> {
+        check_edit(&laned(old), &laned(new))
             .iter()
             .map(Refusal::to_string)
             .collect()
     };
-    let mut concat = old.clone();
-    concat.packing.strategy = PackStrategy::Concat;
-    concat.packing.pool_documents = None;
     assert_eq!(
-        refused(&concat),
+        refused(&old, &concat),
         [
-            "packing.strategy: best_fit → concat: a stream is padded throughout (best_fit) or not \
-          at all (concat): its pack, dsprep verify and the trainers' masks hold one packing for \
-          the whole stream; keep strategy = \"best_fit\", or start a new stream (an empty \
-          --state-dir) with the other packing"
+            "packing.strategy: best_fit → concat: a stream with [lanes] cannot switch its packing \
+             at a change yet (its lanes' windows interleave); keep strategy = \"best_fit\", or \
+             start a new stream (an empty --state-dir) with the other packing"
         ]
     );
+    assert_eq!(
+        refused(&old, &small),
+        [
+            "packing.pad: a stream with [lanes] cannot change its pad at a change yet (its lanes' \
+             windows interleave); keep the pad as it was"
+        ]
+    );
+    assert_eq!(refused(&old, &grown), Vec::<String>::new());
     // The default pad (the EOS) written out is the same pad.
     let mut spelled = grown.clone();
     spelled.packing.pad = Some(old.tokenizer.eos.clone());
-    assert_eq!(check_edit(&old, &spelled), Vec::<Refusal>::new());
-    let mut small = old.clone();
-    small.packing.pool_documents = Some(32);
-    small.packing.pad = Some(TokenRef::Id(0));
-    assert_eq!(
-        refused(&small),
-        [
-            "packing.pool_documents: 64 → 32: a pool can grow at a change, not shrink (the \
-             documents it holds there must all wait on in the next recipe's pool); keep at least \
-             64",
-            "packing.pad: a stream pads with one token (its pack records one pad id, and verify \
-             checks every padding token against it); keep the pad as it was"
-        ]
-    );
+    assert_eq!(refused(&old, &spelled), Vec::<String>::new());
 }

@@ -32,7 +32,8 @@
 //! - **After the mix ended** (`first_exhausted` out, or every source out once), the stream goes on
 //!   if the new recipe stops at `all_exhausted`: the drain becomes the buffers' residents again,
 //!   and the source whose run-out ended the mix starts its next pass.
-//! - **The packer's state** is kept whole: what it holds was emitted already.
+//! - **The packer's state** is kept whole: what it holds was emitted already (made the next
+//!   packing's by [`crate::packer::transplant_packer`]).
 
 use crate::checkpoint::PipelineState;
 use crate::doc::DocPos;

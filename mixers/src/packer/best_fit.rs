@@ -5,6 +5,11 @@
 //! window of its own at once, the remainder waits in the pool. These are the only documents cut.
 //! At the end of the stream the pool is packed out whole, so no token is dropped.
 //!
+//! After a change of course the pool may hold more documents than its capacity (a smaller
+//! `pool_documents`, or a `concat` window's tokens transplanted: `packer/transplant.rs`): the
+//! packer then takes no new document until the pool is below its capacity again, filling windows
+//! from the pool first, as it always does, one at a time.
+//!
 //! Deterministic: the pool is ordered by (length, arrival), so of two documents of one length the
 //! earlier is taken first, whatever the thread count. A document's arrival number is its mixing
 //! position: the tokens pushed before it (where it starts in the stream as mixed, before any
@@ -56,6 +61,10 @@ impl BestFitPacker {
     pub fn push_doc(&mut self, tokens: &[u32], source: u16, out: &mut Vec<PackedWindow>) {
         if tokens.is_empty() {
             return;
+        }
+        // A pool over its capacity (a change of course made it smaller) drains first.
+        while self.pool.len() >= self.capacity {
+            self.fill_one(out);
         }
         // Its mixing position; never below `next_seq`, so a pool restored from a checkpoint of
         // an older dsprep (arrival counts) keeps its order.
@@ -182,8 +191,10 @@ impl BestFitPacker {
     }
 
     /// A packer that continues from `state`; `None` if it cannot be this packer's: no pool, a
-    /// pending `concat` window, a document of a window or more, more documents than `capacity`
-    /// leaves waiting, or arrival numbers out of order.
+    /// pending `concat` window, a document longer than a window, or arrival numbers out of
+    /// order. A pool of `capacity` documents or more (a change of course made it smaller) drains
+    /// before the next document; a document of a whole window (a transplanted `concat` window's
+    /// piece) fills one.
     pub fn from_state(
         window_tokens: usize,
         capacity: usize,
@@ -195,10 +206,9 @@ impl BestFitPacker {
             && capacity > 0
             && state.pending.is_empty()
             && state.pending_starts.is_empty()
-            && pool.docs.len() < capacity
             && pool.docs.windows(2).all(|d| d[0].seq < d[1].seq)
             && pool.docs.last().is_none_or(|d| d.seq < pool.next_seq)
-            && (pool.docs.iter()).all(|d| !d.tokens.is_empty() && d.tokens.len() < window_tokens);
+            && (pool.docs.iter()).all(|d| !d.tokens.is_empty() && d.tokens.len() <= window_tokens);
         if !sound {
             return None;
         }
@@ -368,9 +378,8 @@ mod tests {
         p.push_doc(&[1, 2, 3], 0, &mut out);
         let state = p.state();
         assert!(BestFitPacker::from_state(10, 4, PAD, state.clone()).is_some());
-        // A smaller window than a pooled document, a pool too small for it, a concat state.
-        assert!(BestFitPacker::from_state(3, 4, PAD, state.clone()).is_none());
-        assert!(BestFitPacker::from_state(10, 1, PAD, state).is_none());
+        // A smaller window than a pooled document, a concat state.
+        assert!(BestFitPacker::from_state(2, 4, PAD, state.clone()).is_none());
         assert!(BestFitPacker::from_state(10, 4, PAD, PackerState::default()).is_none());
     }
 }

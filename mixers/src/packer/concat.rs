@@ -38,6 +38,7 @@ impl Packer {
         if tokens.is_empty() {
             return;
         }
+        self.drain(out);
         if self.pending.is_empty() {
             self.lead_source = source;
         }
@@ -62,6 +63,38 @@ impl Packer {
                 self.lead_source = source; // the next window goes on with this document
                 self.windows_emitted += 1;
             }
+        }
+    }
+
+    /// The whole windows `pending` holds, out in order: only a state transplanted at a change of
+    /// course holds any (a `best_fit` pool's documents concatenated: `packer/transplant.rs`).
+    /// The next document waits for them, and so does the end of the stream.
+    pub fn drain(&mut self, out: &mut Vec<PackedWindow>) {
+        let window = self.window_tokens;
+        while self.pending.len() >= window {
+            let rest = self.pending.split_off(window);
+            let full = std::mem::replace(&mut self.pending, rest);
+            let cut = (self.pending_starts).partition_point(|&s| (s as usize) < window);
+            let doc_starts: Vec<u32> = self.pending_starts.drain(..cut).collect();
+            let doc_sources: Vec<u16> = self.pending_sources.drain(..cut).collect();
+            let lead_source = self.lead_source;
+            // The next window's first token: a document starting there, or the last one begun.
+            self.lead_source = match self.pending_starts.first() {
+                Some(&s) if s as usize == window => self.pending_sources[0],
+                _ => doc_sources.last().copied().unwrap_or(lead_source),
+            };
+            for s in &mut self.pending_starts {
+                *s -= window as u32;
+            }
+            out.push(PackedWindow {
+                real_tokens: window as u32,
+                tokens: full,
+                doc_starts,
+                doc_sources,
+                lead_source,
+                doc_positions: Vec::new(),
+            });
+            self.windows_emitted += 1;
         }
     }
 
@@ -91,7 +124,8 @@ impl Packer {
     }
 
     /// A packer that continues from `state`; `None` if the state cannot belong to a packer of
-    /// this window size.
+    /// this window size. A state transplanted at a change of course may hold whole windows
+    /// ([`Packer::drain`]).
     pub fn from_state(window_tokens: usize, state: PackerState) -> Option<Self> {
         let starts_ok = state.pending_starts.windows(2).all(|w| w[0] < w[1])
             && state
@@ -99,15 +133,11 @@ impl Packer {
                 .last()
                 .is_none_or(|&s| (s as usize) < state.pending.len())
             && state.pending_sources.len() == state.pending_starts.len();
-        if window_tokens == 0
-            || state.pending.len() >= window_tokens
-            || !starts_ok
-            || state.pool.is_some()
-        {
+        if window_tokens == 0 || !starts_ok || state.pool.is_some() {
             return None;
         }
         let mut pending = state.pending;
-        pending.reserve(window_tokens - pending.len());
+        pending.reserve(window_tokens.saturating_sub(pending.len()));
         Some(Self {
             window_tokens,
             pending,

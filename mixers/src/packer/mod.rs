@@ -6,6 +6,9 @@
 //!   best-fit-decreasing from it; only a document longer than a window is cut; the rest of a
 //!   window is padding, marked by its [`PackedWindow::real_tokens`].
 //!
+//! At a change of course the state of one packing becomes the next one's
+//! ([`transplant_packer`], `transplant.rs`): the strategy, the pool and the pad may change.
+//!
 //! [`WindowPacker`] is the one interface the drivers use. Each window records where documents
 //! start inside it (offsets in `0..seq_len+1`), the source each came from, and the source of the
 //! document that holds its first token (a `concat` window that begins in the middle of a document
@@ -13,9 +16,11 @@
 
 mod best_fit;
 mod concat;
+mod transplant;
 
 pub use best_fit::BestFitPacker;
 pub use concat::Packer;
+pub use transplant::{PackerTransplant, transplant_packer};
 
 use crate::recipe::{PackStrategy, PackingSpec};
 use serde::{Deserialize, Serialize};
@@ -164,10 +169,12 @@ impl WindowPacker {
     }
 
     /// The stream has ended: `best_fit` packs its whole pool into windows; `concat` keeps its
-    /// tail, which fills no window ([`WindowPacker::leftover_tokens`]).
+    /// tail, which fills no window ([`WindowPacker::leftover_tokens`]), once the whole windows a
+    /// transplanted state held are out.
     pub fn finish(&mut self, out: &mut Vec<PackedWindow>) {
-        if let WindowPacker::BestFit(p) = self {
-            p.finish(out);
+        match self {
+            WindowPacker::Concat(p) => p.drain(out),
+            WindowPacker::BestFit(p) => p.finish(out),
         }
     }
 

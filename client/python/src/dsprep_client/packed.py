@@ -23,8 +23,10 @@ from .errors import ConfigError, DsprepError, RecipeMismatch
 FORMAT_NAME = "dsprep-packed"
 #: The newest version `dsprep pack` writes (2 adds the stream chain, 3 the documents' sources, 4
 #: the manifest's phase ledger, 5 padded windows: `real_tokens.u32` and the manifest's `packing`;
-#: a pack without padding is still written as 4); 1 is still read.
-FORMAT_VERSION = 6
+#: a pack without padding is still written as 4; 6 the documents' mixing positions; 7 each lineage
+#: segment's packing, where a change of course changed it: its windows read as 5's do, each
+#: window's real tokens from `real_tokens.u32`); 1 is still read.
+FORMAT_VERSION = 7
 OLDEST_FORMAT_VERSION = 1
 
 

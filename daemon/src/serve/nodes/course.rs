@@ -173,7 +173,7 @@ impl NodeCourse {
                 micro_batch,
             ),
         };
-        let mut segments = Segments::load(prospective, loaded);
+        let mut segments = Segments::load(prospective, loaded)?;
         if let [only] = &mut segments.loaded[..] {
             // One recipe: `--plan`'s (a change of course refuses a plan).
             only.plan = loaded.plan.clone();
@@ -386,7 +386,7 @@ impl NodeCourse {
         let kept = next.segments.len() - 1;
         let mut inputs = self.inputs[..kept].to_vec();
         inputs.push(Arc::clone(&self.inputs[self.inputs.len() - 1]));
-        self.segments = Segments::load(next.clone(), &self.segments.loaded[0]);
+        self.segments = Segments::load(next.clone(), &self.segments.loaded[0])?;
         self.inputs = inputs;
         self.lineage = next;
         Ok(true)

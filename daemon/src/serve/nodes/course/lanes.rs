@@ -46,7 +46,7 @@ impl NodeCourse {
                 first,
                 lane,
                 self.inputs[..j].to_vec(),
-            );
+            )?;
             let documents = match window {
                 0 => 0,
                 _ => {
@@ -75,12 +75,12 @@ impl NodeCourse {
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))
             })?;
         }
-        Ok(Segments::for_lane(
+        Segments::for_lane(
             lineage.for_lane(&points),
             first,
             lane,
             self.inputs[..lineage.segments.len()].to_vec(),
-        ))
+        )
     }
 }
 
