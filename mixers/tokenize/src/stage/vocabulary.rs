@@ -147,3 +147,51 @@ pub(crate) fn resolve_pad(
         eos,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{PadError, TokenRef, TokenizeError, TokenizeStage, TokenizerSpec};
+
+    /// A pad that names no special token is a [`PadError`] that says what to change, in the
+    /// words `tests/best_fit.rs` asserts through the CLI.
+    #[test]
+    fn a_pad_that_is_no_special_token_says_what_to_change() {
+        let json = std::fs::read("../../config/tokenizers/gpt2/tokenizer.json").expect("gpt2");
+        let spec = TokenizerSpec {
+            path: String::new(),
+            eos: TokenRef::Text("<|endoftext|>".to_string()),
+            bos: None,
+        };
+        let stage = TokenizeStage::from_json_bytes(&json, &spec, "gpt2").expect("stage");
+        let pad = |pad: TokenRef| stage.resolve_pad(Some(&pad));
+        assert_eq!(stage.resolve_pad(None).ok(), Some(50256));
+        assert_eq!(
+            pad(TokenRef::Text("<|endoftext|>".into())).ok(),
+            Some(50256)
+        );
+        let refused = |token: TokenRef| match pad(token) {
+            Err(TokenizeError::Pad(error)) => error,
+            other => panic!("not a PadError: {other:?}"),
+        };
+        let not_an_id = refused(TokenRef::Id(60000));
+        assert!(matches!(not_an_id, PadError::NotAnId { last: 50256, .. }));
+        assert_eq!(
+            not_an_id.to_string(),
+            "packing.pad = 60000 is not an id of gpt2 (its ids are 0 to 50256): name one of its \
+             special tokens, or remove pad to pad with the EOS (id 50256)"
+        );
+        assert_eq!(
+            refused(TokenRef::Text("no such token".into())).to_string(),
+            "packing.pad = \"no such token\" is not a token of gpt2: name one of its special \
+             tokens, or remove pad to pad with the EOS (id 50256)"
+        );
+        let ordinary = refused(TokenRef::Text("the".into()));
+        assert!(matches!(ordinary, PadError::Ordinary { id: 1169, .. }));
+        assert_eq!(
+            ordinary.to_string(),
+            "packing.pad = \"the\" is the ordinary token \"the\" (id 1169), which text itself \
+             becomes: name a special token of gpt2 instead, or remove pad to pad with the EOS \
+             (id 50256)"
+        );
+    }
+}
