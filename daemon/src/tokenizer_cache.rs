@@ -1,7 +1,7 @@
 //! The engine cache on disk: one file per tokenizer file, `<sha256 of tokenizer.json>.engine`, in
 //! `DSPREP_ENGINE_CACHE` (a directory, or `off`), else `$XDG_CACHE_HOME/dsprep/engines`, else
 //! `~/.cache/dsprep/engines`. What an entry holds and how it is checked is
-//! `mixers/tokenize/src/engine_cache.rs`; here are only the files. A cache that cannot be read or
+//! `mixers/tokenize/src/cache/entry.rs`; here are only the files. A cache that cannot be read or
 //! written costs a rebuild, never a run: failures are logged at debug level and otherwise ignored.
 
 use std::io::Write;

@@ -7,6 +7,7 @@
 //! any scanner over a text, and one conformance harness (`scanner/conformance.rs`) checks every
 //! registered scanner against HF's own regex type on the same texts.
 
+pub(crate) mod char_classes;
 mod cl100k;
 mod contractions;
 mod gpt2;
@@ -42,7 +43,7 @@ pub(crate) struct HandBack;
 ///   [`SCANNED_RUN_LIMIT`] bytes, where the regex could give up; the caller then cuts the whole
 ///   text with the regex, so a scanner never needs to know where the regex would stop.
 ///
-/// The character classes come from `regex-syntax` ([`super::char_classes`]), the crate
+/// The character classes come from `regex-syntax` ([`char_classes`]), the crate
 /// fancy-regex compiles HF's pattern with, so both read the same Unicode tables.
 pub(crate) trait Scanner: Send + Sync {
     /// The end (byte offset) of the match that starts at `start`.
@@ -70,7 +71,26 @@ pub(crate) struct Registered {
 }
 
 /// A scanner built, or why its tables did not build.
-pub(crate) type Built = Result<Box<dyn Scanner>, String>;
+pub(crate) type Built = Result<Box<dyn Scanner>, ScannerError>;
+
+/// Why a scanner's tables did not build: a character class `regex-syntax` does not give as the
+/// scanner needs it. Never seen with the `regex-syntax` this crate is built with; should one
+/// occur, HF's regex cuts the pieces instead.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ScannerError {
+    #[error("{class}: {message}")]
+    ClassSyntax { class: String, message: String },
+    #[error("{class}: literal is not one character")]
+    NotOneCharacter { class: String },
+    #[error("{class} is not a Unicode class: {found}")]
+    NotAClass { class: String, found: String },
+    #[error("\\p{{L}} and ASCII letters disagree on {byte:#04x}")]
+    LettersDisagree { byte: u8 },
+    #[error("a contraction without letters")]
+    ContractionWithoutLetters,
+    #[error("two contractions start with {first:?}")]
+    ContractionsShareFirst { first: char },
+}
 
 /// Every scanner, by HF's pattern: those of the byte-level files dsprep's engine runs because HF
 /// `tokenizers` 1.x does not encode them exactly (BENCHMARKS.md, "Tokenizer engines"): GPT-2's

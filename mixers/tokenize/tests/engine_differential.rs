@@ -1,7 +1,7 @@
 //! Differential proof of the engine in use: for GPT-2, Qwen3, Llama 3, cl100k, o200k, Mistral's
 //! Tekken, DeepSeek V3, Command R+, Claude's 2023 file (byte-level BPE) and the
 //! SentencePiece-style BPE of Llama 2 / Mistral, Gemma, Gemma 3 and Yi, `encode_doc` with the
-//! engine `Auto` chooses (HF `tokenizers` 1.x, or dsprep's own engine: `choice.rs`) must give
+//! engine `Auto` chooses (HF `tokenizers` 1.x, or dsprep's own engine: `engines/choice.rs`) must give
 //! exactly the ids of HF `tokenizers` 0.23, the oracle, on real C4 rows (the shipped samples and
 //! the 1,000 rows of tests/bench/data), source code, hand-made edge cases (whitespace and digit
 //! runs, emoji, CJK, U+FFFD, NFC vs NFD, every added token inside text) and random strings. So

@@ -245,7 +245,7 @@ fn digits_before_the_last_split_are_reproduced() {
         .chain([
             "12345 1234567 a1b22c333d4444 ٣٤٥ ²³ Ⅻ ½ 𝟙𝟚",
             // GPT-2's merges give these the same ids however they are cut; the cut itself is
-            // checked against HF's `Digits` in byte_level.rs.
+            // checked against HF's `Digits` in engines/byte_level.rs.
             "\u{11DE0}\u{11DE1}x \u{16FF4}\u{16FF5}\u{16FF6}y 1\u{11DE9}2 \u{11DE0}",
         ])
         .collect();

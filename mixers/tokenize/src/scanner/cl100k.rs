@@ -13,9 +13,9 @@
 //! alternative it stands for). Every character starts a match of some alternative, so the
 //! matches tile the text. The conformance harness checks the two agree (`conformance.rs`).
 
-use super::super::char_classes::{CharClasses, Kind, ascii_punctuation_end, is_cr_or_lf};
+use super::char_classes::{CharClasses, Kind, ascii_punctuation_end, is_cr_or_lf};
 use super::contractions::Contractions;
-use super::{HandBack, Scanner};
+use super::{HandBack, Scanner, ScannerError};
 
 /// The cl100k / Llama 3 pattern, as Llama 3's `tokenizer.json` writes it.
 pub(crate) const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -31,7 +31,7 @@ struct Cl100kSplitter {
 }
 
 impl Cl100kSplitter {
-    fn new(max_digits: usize) -> Result<Self, String> {
+    fn new(max_digits: usize) -> Result<Self, ScannerError> {
         Ok(Self {
             classes: CharClasses::new()?,
             max_digits,

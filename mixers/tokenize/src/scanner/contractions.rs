@@ -3,7 +3,8 @@
 //! simple case folding (so `'ſ` is `'s`, as `'S` is), the letters' classes taken
 //! from `regex-syntax`.
 
-use super::super::char_classes::{contains, ranges};
+use super::ScannerError;
+use super::char_classes::{contains, ranges};
 
 /// The contractions, in the patterns' order (none is a prefix of a later one).
 const CONTRACTIONS: [&str; 7] = ["s", "t", "re", "ve", "m", "ll", "d"];
@@ -30,7 +31,7 @@ fn spelled_end(text: &str, at: usize, letters: &[Vec<(u32, u32)>]) -> Option<usi
 }
 
 impl Contractions {
-    pub(crate) fn new() -> Result<Self, String> {
+    pub(crate) fn new() -> Result<Self, ScannerError> {
         let letters = CONTRACTIONS
             .iter()
             .map(|suffix| {
@@ -42,12 +43,16 @@ impl Contractions {
             .collect::<Result<Vec<_>, _>>()?;
         let mut by_first = Box::new([None; 128]);
         for (index, spelled) in (0u8..).zip(&letters) {
-            let first = spelled.first().ok_or("a contraction without letters")?;
+            let first = spelled
+                .first()
+                .ok_or(ScannerError::ContractionWithoutLetters)?;
             for b in 0..128u8 {
                 if contains(first, u32::from(b))
                     && by_first[usize::from(b)].replace(index).is_some()
                 {
-                    return Err(format!("two contractions start with {:?}", char::from(b)));
+                    return Err(ScannerError::ContractionsShareFirst {
+                        first: char::from(b),
+                    });
                 }
             }
         }

@@ -10,8 +10,8 @@
 //! from `regex-syntax`, the crate fancy-regex compiles the pattern with, so both use the same
 //! Unicode tables. The conformance harness checks the two agree (`conformance.rs`).
 
-use super::super::char_classes::{CharClasses, Kind, spaces_before_word_end};
-use super::{HandBack, SCANNED_RUN_LIMIT, Scanner};
+use super::char_classes::{CharClasses, Kind, spaces_before_word_end};
+use super::{HandBack, SCANNED_RUN_LIMIT, Scanner, ScannerError};
 
 /// The pattern this scanner reproduces: HF `ByteLevel`'s own splitting regex (`use_regex:
 /// true`), copied from tokenizers 0.23's `pre_tokenizers/byte_level.rs`, where it is private. The
@@ -34,7 +34,7 @@ struct Gpt2Splitter {
 }
 
 impl Gpt2Splitter {
-    fn new() -> Result<Self, String> {
+    fn new() -> Result<Self, ScannerError> {
         Ok(Self {
             classes: CharClasses::new()?,
         })

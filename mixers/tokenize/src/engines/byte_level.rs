@@ -1,6 +1,6 @@
 //! The fast path for byte-level BPE (GPT-2, Llama 3, the cl100k family, Qwen, o200k, Mistral's
-//! Tekken, DeepSeek V3): HF's pipeline step for step, built only when [`super::pipeline`] finds a
-//! configuration it reproduces.
+//! Tekken, DeepSeek V3): HF's pipeline step for step, built only when [`crate::read::pipeline`]
+//! finds a configuration it reproduces.
 //!
 //! Each step is HF's own step, or the same code HF runs: added tokens are found with the same
 //! trie crate ([`super::added`]); NFC and NFKC with HF's crate ([`super::normalization`]); pieces
@@ -14,15 +14,17 @@
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
+use super::EncodeError;
 use super::added::{AddedSplitter, Segment};
-use super::byte_vocab::{self, ByteVocab, VocabTables};
 use super::normalization::Normalization;
-use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, AddedSpec, OuterCut, Refusal};
 use super::regex_copies::RegexCopies;
-use super::scanner::{self, HandBack, Scanner};
-use super::token_list::TokenList;
+use crate::cache::packed_tables::LargeTables;
+use crate::read::Refusal;
+use crate::read::byte_vocab::{self, ByteVocab, VocabTables};
+use crate::read::pipeline::{self, AddedSpec, OuterCut};
+use crate::read::token_list::TokenList;
+use crate::scanner::{self, HandBack, Scanner};
 
 /// A cut HF makes before the last split: a regex Split (DeepSeek V3's digit groups and CJK runs),
 /// its regex in copies and what it keeps, or `Digits` (Command R+'s).
@@ -43,8 +45,8 @@ enum OuterSplit {
 fn cut_numbers(
     text: &str,
     individual: bool,
-    mut next: impl FnMut(usize, usize) -> Result<(), String>,
-) -> Result<(), String> {
+    mut next: impl FnMut(usize, usize) -> Result<(), EncodeError>,
+) -> Result<(), EncodeError> {
     let mut start = 0;
     let mut in_number = false;
     for (at, c) in text.char_indices() {
@@ -87,10 +89,11 @@ fn check_range(text: &str, start: usize, end: usize) -> Result<(), Cut> {
     if start <= end && end <= text.len() {
         return Ok(());
     }
-    Err(Cut::Error(format!(
-        "pre-tokenizer regex reported bytes {start}..{end} of a text of {} bytes",
-        text.len()
-    )))
+    Err(Cut::Error(EncodeError::CutOutsideText {
+        start,
+        end,
+        len: text.len(),
+    }))
 }
 
 /// The longest text a scanner cuts whole before its pieces are encoded (the pieces of one such
@@ -121,21 +124,21 @@ struct PieceBatch {
 enum Cut {
     /// The scanner handed the text back to the regex.
     HandBack,
-    Error(String),
+    Error(EncodeError),
 }
 
 impl Cut {
-    fn into_message(self) -> String {
+    fn into_error(self) -> EncodeError {
         match self {
             // Only scanners hand back, and their texts go to the regex: a bug if ever seen.
-            Self::HandBack => "a text cut by the pre-tokenizer regex was handed back".to_string(),
-            Self::Error(message) => message,
+            Self::HandBack => EncodeError::HandedBack,
+            Self::Error(error) => error,
         }
     }
 }
 
 /// Everything the byte-level engine is built from, read from a `tokenizer.json` by
-/// [`ByteLevelBpe::learn`]: plain data, the form the engine cache ([`super::engine_cache`]) keeps.
+/// [`ByteLevelBpe::learn`]: plain data, the form the engine cache ([`crate::cache::entry`]) keeps.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ByteLevelTables {
     normalization: Normalization,
@@ -196,12 +199,11 @@ impl ByteLevelBpe {
                     }),
                     &OuterCut::Numbers { individual } => Ok(OuterSplit::Numbers { individual }),
                 })
-                .collect::<Result<Vec<_>, String>>()?;
-            Ok::<_, String>((outer, RegexCopies::new(&tables.pattern)?))
+                .collect::<Result<Vec<_>, Refusal>>()?;
+            Ok::<_, Refusal>((outer, RegexCopies::new(&tables.pattern)?))
         })();
         let vocab = ByteVocab::from_tables(&tables.vocab);
-        let (outer, regexes) = compiled
-            .map_err(|e| Refusal::new(format!("pre-tokenizer regex does not compile: {e}")))?;
+        let (outer, regexes) = compiled?;
         let vocab = vocab?;
         let outer_patterns: String = tables
             .outer
@@ -213,10 +215,7 @@ impl ByteLevelBpe {
             })
             .collect();
         let scanner = match scanner::for_pattern(&tables.pattern) {
-            Some((name, built)) => Some((
-                name,
-                built.map_err(|e| Refusal::new(format!("pre-tokenizer scanner tables: {e}")))?,
-            )),
+            Some((name, built)) => Some((name, built?)),
             None => None,
         };
         let description = format!(
@@ -261,7 +260,7 @@ impl ByteLevelBpe {
     }
 
     /// Append the ids HF's `encode(text, add_special_tokens=False)` gives to `out`.
-    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), EncodeError> {
         piece_cache::with_cache(self.cache_owner, |cache| self.encode_with(text, cache, out))
     }
 
@@ -270,7 +269,7 @@ impl ByteLevelBpe {
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         // HF: non-normalized added tokens in the raw text; normalize what lies between them;
         // normalized added tokens in that; pre-tokenize and BPE what lies between those.
         self.raw_added.split(text, |segment| match segment {
@@ -298,7 +297,7 @@ impl ByteLevelBpe {
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         self.encode_outer(0, text, cache, out)
     }
 
@@ -311,18 +310,16 @@ impl ByteLevelBpe {
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         let Some(split) = self.outer.get(level) else {
             return self.encode_pieces(text, cache, out);
         };
         let mut next = |start: usize, end: usize| {
-            check_range(text, start, end).map_err(Cut::into_message)?;
+            check_range(text, start, end).map_err(Cut::into_error)?;
             match text.get(start..end) {
                 Some("") => Ok(()),
                 Some(piece) => self.encode_outer(level + 1, piece, cache, out),
-                None => Err(format!(
-                    "pre-tokenizer regex reported bytes {start}..{end}, not on characters"
-                )),
+                None => Err(EncodeError::CutOffCharacters { start, end }),
             }
         };
         let (regexes, keep_matches, keep_gaps) = match split {
@@ -358,11 +355,10 @@ impl ByteLevelBpe {
         text: &str,
         cache: &mut PieceCache,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         let from_regex = || self.regexes.for_this_thread().find_iter(text).map(Ok);
         let Some((_, scanner)) = &self.scanner else {
-            return (self.encode_matches(text, from_regex(), cache, out))
-                .map_err(Cut::into_message);
+            return (self.encode_matches(text, from_regex(), cache, out)).map_err(Cut::into_error);
         };
         // A text of up to CUT_AT_ONCE bytes is cut whole first (one dynamic call, the scanner's
         // own loop inlined), then encoded; a longer one match by match, so that the pieces held
@@ -387,9 +383,9 @@ impl ByteLevelBpe {
         match scanned {
             Err(Cut::HandBack) => {
                 out.truncate(mark);
-                (self.encode_matches(text, from_regex(), cache, out)).map_err(Cut::into_message)
+                (self.encode_matches(text, from_regex(), cache, out)).map_err(Cut::into_error)
             }
-            other => other.map_err(Cut::into_message),
+            other => other.map_err(Cut::into_error),
         }
     }
 

@@ -33,13 +33,14 @@ use tokenizers::Tokenizer;
 use tokenizers::models::bpe::BPE;
 
 use super::added::{AddedSplitter, Segment};
-use super::byte_vocab::{merge_table, serialized_merges};
 use super::merges::Merges;
-use super::packed_tables::LargeTables;
 use super::piece_cache::{self, PieceCache};
-use super::pipeline::{self, AddedSpec, METASPACE, Prepend, Refusal};
-use super::token_list::TokenList;
 use super::whole_tokens::WholeTokens;
+use crate::cache::packed_tables::LargeTables;
+use crate::read::Refusal;
+use crate::read::byte_vocab::{merge_table, serialized_merges};
+use crate::read::pipeline::{self, AddedSpec, METASPACE, Prepend};
+use crate::read::token_list::TokenList;
 
 /// No token for a character.
 const NONE: u32 = u32::MAX;
@@ -89,7 +90,7 @@ pub(crate) struct SentencePieceBpe {
 }
 
 /// Everything the SentencePiece-style engine is built from, read from a `tokenizer.json` by
-/// [`SentencePieceBpe::learn`]: plain data, the form the engine cache ([`super::engine_cache`])
+/// [`SentencePieceBpe::learn`]: plain data, the form the engine cache ([`crate::cache::entry`])
 /// keeps.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct SentencePieceTables {
@@ -101,7 +102,7 @@ pub(crate) struct SentencePieceTables {
     /// Every one-character token but "▁": the character and its id.
     chars: Vec<(char, u32)>,
     /// The merges in rank order: left id, right id, merged id. In the engine cache as bytes
-    /// after the JSON (`packed_tables.rs`).
+    /// after the JSON (`cache/packed_tables.rs`).
     #[serde(skip)]
     merges: Vec<(u32, u32, u32)>,
     /// See [`Joins`]: each merge's left token's last character and right token's first.
@@ -141,27 +142,21 @@ impl SentencePieceBpe {
         let bpe: &BPE = pipeline.bpe;
         let vocab = bpe.get_vocab();
         let mut bytes = vec![NONE; 256];
-        for (b, id) in bytes.iter_mut().enumerate() {
-            let name = format!("<0x{b:02X}>");
+        for (byte, id) in (0..=255u8).zip(bytes.iter_mut()) {
+            let name = format!("<0x{byte:02X}>");
             // An ASCII character with a token of its own never falls back to its byte (Gemma
             // has "\t", not <0x09>); a space is "▁" by then.
-            let never_used = u8::try_from(b).is_ok_and(|b| {
-                b == b' ' || (b.is_ascii() && vocab.contains_key(&char::from(b).to_string()))
-            });
+            let never_used = byte == b' '
+                || (byte.is_ascii() && vocab.contains_key(&char::from(byte).to_string()));
             match vocab.get(&name) {
                 Some(&found) => *id = found,
                 None if never_used => {}
-                None => {
-                    return Err(Refusal::new(format!(
-                        "byte fallback token {name} is missing: HF would take its unknown-token \
-                         path"
-                    )));
-                }
+                None => return Err(Refusal::ByteFallbackMissing { byte }),
             }
         }
         let metaspace = *vocab
             .get(&METASPACE.to_string())
-            .ok_or_else(|| Refusal::new("\"▁\" has no token in the vocabulary".to_string()))?;
+            .ok_or(Refusal::NoMetaspace)?;
         let chars = vocab
             .iter()
             .filter_map(|(token, &id)| {
@@ -199,12 +194,14 @@ impl SentencePieceBpe {
     /// The engine from its tables (fresh from [`Self::learn`], or from the engine cache).
     pub fn from_tables(tables: &SentencePieceTables) -> Result<Self, Refusal> {
         let added = AddedSplitter::new(&tables.added, false)?;
-        let bytes: [u32; 256] = tables.bytes.as_slice().try_into().map_err(|_| {
-            Refusal::new(format!(
-                "{} byte fallback ids where there are 256 bytes",
-                tables.bytes.len()
-            ))
-        })?;
+        let bytes: [u32; 256] =
+            tables
+                .bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| Refusal::ByteFallbackIds {
+                    count: tables.bytes.len(),
+                })?;
         let mut ascii = [NONE; 128];
         let mut chars = FxHashMap::default();
         for &(c, id) in &tables.chars {
@@ -281,9 +278,10 @@ impl SentencePieceBpe {
         &self.description
     }
 
-    /// Append the ids HF's `encode(text, add_special_tokens=False)` gives to `out`.
-    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
-        piece_cache::with_cache(self.cache_owner, |cache| {
+    /// Append the ids HF's `encode(text, add_special_tokens=False)` gives to `out`. Nothing
+    /// here can fail: every character has a token or its bytes' tokens.
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) {
+        let Ok(()) = piece_cache::with_cache(self.cache_owner, |cache| {
             // Whether the next segment starts the document (no added token before it).
             let mut at_start = true;
             self.added.split(text, |segment| {
@@ -295,9 +293,9 @@ impl SentencePieceBpe {
                     }
                 }
                 at_start = false;
-                Ok::<(), String>(())
+                Ok::<(), std::convert::Infallible>(())
             })
-        })
+        });
     }
 
     /// Whether `raw`, a stretch between added tokens (the document's first, if `at_start`), gets

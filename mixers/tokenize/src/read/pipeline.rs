@@ -13,24 +13,9 @@ use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
-use super::normalization::Normalization;
-use super::scanner::GPT2_PATTERN;
-
-/// Why the fast path is not used; shown in `engine_description()`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refusal(String);
-
-impl Refusal {
-    pub fn new(reason: impl Into<String>) -> Self {
-        Self(reason.into())
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+use super::Refusal;
+use crate::engines::normalization::Normalization;
+use crate::scanner::GPT2_PATTERN;
 
 /// How text between added tokens is cut into pieces for BPE, as HF's `NormalizedString::split`
 /// does it: a regex's matches and the gaps between them, each kept or dropped.
@@ -91,10 +76,10 @@ fn shown<T: serde::Serialize>(component: Option<&T>) -> String {
 /// Truncation and padding change what `encode` returns; neither engine of the fast path has them.
 fn check_no_truncation_or_padding(tokenizer: &Tokenizer) -> Result<(), Refusal> {
     if tokenizer.get_truncation().is_some() {
-        return Err(Refusal::new("truncation is set in the tokenizer.json"));
+        return Err(Refusal::Truncation);
     }
     if tokenizer.get_padding().is_some() {
-        return Err(Refusal::new("padding is set in the tokenizer.json"));
+        return Err(Refusal::Padding);
     }
     Ok(())
 }
@@ -109,9 +94,7 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
     check_no_truncation_or_padding(tokenizer)?;
     let bpe = bpe_model(tokenizer)?;
     if bpe.byte_fallback {
-        return Err(Refusal::new(
-            "BPE byte_fallback is SentencePiece-style BPE, not byte-level",
-        ));
+        return Err(Refusal::ByteFallback);
     }
     // A Sequence of nothing, or of one normalizer, is that (DeepSeek V3 writes an empty one).
     let normalizer = match tokenizer.get_normalizer() {
@@ -127,10 +110,9 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
         Some(NormalizerWrapper::NFC(_)) => Normalization::Nfc,
         Some(NormalizerWrapper::NFKC(_)) => Normalization::Nfkc,
         Some(other) => {
-            return Err(Refusal::new(format!(
-                "normalizer {} is not reproduced by the fast path",
-                type_name(other)
-            )));
+            return Err(Refusal::Normalizer {
+                normalizer: type_name(other),
+            });
         }
     };
     let (outer, split) = piece_splits(tokenizer.get_pre_tokenizer())?;
@@ -149,21 +131,18 @@ pub(crate) fn analyse(tokenizer: &Tokenizer) -> Result<Pipeline<'_>, Refusal> {
 
 fn bpe_model(tokenizer: &Tokenizer) -> Result<&BPE, Refusal> {
     let ModelWrapper::BPE(bpe) = tokenizer.get_model() else {
-        return Err(Refusal::new(format!(
-            "model {} is not BPE",
-            type_name(tokenizer.get_model())
-        )));
+        return Err(Refusal::NotBpe {
+            model: type_name(tokenizer.get_model()),
+        });
     };
     // HF only draws random numbers for a non-zero dropout.
     if let Some(p) = bpe.dropout.filter(|p| *p != 0.0) {
-        return Err(Refusal::new(format!("BPE dropout {p} is random")));
+        return Err(Refusal::Dropout { dropout: p });
     }
     // An empty prefix/suffix is what HF pastes around pieces: nothing (Qwen's files set "").
     let affix_set = |affix: &Option<String>| affix.as_deref().is_some_and(|a| !a.is_empty());
     if affix_set(&bpe.continuing_subword_prefix) || affix_set(&bpe.end_of_word_suffix) {
-        return Err(Refusal::new(
-            "BPE continuing_subword_prefix/end_of_word_suffix is not reproduced by the fast path",
-        ));
+        return Err(Refusal::SubwordAffixes);
     }
     Ok(bpe)
 }
@@ -199,13 +178,6 @@ pub(crate) enum Prepend {
 
 /// The metaspace character SentencePiece writes for a space.
 pub(crate) const METASPACE: char = '\u{2581}';
-
-/// What writes spaces as "▁" in the SentencePiece-style pipelines the fast path reproduces, as
-/// a refusal names them.
-const SENTENCEPIECE_SPACES: &str = "the normalizer [Prepend \"▁\", Replace \" \" → \"▁\"] (Llama 2, \
-                                    Mistral 7B), Replace \" \" → \"▁\" alone or in a Sequence of one \
-                                    (Gemma, Yi, InternLM2), or no normalizer and a Metaspace \
-                                    pre-tokenizer that does not split";
 
 /// Whether the normalizer prepends "▁" ([`Prepend::Always`]), only writes spaces as "▁"
 /// ([`Prepend::Never`]), or is not one the fast path reproduces (`None`).
@@ -262,20 +234,15 @@ fn sentencepiece_spaces(tokenizer: &Tokenizer) -> Result<(Prepend, String), Refu
         }
     }
     let Some(prepend) = normalizer.and_then(sentencepiece_normalizer) else {
-        return Err(Refusal::new(format!(
-            "SentencePiece-style BPE: the fast path reproduces spaces written as \"▁\" by \
-             {SENTENCEPIECE_SPACES}; not the normalizer {} with the pre-tokenizer {}",
-            shown(normalizer),
-            shown(pre),
-        )));
+        return Err(Refusal::SentencePieceSpaces {
+            normalizer: shown(normalizer),
+            pre_tokenizer: shown(pre),
+        });
     };
     if !cuts_nothing_after_spaces_are_metaspace(pre) {
-        return Err(Refusal::new(format!(
-            "SentencePiece-style BPE with pre-tokenizer {} is not reproduced by the fast \
-             path (it reproduces none, or a Split on a string with a space in it, which the \
-             normalizer's \"▁\" leaves nothing to match)",
-            shown(pre),
-        )));
+        return Err(Refusal::SentencePiecePreTokenizer {
+            pre_tokenizer: shown(pre),
+        });
     }
     let spaces = match prepend {
         Prepend::Always => "normalizer Prepend \"▁\" + Replace \" \" → \"▁\"",
@@ -290,10 +257,7 @@ pub(crate) fn analyse_sentencepiece(
     check_no_truncation_or_padding(tokenizer)?;
     let bpe = bpe_model(tokenizer)?;
     if bpe.ignore_merges {
-        return Err(Refusal::new(
-            "SentencePiece-style BPE with ignore_merges looks whole texts up, which the fast \
-             path does not reproduce",
-        ));
+        return Err(Refusal::SentencePieceIgnoreMerges);
     }
     let (prepend, spaces) = sentencepiece_spaces(tokenizer)?;
     if let Some(post) = tokenizer.get_post_processor() {
@@ -301,11 +265,9 @@ pub(crate) fn analyse_sentencepiece(
     }
     let added = added_tokens(tokenizer, Normalization::None)?;
     if let Some(token) = added.iter().find(|a| a.normalized) {
-        return Err(Refusal::new(format!(
-            "added token {:?} is matched after normalization, not reproduced by the \
-             SentencePiece-style fast path",
-            token.pattern
-        )));
+        return Err(Refusal::NormalizedAddedToken {
+            pattern: token.pattern.clone(),
+        });
     }
     Ok(SentencePiecePipeline {
         added,
@@ -328,18 +290,12 @@ fn flatten<'a>(pre: &'a PreTokenizerWrapper, steps: &mut Vec<&'a PreTokenizerWra
 /// then the last.
 fn piece_splits(pre: Option<&PreTokenizerWrapper>) -> Result<(Vec<OuterCut>, PieceSplit), Refusal> {
     let Some(pre) = pre else {
-        return Err(Refusal::new(
-            "no pre-tokenizer: the fast path needs byte-level pre-tokenization",
-        ));
+        return Err(Refusal::NoPreTokenizer);
     };
     let mut steps = Vec::new();
     flatten(pre, &mut steps);
-    let refuse = || {
-        let names: Vec<String> = steps.iter().map(|s| type_name(*s)).collect();
-        Refusal::new(format!(
-            "pre-tokenizer [{}] is not reproduced by the fast path",
-            names.join(", ")
-        ))
+    let refuse = || Refusal::PreTokenizer {
+        steps: steps.iter().map(|s| type_name(*s)).collect(),
     };
     match steps.as_slice() {
         [splits @ .., PreTokenizerWrapper::ByteLevel(b)]
@@ -377,9 +333,7 @@ fn piece_splits(pre: Option<&PreTokenizerWrapper>) -> Result<(Vec<OuterCut>, Pie
 /// One regex `Split` as the fast path cuts it.
 fn regex_split(split: &tokenizers::pre_tokenizers::split::Split) -> Result<PieceSplit, Refusal> {
     let SplitPattern::Regex(pattern) = &split.pattern else {
-        return Err(Refusal::new(
-            "pre-tokenizer Split with a string pattern is not reproduced by the fast path",
-        ));
+        return Err(Refusal::SplitOnString);
     };
     // `invert` swaps which spans count as matches; Isolated keeps every span and
     // Removed drops the spans that count as matches.
@@ -387,11 +341,7 @@ fn regex_split(split: &tokenizers::pre_tokenizers::split::Split) -> Result<Piece
         (SplitDelimiterBehavior::Isolated, _) => (true, true),
         (SplitDelimiterBehavior::Removed, false) => (false, true),
         (SplitDelimiterBehavior::Removed, true) => (true, false),
-        (other, _) => {
-            return Err(Refusal::new(format!(
-                "pre-tokenizer Split behavior {other:?} is not reproduced by the fast path"
-            )));
-        }
+        (behavior, _) => return Err(Refusal::SplitBehavior { behavior }),
     };
     Ok(PieceSplit {
         pattern: pattern.clone(),
@@ -408,10 +358,9 @@ fn check_post_processor(post: &PostProcessorWrapper) -> Result<(), Refusal> {
         PostProcessorWrapper::Sequence(seq) => {
             seq.as_ref().iter().try_for_each(check_post_processor)
         }
-        other => Err(Refusal::new(format!(
-            "post-processor {} is not reproduced by the fast path",
-            type_name(other)
-        ))),
+        other => Err(Refusal::PostProcessor {
+            post_processor: type_name(other),
+        }),
     }
 }
 
@@ -427,10 +376,9 @@ fn added_tokens(
     let mut added = Vec::new();
     for (&id, token) in vocabulary.get_added_tokens_decoder() {
         if token.single_word || token.lstrip || token.rstrip {
-            return Err(Refusal::new(format!(
-                "added token {:?} has single_word/lstrip/rstrip, not reproduced by the fast path",
-                token.content
-            )));
+            return Err(Refusal::AddedTokenFlags {
+                content: token.content.clone(),
+            });
         }
         let pattern = if token.normalized {
             normalization.apply(&token.content).into_owned()

@@ -1,4 +1,4 @@
-//! Which engine encodes a file when the recipe leaves it to dsprep ([`super::EngineChoice::Auto`]),
+//! Which engine encodes a file when the recipe leaves it to dsprep ([`crate::EngineChoice::Auto`]),
 //! and the reason its engine line gives. Both engines give HF's ids, so choosing per file is safe;
 //! the choice is speed, measured per family on the seed mix (BENCHMARKS.md, "Tokenizer engines"):
 //! where dsprep's own engine is not at least 1.25 × HF `tokenizers` 1.x, 1.x encodes.
@@ -24,8 +24,12 @@ use tokenizers::Tokenizer;
 use tokenizers::models::ModelWrapper;
 use tokenizers::normalizers::NormalizerWrapper;
 
-use super::byte_vocab;
-use super::hf1::Hf1Engine;
+use super::FastEngine;
+use super::engine_slot::{Encoder, Engine};
+use super::hf1::{self, Hf1Engine};
+use crate::EngineChoice;
+use crate::cache::entry::EngineTables;
+use crate::read::byte_vocab;
 
 /// The engine line's reason when HF 1.x encodes under `Auto`.
 pub(crate) const HF1_REASON: &str = "byte-level BPE, where dsprep's own engine is not 1.25 × \
@@ -72,7 +76,7 @@ pub(crate) fn route(hf: &Tokenizer, json: &[u8]) -> Route {
         Ok(engine) => Route::Hf1(Box::new(engine)),
         Err(why) => Route::Own(Some(format!(
             "HF tokenizers {} does not read the file ({why})",
-            super::hf1::VERSION
+            hf1::VERSION
         ))),
     }
 }
@@ -88,5 +92,74 @@ fn unicode_normalizer(normalizer: &NormalizerWrapper) -> Option<&'static str> {
             sequence.as_ref().iter().find_map(unicode_normalizer)
         }
         _ => None,
+    }
+}
+
+/// dsprep's own engine for `hf` and the tables it was built from, or HF's own when the own engine
+/// would not give its ids (the line says why).
+pub(crate) fn learn_engine(hf: &Tokenizer) -> (Engine, Option<EngineTables>) {
+    match FastEngine::learn(hf).and_then(|t| Ok((FastEngine::from_tables(&t)?, t))) {
+        Ok((fast, tables)) => (
+            Engine {
+                description: fast.description().to_string(),
+                encoder: Encoder::Fast(fast),
+            },
+            Some(tables),
+        ),
+        Err(refusal) => (
+            Engine {
+                encoder: Encoder::Hf,
+                description: format!("HF tokenizers: {refusal}"),
+            },
+            None,
+        ),
+    }
+}
+
+/// The engine `choice` (`Auto` or `Own`) runs for `hf`, read from the file `json`, and what an
+/// engine-cache entry keeps of it.
+pub(crate) fn choose_engine(
+    choice: EngineChoice,
+    hf: &Tokenizer,
+    json: &[u8],
+) -> (Engine, Option<EngineTables>) {
+    if choice == EngineChoice::Own {
+        return learn_engine(hf);
+    }
+    match route(hf, json) {
+        Route::Hf1(hf1) => (
+            Engine {
+                description: hf1.description(HF1_REASON),
+                encoder: Encoder::Hf1(hf1),
+            },
+            Some(EngineTables::Hf1),
+        ),
+        Route::Own(why_not_hf1) => {
+            let (mut engine, tables) = learn_engine(hf);
+            if let Some(why) = why_not_hf1 {
+                engine
+                    .description
+                    .push_str(&format!("; not HF tokenizers 1.x: {why}"));
+            }
+            (engine, tables)
+        }
+    }
+}
+
+/// HF `tokenizers` 1.x's engine for the file `json`, or HF 0.23's when 1.x does not read it (the
+/// line says why: the ids are the same either way).
+pub(crate) fn hf1_engine(json: &[u8]) -> Engine {
+    match Hf1Engine::from_json(json) {
+        Ok(engine) => Engine {
+            description: engine.description("engine Hf1 was asked for"),
+            encoder: Encoder::Hf1(Box::new(engine)),
+        },
+        Err(why) => Engine {
+            encoder: Encoder::Hf,
+            description: format!(
+                "HF tokenizers: HF tokenizers {} does not read the file ({why})",
+                hf1::VERSION
+            ),
+        },
     }
 }

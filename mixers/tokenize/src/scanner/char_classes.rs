@@ -4,7 +4,7 @@
 //! which classify ASCII with a byte table (built from those tables) and test runs of ASCII letters
 //! and of spaces 8 bytes at a time, decoding a character only where they meet a non-ASCII byte.
 
-use super::scanner::{HandBack, SCANNED_RUN_LIMIT};
+use super::{HandBack, SCANNED_RUN_LIMIT, ScannerError};
 use regex_syntax::hir::{Class, HirKind};
 
 /// Which of the pattern's classes a character is in (they are disjoint).
@@ -31,8 +31,11 @@ pub(crate) struct CharClasses {
 }
 
 /// The code point ranges regex-syntax gives for a class expression such as `\p{L}` or `(?i:s)`.
-pub(crate) fn ranges(class: &str) -> Result<Vec<(u32, u32)>, String> {
-    let hir = regex_syntax::parse(class).map_err(|e| format!("{class}: {e}"))?;
+pub(crate) fn ranges(class: &str) -> Result<Vec<(u32, u32)>, ScannerError> {
+    let hir = regex_syntax::parse(class).map_err(|e| ScannerError::ClassSyntax {
+        class: class.to_string(),
+        message: e.to_string(),
+    })?;
     match hir.kind() {
         HirKind::Class(Class::Unicode(set)) => Ok(set
             .ranges()
@@ -44,8 +47,13 @@ pub(crate) fn ranges(class: &str) -> Result<Vec<(u32, u32)>, String> {
             .ok()
             .and_then(|s| s.chars().next())
             .map(|c| vec![(u32::from(c), u32::from(c))])
-            .ok_or_else(|| format!("{class}: literal is not one character")),
-        other => Err(format!("{class} is not a Unicode class: {other:?}")),
+            .ok_or_else(|| ScannerError::NotOneCharacter {
+                class: class.to_string(),
+            }),
+        other => Err(ScannerError::NotAClass {
+            class: class.to_string(),
+            found: format!("{other:?}"),
+        }),
     }
 }
 
@@ -75,7 +83,7 @@ pub(crate) fn range_holding<T>(
 }
 
 impl CharClasses {
-    pub(crate) fn new() -> Result<Self, String> {
+    pub(crate) fn new() -> Result<Self, ScannerError> {
         let mut classes = Self {
             bytes: [None; 256],
             letters: ranges(r"\p{L}")?,
@@ -86,7 +94,7 @@ impl CharClasses {
             let kind = classes.classify(char::from(b));
             // `letters_end` tests ASCII letters 8 bytes at a time, without the tables.
             if (kind == Kind::Letter) != b.is_ascii_alphabetic() {
-                return Err(format!("\\p{{L}} and ASCII letters disagree on {b:#04x}"));
+                return Err(ScannerError::LettersDisagree { byte: b });
             }
             classes.bytes[usize::from(b)] = Some(kind);
         }

@@ -1,5 +1,5 @@
 //! Hugging Face `tokenizers` 1.x (a release candidate, the `tokenizers1` dependency) as an engine
-//! of the stage beside HF 0.23 and the fast path ([`super::EngineChoice::Hf1`]): it reads the
+//! of the stage beside HF 0.23 and the fast path ([`crate::EngineChoice::Hf1`]): it reads the
 //! same `tokenizer.json` (upgraded to 1.x's canonical form by its own converter) and gives the
 //! ids of `encode(text, add_special_tokens=False)`; the stage adds BOS/EOS as for any engine.
 //! Synchronous: built without 1.x's `parallelism` feature, it starts no thread.
@@ -7,6 +7,8 @@
 use std::cell::RefCell;
 
 use tokenizers1::pipeline::{EncodeOptions, PipelineToken, PipelineTokenizer};
+
+use super::EncodeError;
 
 /// The version pinned in the workspace's Cargo.toml, for the engine line.
 pub(crate) const VERSION: &str = "1.0.0-rc.3";
@@ -67,7 +69,7 @@ impl Unassigned {
             let c = u32::from(c);
             match usize::try_from(c) {
                 Ok(i) if c < 0x1_0000 => self.bmp[i / 64] & (1 << (i % 64)) != 0,
-                _ => crate::char_classes::contains(&self.astral, c),
+                _ => crate::scanner::char_classes::contains(&self.astral, c),
             }
         })
     }
@@ -78,8 +80,8 @@ impl Unassigned {
 fn unassigned_in_hf023() -> &'static Unassigned {
     static TABLE: std::sync::OnceLock<Unassigned> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
-        let ranges =
-            crate::char_classes::ranges(r"\p{Cn}").unwrap_or_else(|_| vec![(0x80, 0x10_FFFF)]);
+        let ranges = crate::scanner::char_classes::ranges(r"\p{Cn}")
+            .unwrap_or_else(|_| vec![(0x80, 0x10_FFFF)]);
         let mut bmp = Box::new([0u64; 1024]);
         let mut astral = Vec::new();
         for (start, end) in ranges {
@@ -94,6 +96,19 @@ fn unassigned_in_hf023() -> &'static Unassigned {
     })
 }
 
+/// Why HF `tokenizers` 1.x does not read a `tokenizer.json` (its own error's text included).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Hf1Error {
+    #[error("not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    /// 1.x's converter to its canonical form refused the file.
+    #[error("its converter refused the file: {message}")]
+    Converter { message: String },
+    /// 1.x's reader refused the converted file.
+    #[error("its reader refused the converted file: {message}")]
+    Reader { message: String },
+}
+
 /// HF `tokenizers` 1.x's tokenizer for one `tokenizer.json`.
 pub(crate) struct Hf1Engine {
     tokenizer: PipelineTokenizer,
@@ -105,12 +120,14 @@ pub(crate) struct Hf1Engine {
 
 impl Hf1Engine {
     /// Read a `tokenizer.json`, or say why 1.x does not.
-    pub fn from_json(json: &[u8]) -> Result<Self, String> {
-        let text = std::str::from_utf8(json).map_err(|e| format!("not UTF-8: {e}"))?;
-        let canonical = tokenizers1::canonicalize_str(text)
-            .map_err(|e| format!("its converter refused the file: {e}"))?;
-        let tokenizer = tokenizers1::from_json(&canonical)
-            .map_err(|e| format!("its reader refused the converted file: {e}"))?;
+    pub fn from_json(json: &[u8]) -> Result<Self, Hf1Error> {
+        let text = std::str::from_utf8(json).map_err(Hf1Error::NotUtf8)?;
+        let canonical = tokenizers1::canonicalize_str(text).map_err(|e| Hf1Error::Converter {
+            message: e.to_string(),
+        })?;
+        let tokenizer = tokenizers1::from_json(&canonical).map_err(|e| Hf1Error::Reader {
+            message: e.to_string(),
+        })?;
         let pads = tokenizer.get_padding().is_some();
         Ok(Self {
             tokenizer,
@@ -126,13 +143,16 @@ impl Hf1Engine {
 
     /// Append the ids of `text` to `out`; on error `out` may hold some of them (the stage
     /// truncates).
-    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), EncodeError> {
+        let failed = |e: &dyn std::fmt::Display| EncodeError::Hf1 {
+            message: e.to_string(),
+        };
         if self.pads {
             let encodings = self
                 .tokenizer
                 .encode(text, &self.options)
                 .wait()
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed(&e))?;
             for encoding in &encodings {
                 out.extend(encoding.ids().iter().map(|t| t.id()));
             }
@@ -143,7 +163,7 @@ impl Hf1Engine {
             let encoded = self
                 .tokenizer
                 .encode_into(text, &self.options, tokens)
-                .map_err(|e| e.to_string());
+                .map_err(|e| failed(&e));
             out.extend(tokens.iter().map(|t| t.id()));
             encoded
         })

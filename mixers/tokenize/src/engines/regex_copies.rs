@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 
 use tokenizers::utils::SysRegex;
 
+use crate::read::Refusal;
+
 /// How many copies threads spread over.
 const COPIES: usize = 8;
 
@@ -23,11 +25,14 @@ pub(crate) struct RegexCopies {
 }
 
 impl RegexCopies {
-    /// The pattern's copies, the first compiled now.
-    pub fn new(pattern: &str) -> Result<Self, String> {
+    /// The pattern's copies, the first compiled now; a pattern that does not compile refuses the
+    /// fast path.
+    pub fn new(pattern: &str) -> Result<Self, Refusal> {
         Ok(Self {
             pattern: pattern.to_string(),
-            first: SysRegex::new(pattern).map_err(|e| e.to_string())?,
+            first: SysRegex::new(pattern).map_err(|e| Refusal::Regex {
+                message: e.to_string(),
+            })?,
             more: Box::new(std::array::from_fn(|_| OnceLock::new())),
         })
     }

@@ -1,12 +1,14 @@
 //! The stage's engine, built now or still to build: from an engine-cache entry the engine is
-//! parsed and built by whichever thread first asks for it, [`super::TokenizeStage::build_engine`]
+//! parsed and built by whichever thread first asks for it, [`crate::TokenizeStage::build_engine`]
 //! (a thread of the caller's, while the run starts: shards listed, the shuffle buffer filled) or
 //! the first document to encode. The crate starts no thread of its own.
 
 use std::sync::{Mutex, OnceLock};
 
+use crate::cache::CacheError;
+
 /// What encodes a document's text.
-pub(super) enum Encoder {
+pub(crate) enum Encoder {
     /// dsprep's fast path.
     Fast(super::FastEngine),
     /// HF `tokenizers` 1.x.
@@ -16,19 +18,20 @@ pub(super) enum Encoder {
 }
 
 /// The engine that encodes, and the line that says which it is.
-pub(super) struct Engine {
+pub(crate) struct Engine {
     pub encoder: Encoder,
     pub description: String,
 }
 
-/// What building gives: the engine, or why it could not build one.
-type Build = Result<Engine, String>;
+/// What building gives: the engine, or why the engine-cache entry it was building from is
+/// ignored.
+type Build = Result<Engine, CacheError>;
 
 /// Builds the engine, once.
 type Builder = Box<dyn FnOnce() -> Build + Send>;
 
 /// An engine, ready or still to build.
-pub(super) struct EngineSlot {
+pub(crate) struct EngineSlot {
     ready: OnceLock<Engine>,
     /// The build, until the engine is first asked for.
     pending: Mutex<Option<Builder>>,
@@ -52,13 +55,13 @@ impl EngineSlot {
 
     /// The engine, built by this call if it is the first to ask (others asking meanwhile wait
     /// for it). When the build gives no engine, `fallback` makes one from why not.
-    pub fn get(&self, fallback: impl FnOnce(String) -> Engine) -> &Engine {
+    pub fn get(&self, fallback: impl FnOnce(CacheError) -> Engine) -> &Engine {
         self.ready.get_or_init(|| {
             let build = self.pending.lock().ok().and_then(|mut p| p.take());
             let why = match build.map(|build| build()) {
                 Some(Ok(engine)) => return engine,
                 Some(Err(why)) => why,
-                None => "the engine's build was lost (a panic while building it)".to_string(),
+                None => CacheError::BuildLost,
             };
             fallback(why)
         })

@@ -11,7 +11,8 @@
 use daachorse::{DoubleArrayAhoCorasick, DoubleArrayAhoCorasickBuilder, MatchKind};
 use rustc_hash::FxHashSet;
 
-use super::pipeline::{AddedSpec, Refusal};
+use crate::read::Refusal;
+use crate::read::pipeline::AddedSpec;
 
 /// A stretch of text between added tokens, or one added token's id.
 pub(crate) enum Segment<'a> {
@@ -47,21 +48,20 @@ impl AddedSplitter {
             });
         }
         if chosen.iter().any(|s| s.pattern.is_empty()) {
-            return Err(Refusal::new(
-                "an added token's content is empty".to_string(),
-            ));
+            return Err(Refusal::EmptyAddedToken);
         }
         let mut patterns = FxHashSet::default();
         if let Some(dup) = chosen.iter().find(|s| !patterns.insert(s.pattern.as_str())) {
-            return Err(Refusal::new(format!(
-                "two added tokens match {:?}",
-                dup.pattern
-            )));
+            return Err(Refusal::SameAddedTokens {
+                pattern: dup.pattern.clone(),
+            });
         }
         let trie = DoubleArrayAhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
             .build_with_values(chosen.iter().map(|s| (s.pattern.as_str(), s.id)))
-            .map_err(|e| Refusal::new(format!("added tokens do not build a trie: {e}")))?;
+            .map_err(|e| Refusal::AddedTrie {
+                message: e.to_string(),
+            })?;
         let mut first_bytes: Vec<u8> = chosen
             .iter()
             .filter_map(|s| s.pattern.as_bytes().first().copied())

@@ -1,7 +1,7 @@
 //! The vocabulary of a byte-level BPE as the fast path uses it: each of the 256 bytes' ids, the
-//! pieces that are one token whole ([`super::whole_tokens`]), and the merge table
-//! ([`super::merges`]) read from HF's own model. Nothing here needs proving: the merge loop is
-//! HF's, over HF's merges, and the whole tokens are what HF's lookup (`ignore_merges`) or that
+//! pieces that are one token whole ([`crate::engines::whole_tokens`]), and the merge table
+//! ([`crate::engines::merges`]) read from HF's own model. Nothing here needs proving: the merge
+//! loop is HF's, over HF's merges, and the whole tokens are what HF's lookup (`ignore_merges`) or that
 //! merge loop gives, so the only checks are that every byte has a token (else HF would take its
 //! unknown-token path) and that the merges name tokens of the vocabulary.
 
@@ -9,10 +9,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use tokenizers::models::bpe::BPE;
 
-use super::merges::{BytePairs, Merges};
-use super::pipeline::Refusal;
+use super::Refusal;
 use super::token_list::TokenList;
-use super::whole_tokens::WholeTokens;
+use crate::engines::merges::{BytePairs, Merges};
+use crate::engines::whole_tokens::WholeTokens;
 
 /// What the byte-level engine needs of the vocabulary.
 pub(crate) struct ByteVocab {
@@ -26,19 +26,19 @@ pub(crate) struct ByteVocab {
 }
 
 /// What [`read`] reads from HF's model, as plain data: the form the engine cache
-/// ([`super::engine_cache`]) keeps, and what [`ByteVocab::from_tables`] builds the engine's
+/// ([`crate::cache::entry`]) keeps, and what [`ByteVocab::from_tables`] builds the engine's
 /// vocabulary from.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct VocabTables {
     /// The pieces that are one token whole, as bytes and id: for `ignore_merges` vocabularies
     /// every token, else the tokens whose bytes the merge loop merges back into them. In the
-    /// engine cache as bytes after the JSON (`packed_tables.rs`).
+    /// engine cache as bytes after the JSON (`cache/packed_tables.rs`).
     #[serde(skip)]
     pub whole: TokenList,
     /// The 256 bytes' ids.
     pub byte_ids: Vec<u32>,
     /// The merges in rank order: left id, right id, merged id. In the engine cache as bytes
-    /// after the JSON (`packed_tables.rs`).
+    /// after the JSON (`cache/packed_tables.rs`).
     #[serde(skip)]
     pub merges: Vec<(u32, u32, u32)>,
     pub ignore_merges: bool,
@@ -48,12 +48,14 @@ pub(crate) struct VocabTables {
 impl ByteVocab {
     /// The vocabulary from its tables (fresh from [`read`], or from the engine cache).
     pub fn from_tables(tables: &VocabTables) -> Result<Self, Refusal> {
-        let byte_ids: [u32; 256] = tables.byte_ids.as_slice().try_into().map_err(|_| {
-            Refusal::new(format!(
-                "{} byte ids where there are 256 bytes",
-                tables.byte_ids.len()
-            ))
-        })?;
+        let byte_ids: [u32; 256] =
+            tables
+                .byte_ids
+                .as_slice()
+                .try_into()
+                .map_err(|_| Refusal::ByteIds {
+                    count: tables.byte_ids.len(),
+                })?;
         let whole = WholeTokens::new(&tables.whole);
         let merges = Merges::new(tables.merges.iter().copied());
         Ok(Self {
@@ -119,9 +121,7 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
     let mut tokens = Vec::new();
     for (token, &id) in &vocab {
         if !seen_ids.insert(id) {
-            return Err(Refusal::new(format!(
-                "two vocabulary entries share id {id}"
-            )));
+            return Err(Refusal::SharedId { id });
         }
         if let Some(bytes) = token_bytes(token, &char_to_byte) {
             tokens.push((bytes, id));
@@ -130,22 +130,19 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
     // A fixed order, so that an engine-cache entry is the same bytes on every build.
     tokens.sort_unstable_by_key(|&(_, id)| id);
     // Every byte needs a token, else HF's per-character lookup takes its unknown-token path.
-    let table = byte_to_char();
-    let mut byte_ids = vec![0u32; 256];
-    for (b, c) in table.iter().enumerate() {
-        byte_ids[b] = *vocab.get(&c.to_string()).ok_or_else(|| {
-            Refusal::new(format!("byte 0x{b:02X} has no token in the vocabulary"))
-        })?;
+    let mut byte_ids = [0u32; 256];
+    for (byte, (id, c)) in (0..=255u8).zip(byte_ids.iter_mut().zip(byte_to_char())) {
+        *id = *(vocab.get(&c.to_string())).ok_or(Refusal::ByteWithoutToken { byte })?;
     }
     let merges = merge_table(bpe, &vocab)?;
     let whole = if bpe.ignore_merges {
         tokens.into_iter().collect()
     } else {
-        merging_to_themselves(tokens, &merges, &byte_ids)?
+        merging_to_themselves(tokens, &merges, byte_ids)
     };
     Ok(VocabTables {
         whole,
-        byte_ids,
+        byte_ids: byte_ids.to_vec(),
         merges,
         ignore_merges: bpe.ignore_merges,
         num_tokens: vocab.len(),
@@ -156,21 +153,18 @@ pub(crate) fn read(bpe: &BPE) -> Result<VocabTables, Refusal> {
 fn merging_to_themselves(
     tokens: Vec<(Vec<u8>, u32)>,
     merges: &[(u32, u32, u32)],
-    byte_ids: &[u32],
-) -> Result<TokenList, Refusal> {
-    let byte_ids: [u32; 256] = byte_ids
-        .try_into()
-        .map_err(|_| Refusal::new("the byte ids are not 256".to_string()))?;
+    byte_ids: [u32; 256],
+) -> TokenList {
     let table = Merges::new(merges.iter().copied());
     let byte_pairs = BytePairs::new(&table, byte_ids);
     let mut symbols = Vec::new();
-    Ok(tokens
+    tokens
         .into_iter()
         .filter(|(bytes, id)| {
             table.merge_bytes(bytes, &byte_pairs, &mut symbols);
             symbols == [*id]
         })
-        .collect())
+        .collect()
 }
 
 /// HF's merges as ids, in rank order: each pair's tokens and the token their concatenation is.
@@ -180,11 +174,13 @@ pub(crate) fn merge_table(
 ) -> Result<Vec<(u32, u32, u32)>, Refusal> {
     let merges = serialized_merges(bpe)?;
     let id = |token: &str, index: usize| {
-        vocab.get(token).copied().ok_or_else(|| {
-            Refusal::new(format!(
-                "merge #{index} names {token:?}, not in the vocabulary"
-            ))
-        })
+        vocab
+            .get(token)
+            .copied()
+            .ok_or_else(|| Refusal::MergeOutsideVocabulary {
+                index,
+                token: token.to_string(),
+            })
     };
     let mut table = Vec::with_capacity(merges.len());
     for (index, (left, right)) in merges.iter().enumerate() {
@@ -204,7 +200,9 @@ pub(crate) fn serialized_merges(bpe: &BPE) -> Result<Vec<(String, String)>, Refu
     serde_json::to_vec(bpe)
         .and_then(|bytes| serde_json::from_slice::<Merges>(&bytes))
         .map(|m| m.merges)
-        .map_err(|e| Refusal::new(format!("could not read the BPE merges back: {e}")))
+        .map_err(|e| Refusal::Merges {
+            message: e.to_string(),
+        })
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! Layout: the merges' count, then each merge's left, right and merged ids; the whole tokens'
 //! count, then each token's id, its length in bytes and its bytes. Every number a `u32`.
 
-use super::token_list::TokenList;
+use super::TablesError;
+use crate::read::token_list::TokenList;
 
 /// The two tables, as each engine's tables hold them (the byte-level and the SentencePiece-style
 /// engine alike): the merges in rank order (left, right, merged id) and the pieces that are one
@@ -18,12 +19,13 @@ pub(crate) struct LargeTables<'a> {
 }
 
 /// Append the large tables to `out`; `None` (HF 1.x's entry, which has none) as two zero counts.
-pub(super) fn write(tables: Option<LargeTables<'_>>, out: &mut Vec<u8>) -> Result<(), String> {
+pub(crate) fn write(tables: Option<LargeTables<'_>>, out: &mut Vec<u8>) -> Result<(), TablesError> {
     let Some(LargeTables { merges, whole }) = tables else {
         out.extend_from_slice(&[0; 8]);
         return Ok(());
     };
-    let count = |n: usize| u32::try_from(n).map_err(|_| format!("{n} entries in one table"));
+    let count =
+        |entries: usize| u32::try_from(entries).map_err(|_| TablesError::TooLarge { entries });
     out.extend_from_slice(&count(merges.len())?.to_le_bytes());
     for &(left, right, merged) in merges {
         for word in [left, right, merged] {
@@ -43,7 +45,7 @@ pub(super) fn write(tables: Option<LargeTables<'_>>, out: &mut Vec<u8>) -> Resul
 pub(crate) type OwnedTables = (Vec<(u32, u32, u32)>, TokenList);
 
 /// The two tables in `bytes`, which must hold them and nothing more.
-pub(super) fn read(bytes: &[u8]) -> Result<OwnedTables, String> {
+pub(crate) fn read(bytes: &[u8]) -> Result<OwnedTables, TablesError> {
     let mut words = Words { bytes, at: 0 };
     let count = words.next("the merges' count")? as usize;
     // Three words a merge, read as one run of bytes.
@@ -60,10 +62,9 @@ pub(super) fn read(bytes: &[u8]) -> Result<OwnedTables, String> {
         whole.push(words.take(len, "a whole token's bytes")?, id);
     }
     if words.at < bytes.len() {
-        return Err(format!(
-            "{} bytes after the last table",
-            bytes.len() - words.at
-        ));
+        return Err(TablesError::Trailing {
+            bytes: bytes.len() - words.at,
+        });
     }
     Ok((merges, whole))
 }
@@ -75,17 +76,17 @@ struct Words<'a> {
 }
 
 impl<'a> Words<'a> {
-    fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8], String> {
+    fn take(&mut self, len: usize, what: &'static str) -> Result<&'a [u8], TablesError> {
         let taken = self
             .at
             .checked_add(len)
             .and_then(|end| self.bytes.get(self.at..end))
-            .ok_or_else(|| format!("cut short in {what}, at byte {}", self.at))?;
+            .ok_or(TablesError::CutShort { what, at: self.at })?;
         self.at += len;
         Ok(taken)
     }
 
-    fn next(&mut self, what: &str) -> Result<u32, String> {
+    fn next(&mut self, what: &'static str) -> Result<u32, TablesError> {
         self.take(4, what).map(le_word)
     }
 }
@@ -98,8 +99,8 @@ fn le_word(at: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FastEngine;
-    use crate::engine_cache::EngineTables;
+    use crate::cache::entry::EngineTables;
+    use crate::engines::FastEngine;
 
     /// GPT-2's tables, learnt from the shipped file.
     fn gpt2() -> EngineTables {
@@ -132,7 +133,7 @@ mod tests {
     #[test]
     fn bytes_that_are_not_the_tables_are_errors() {
         let (_, bytes) = written();
-        let error = |bytes: &[u8]| read(bytes).map(|_| ()).expect_err("refused");
+        let error = |bytes: &[u8]| read(bytes).map(|_| ()).expect_err("refused").to_string();
         assert_eq!(error(&[]), "cut short in the merges' count, at byte 0");
         assert_eq!(error(&bytes[..10]), "cut short in the merges, at byte 4");
         let merges_end = 4 + 50_000 * 12;

@@ -1,8 +1,8 @@
 //! The pieces a BPE engine turns into one token whole, looked up before merging: one table per
 //! engine, read-only, shared by every tokenizer thread.
 //!
-//! Which pieces, byte-level (`byte_vocab.rs`): under `ignore_merges` (Llama 3) every token, since
-//! HF looks a piece up in the vocabulary before merging it; otherwise the tokens whose bytes HF's
+//! Which pieces, byte-level (`read/byte_vocab.rs`): under `ignore_merges` (Llama 3) every token,
+//! since HF looks a piece up in the vocabulary before merging it; otherwise the tokens whose bytes HF's
 //! merge loop merges back into that one token (most tokens do). SentencePiece-style
 //! (`sentencepiece.rs`): the tokens whose text, as a piece, the merge loop merges back into that
 //! token. Both are worked out once, when the engine's tables are learned, and kept with them in
@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap;
 
 use super::piece_cache::{SHORT_KEY, short_hash, short_key};
 use super::prefetch::prefetch;
-use super::token_list::TokenList;
+use crate::read::token_list::TokenList;
 
 /// One token: its short key as two words ([0, 0] marks a free slot), and its id.
 #[derive(Clone, Copy)]

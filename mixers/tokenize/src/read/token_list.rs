@@ -1,7 +1,7 @@
 //! A list of tokens as bytes and ids, kept as two allocations (every token's bytes end to end,
 //! and each token's end and id) rather than one per token: the pieces that are one token whole,
-//! as an engine's tables hold them until [`super::whole_tokens::WholeTokens`] is built from them.
-//! Read from an engine-cache entry, Llama 3's 128,000 tokens were 128,000 allocations, made and
+//! as an engine's tables hold them until [`crate::engines::whole_tokens::WholeTokens`] is built
+//! from them. Read from an engine-cache entry, Llama 3's 128,000 tokens were 128,000 allocations, made and
 //! freed on the path of the run's first document.
 
 /// Tokens in order, each its bytes and id.
