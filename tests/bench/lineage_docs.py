@@ -10,7 +10,11 @@ packed document is cut at its document start, decoded, and its (source, file, ro
 Prints, per source, the documents packed, duplicates, and the rows missing below each file's
 highest packed row (what a change dropped, and a source's last look-ahead at the stream's end).
 
-usage: tests/bench/lineage_docs.py [DSPREP_BIN]   (needs the `tokenizers` package)
+With --units, the three recipes also change how the stream is made: A mixes in documents and
+packs `concat`; B mixes in tokens (`[mix] unit = "tokens"`); C packs `best_fit` (its pack is
+format 7: its segments pack differently).
+
+usage: tests/bench/lineage_docs.py [DSPREP_BIN] [--units]   (needs the `tokenizers` package)
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "release" / "dsprep"
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+UNITS = "--units" in sys.argv
+BIN = Path(ARGS[0]) if ARGS else ROOT / "target" / "release" / "dsprep"
 TOKENIZER = ROOT / "config" / "tokenizers" / "gpt2" / "tokenizer.json"
 WORDS = "the of and to in is was for on that with as by at from it an be this which or are".split()
 FILES, ROWS = 3, 1500
@@ -47,18 +53,20 @@ def corpus(dir: Path) -> None:
                     out.write(json.dumps({"text": f"doc source=s{s} file={f} row={r}. {filler}"}) + "\n")
 
 
-def recipe(dir: Path, name: str, weights: dict, buffer: int) -> Path:
+def recipe(dir: Path, name: str, weights: dict, buffer: int, unit="documents", strategy="concat") -> Path:
     text = f"""version = 1
 [tokenizer]
 path = "{TOKENIZER}"
 eos = "<|endoftext|>"
 [packing]
 seq_len = 256
+strategy = "{strategy}"
 [shuffle]
 seed = 7
 buffer_size = {buffer}
 [mix]
 stopping = "first_exhausted"
+unit = "{unit}"
 """
     for source, weight in weights.items():
         text += f'[[source]]\nname = "{source}"\nweight = {weight}\nfiles = ["{dir}/{source}/*.jsonl.gz"]\nformat = "jsonl.gz"\n'
@@ -92,8 +100,9 @@ def main() -> None:
         dir = Path(tmp)
         corpus(dir)
         a = recipe(dir, "a.toml", {"s0": 0.6, "s1": 0.4}, 500)
-        b = recipe(dir, "b.toml", {"s0": 0.3, "s1": 0.3, "s2": 0.4}, 800)
-        c = recipe(dir, "c.toml", {"s0": 0.5, "s2": 0.5}, 300)
+        unit = "tokens" if UNITS else "documents"
+        b = recipe(dir, "b.toml", {"s0": 0.3, "s1": 0.3, "s2": 0.4}, 800, unit)
+        c = recipe(dir, "c.toml", {"s0": 0.5, "s2": 0.5}, 300, unit, "best_fit" if UNITS else "concat")
         started = time.time()
         serve(dir, a, 2, 2, range(0, 60), [])
         serve(dir, b, 2, 2, range(60, 150), ["--resume", "latest", "--change-course"])
@@ -113,7 +122,9 @@ def main() -> None:
             ids = [int(t) for t in tokens[begin:end] if t != eos]
             found = re.match(r"doc source=(s\d) file=(\d+) row=(\d+)\.", tok.decode(ids[:24]))
             if found is None:
-                unread += 1  # the last document, cut by the end of the packed windows
+                # The last document, cut by the end of the packed windows; under best_fit also
+                # the later pieces of a document longer than a window (each piece starts one).
+                unread += 1
                 continue
             seen[(found[1], int(found[2]), int(found[3]))] += 1
         dropped = {d["source"]: d["documents"] for s in m["lineage"] for d in s.get("dropped", [])}
@@ -137,7 +148,8 @@ def main() -> None:
                               "prefix_rows_read_and_highest_packed": prefix,
                               "prefix_holds": len(partial) <= 1 and all(top < n for n, top in prefix)}))
         print(json.dumps({"segments": [(s["from_step"], s["from_window"], s["from_documents"], s["global_batch"]) for s in m["lineage"]],
-                          "documents_packed": sum(seen.values()), "unreadable_last": unread,
+                          "format": m.get("format"),
+                          "documents_packed": sum(seen.values()), "pieces_without_header": unread,
                           "seconds": round(time.time() - started, 1),
                           "changed": log.count("changed course at step 150")}))
 
