@@ -9,10 +9,8 @@
 mod support;
 
 use dsprep_client::PackedDataset;
-use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use std::path::{Path, PathBuf};
-use support::daemon::Daemon;
-use support::lineage::{change, quickstart_edit, windows};
+use support::lineage::{assert_refuses_v3, change, quickstart_edit, windows};
 use support::serve_run::Run;
 use support::*;
 
@@ -88,28 +86,6 @@ fn assert_packed_as(data: &PackedDataset, range: std::ops::Range<u64>, padded: b
             false => assert_eq!(window.real_tokens, 513, "window {w}"),
         }
     }
-}
-
-/// A protocol v3 request to `daemon`: refused (status 10), whatever the recipe in force.
-fn assert_refuses_v3(daemon: &Daemon) {
-    let context = zmq::Context::new();
-    let socket = context.socket(zmq::DEALER).unwrap();
-    socket.set_rcvtimeo(10_000).unwrap();
-    socket.connect(&daemon.endpoint).unwrap();
-    let request = Request {
-        version: 3,
-        kind: RequestKind::Batch,
-        request_id: 7,
-        rank: 0,
-        world_size: 2,
-        step: 0,
-        recipe_hash: None,
-        owner: None,
-    };
-    socket.send(request.encode(), 0).unwrap();
-    let frames = socket.recv_multipart(0).unwrap();
-    let header = ReplyHeader::decode(&frames[0]).unwrap();
-    assert_eq!(header.status, Status::UnsupportedVersion);
 }
 
 /// concat → best_fit at step 20 (reweighted), SIGKILL, resume; then the pool shrinks (64 → 8)

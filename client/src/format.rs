@@ -181,8 +181,16 @@ pub struct SegmentPacking {
     pub pad_id: Option<u32>,
     /// The first window its packer made: at or past `from_window` (the windows the previous
     /// packer made at the document where this recipe takes over are the previous packing's).
-    /// Its windows run to the next segment's `first_window`.
+    /// Its windows run to the next segment's `first_window`. With `[lanes]`: the first window
+    /// of the stream that any lane's packer of this segment made (the lanes take over apart).
     pub first_window: u64,
+    /// With `[lanes]` only: per lane (`lane_first_windows[l]` is lane `l`'s), the first of the
+    /// lane's own windows this segment's packer made. Window `i` of the stream is window
+    /// `(b div count)·block_windows + i mod block_windows` of lane `b mod count`, with
+    /// `b = i div block_windows`; its packing is the last segment's whose entry for its lane is
+    /// at or below that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane_first_windows: Option<Vec<u64>>,
 }
 
 /// One source in one segment of a packed lineage.

@@ -13,7 +13,9 @@ use anyhow::{Context, bail, ensure};
 use dsprep_client::PackedDataset;
 use dsprep_client::chain;
 use dsprep_client::format::{self, OutputFile};
+use dsprep_mixers::lanes::window_lane;
 use dsprep_mixers::ledger::PhaseLedger;
+use dsprep_mixers::recipe::LanesSpec;
 use std::path::Path;
 
 pub struct VerifyReport {
@@ -82,7 +84,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             Some((points, counts))
         }
     };
-    let padding = Padding::of(m);
+    let padding = Padding::of(m)?;
     let mut marks = m.chain.iter().peekable();
     let mut at = chain::START;
     let mut total_starts = 0u64;
@@ -185,32 +187,73 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
 }
 
 /// How each window is packed: the pack's one packing, or (format 7) each lineage segment's from
-/// its first window on.
+/// its first window on; in a laned pack, from each lane's first window on in that lane's own
+/// windows (`lane_first_windows`).
 struct Padding {
-    /// `(first window, pad id)`, increasing; `None`: `concat`, no padding.
-    spans: Vec<(u64, Option<u32>)>,
+    /// The lanes that interleave the stream, when the segments' packings are per lane.
+    lanes: Option<LanesSpec>,
+    /// Per lane (one list without lanes): `(first window, pad id)`, increasing, in the lane's own
+    /// windows; `None`: `concat`, no padding.
+    spans: Vec<Vec<(u64, Option<u32>)>>,
 }
 
 impl Padding {
-    fn of(m: &format::Manifest) -> Padding {
-        let per_segment: Vec<(u64, Option<u32>)> = (m.lineage.iter().flatten())
+    fn of(m: &format::Manifest) -> anyhow::Result<Padding> {
+        let packings: Vec<&format::SegmentPacking> = (m.lineage.iter().flatten())
             .filter_map(|s| s.packing.as_ref())
-            .map(|p| (p.first_window, p.pad_id))
             .collect();
-        Padding {
-            spans: match per_segment.is_empty() {
-                true => vec![(0, m.packing.as_ref().map(|p| p.pad_id))],
-                false => per_segment,
-            },
+        if packings.is_empty() {
+            let pad = m.packing.as_ref().map(|p| p.pad_id);
+            return Ok(Padding {
+                lanes: None,
+                spans: vec![vec![(0, pad)]],
+            });
         }
+        if packings.iter().all(|p| p.lane_first_windows.is_none()) {
+            let spans = packings
+                .iter()
+                .map(|p| (p.first_window, p.pad_id))
+                .collect();
+            return Ok(Padding {
+                lanes: None,
+                spans: vec![spans],
+            });
+        }
+        let lanes = (m.recipe.get("lanes").cloned())
+            .and_then(|v| serde_json::from_value::<LanesSpec>(v).ok())
+            .context("the lineage's packings are per lane, but the recipe has no [lanes]")?;
+        let spans = (0..lanes.count as usize)
+            .map(|lane| {
+                (packings.iter())
+                    .map(|p| {
+                        let first = p.lane_first_windows.as_ref().and_then(|f| f.get(lane));
+                        let first = first.with_context(|| {
+                            format!(
+                                "the packing from window {} has no first window for lane {lane} \
+                                 of {}",
+                                p.first_window, lanes.count
+                            )
+                        })?;
+                        Ok((*first, p.pad_id))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Padding {
+            lanes: Some(lanes),
+            spans,
+        })
     }
 
     /// Window `index`'s pad id; `None` when it is not padded.
     fn at(&self, index: u64) -> Option<u32> {
-        let k = self.spans.partition_point(|&(first, _)| first <= index);
-        self.spans
-            .get(k.saturating_sub(1))
-            .and_then(|&(_, pad)| pad)
+        let (lane, index) = match &self.lanes {
+            Some(spec) => window_lane(spec, index),
+            None => (0, index),
+        };
+        let spans = self.spans.get(lane as usize)?;
+        let k = spans.partition_point(|&(first, _)| first <= index);
+        spans.get(k.saturating_sub(1)).and_then(|&(_, pad)| pad)
     }
 }
 

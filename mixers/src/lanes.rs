@@ -88,6 +88,14 @@ pub fn window_lane(spec: &LanesSpec, window: u64) -> (u32, u64) {
     (lane, lane_block * k + window % k)
 }
 
+/// Window `window` of lane `lane`'s own windows: its window of the stream ([`window_lane`]'s
+/// inverse).
+pub fn stream_window(spec: &LanesSpec, lane: u32, window: u64) -> u64 {
+    let k = u64::from(spec.block_windows);
+    let block = (window / k) * u64::from(spec.count) + u64::from(lane);
+    block * k + window % k
+}
+
 /// Lane `lane`'s own tokens before token `tokens` of the stream (windows of `window_tokens`):
 /// its windows that come before that point in the interleave, and, when the point falls inside
 /// one of its windows, that window's tokens before it. Exact: a token of the lane's own stream
@@ -290,6 +298,17 @@ mod tests {
         // Lane 0 holds 24 bytes and lane 1 24: the lone unit goes to lane 0, the next to lane 1.
         assert_eq!(dealt[1], vec![vec![0], vec![]]);
         assert_eq!(dealt[2], vec![vec![], vec![0]]);
+    }
+
+    #[test]
+    fn a_lane_window_is_placed_in_the_stream_and_back() {
+        let s = spec(3, 4);
+        // Blocks 0..3 are lanes 0, 1, 2; block 4 is lane 1's second: its window 5 (4 + 1).
+        assert_eq!(stream_window(&s, 1, 5), 4 * 4 + 1);
+        for window in 0..100 {
+            let (lane, own) = window_lane(&s, window);
+            assert_eq!(stream_window(&s, lane, own), window);
+        }
     }
 
     #[test]

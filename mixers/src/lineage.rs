@@ -209,9 +209,11 @@ impl Lineage {
 /// Allowed: weights, phases, `[mix] unit` (documents ↔ tokens), sources added or removed,
 /// filters and document limits, the shuffle buffer's size, the stopping strategy, the packing
 /// strategy, the `best_fit` pool and pad, and the global batch (not a recipe field), in either
-/// unit: [`transplant()`] moves the state over. Refused: whatever changes what an id means or how
-/// the input is dealt (the tokenizer, `seq_len`, the seed, `shuffle_shards`, `[lanes]`, a
-/// source's files, format, text field or content), and the packing edits [`check_packing`] names.
+/// unit: [`transplant()`] moves the state over, and the packer's state is made the next
+/// packing's ([`crate::packer::transplant_packer`]; with `[lanes]` in each lane, at the lane's own
+/// take-over point: [`LanePoint`]). Refused: whatever changes what an id means or how the input
+/// is dealt (the tokenizer, `seq_len`, the seed, `shuffle_shards`, `[lanes]`, a source's files,
+/// format, text field or content).
 pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     let mut refuse = |field: &str, why: String| {
@@ -237,9 +239,6 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
                 old.packing.seq_len, new.packing.seq_len
             ),
         );
-    }
-    for refusal in check_packing(old, new) {
-        refuse(&refusal.field, refusal.why);
     }
     if old.shuffle.seed != new.shuffle.seed {
         refuse(
@@ -288,53 +287,6 @@ pub fn check_edit(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
                     .into(),
             );
         }
-    }
-    refusals
-}
-
-/// The packing edits a change cannot make besides `seq_len`, each with its field and what to do
-/// instead. A change may switch `packing.strategy` (`concat` ↔ `best_fit`), grow or shrink the
-/// `best_fit` pool, and change `packing.pad`: the packer's state is made the next packing's
-/// ([`crate::packer::transplant_packer`]: the window being filled enters the pool, the pool opens
-/// the `concat` stream, a smaller pool drains before it takes a document, the new pad pads the
-/// windows from the change on), and a pack of the lineage records each segment's packing
-/// (FORMAT.md, format 7). Refused, with `[lanes]` (not yet): a switch of strategy and another pad,
-/// since a laned pack interleaves its lanes' windows and records one packing per segment of the
-/// stream, not per lane.
-fn check_packing(old: &Recipe, new: &Recipe) -> Vec<Refusal> {
-    let (was, now) = (&old.packing, &new.packing);
-    let mut refusals = Vec::new();
-    if old.lanes.is_none() {
-        return refusals;
-    }
-    if was.strategy != now.strategy {
-        refusals.push(Refusal {
-            field: "packing.strategy".into(),
-            why: format!(
-                "{} → {}: a stream with [lanes] cannot switch its packing at a change yet (its \
-                 lanes' windows interleave); keep strategy = \"{}\", or start a new stream (an \
-                 empty --state-dir) with the other packing",
-                was.strategy.name(),
-                now.strategy.name(),
-                was.strategy.name()
-            ),
-        });
-        return refusals;
-    }
-    // The default pad is the EOS: written out or left to the default, it is the same pad.
-    let pad = |r: &Recipe| {
-        r.packing
-            .pad
-            .clone()
-            .unwrap_or_else(|| r.tokenizer.eos.clone())
-    };
-    if was.pads() && pad(old) != pad(new) {
-        refusals.push(Refusal {
-            field: "packing.pad".into(),
-            why: "a stream with [lanes] cannot change its pad at a change yet (its lanes' \
-                  windows interleave); keep the pad as it was"
-                .into(),
-        });
     }
     refusals
 }

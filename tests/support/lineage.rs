@@ -1,4 +1,5 @@
-//! Changing course (tests/lineage.rs, tests/lineage_units.rs, tests/lineage_packing.rs):
+//! Changing course (tests/lineage.rs, tests/lineage_units.rs, tests/lineage_packing.rs,
+//! tests/lineage_lanes_packing.rs):
 //! recipes edited from the quickstart, a daemon restarted with `--change-course`, `dsprep pack
 //! --lineage`, and packed windows as bytes.
 
@@ -6,6 +7,7 @@ use super::daemon::Daemon;
 use super::serve_run::Run;
 use super::{dsprep_ok, quickstart_variant};
 use dsprep_client::PackedDataset;
+use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use std::path::{Path, PathBuf};
 
 /// Windows `range` of `data`, as bytes.
@@ -69,4 +71,26 @@ pub fn change_fails(run: &Run, recipe: &Path) -> String {
     run.start_with(recipe, 2, 2, &["--resume", "latest", "--change-course"])
         .err()
         .unwrap()
+}
+
+/// A protocol v3 request to `daemon`: refused (status 10), whatever the recipe in force.
+pub fn assert_refuses_v3(daemon: &Daemon) {
+    let context = zmq::Context::new();
+    let socket = context.socket(zmq::DEALER).unwrap();
+    socket.set_rcvtimeo(10_000).unwrap();
+    socket.connect(&daemon.endpoint).unwrap();
+    let request = Request {
+        version: 3,
+        kind: RequestKind::Batch,
+        request_id: 7,
+        rank: 0,
+        world_size: 2,
+        step: 0,
+        recipe_hash: None,
+        owner: None,
+    };
+    socket.send(request.encode(), 0).unwrap();
+    let frames = socket.recv_multipart(0).unwrap();
+    let header = ReplyHeader::decode(&frames[0]).unwrap();
+    assert_eq!(header.status, Status::UnsupportedVersion);
 }

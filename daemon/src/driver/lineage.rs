@@ -300,7 +300,7 @@ impl Segments {
             .with_context(|| format!("the change of course at segment {k}"))?;
         // The next recipe's packer goes on from this one's state made its packing's, as a replay
         // of the lineage restores it.
-        let packing = self.loaded[k].packer(None);
+        let packing = self.packer(k);
         let packer = WindowPacker::from_state(packing, state.packer).ok_or_else(|| {
             anyhow!(
                 "the change of course at segment {k}: the packer's state does not fit its packing"

@@ -296,6 +296,8 @@ struct LaneSink {
     tokens: Vec<u64>,
     segment: usize,
     segments: Vec<SegmentCounts>,
+    /// The counters of the `best_fit` packings a `concat` one followed (packing a lineage).
+    packing_done: Option<PackingCounters>,
 }
 
 impl SegmentSink for LaneSink {
@@ -303,6 +305,15 @@ impl SegmentSink for LaneSink {
         self.segment = k;
         if let Some(counts) = self.segments.get_mut(k) {
             counts.dropped = dropped.to_vec();
+        }
+    }
+
+    fn packer_took_over(&mut self, k: usize, first_window: u64, ended: Option<&PackingCounters>) {
+        if let Some(counts) = self.segments.get_mut(k) {
+            counts.first_window = Some(first_window);
+        }
+        if let Some(ended) = ended {
+            (self.packing_done.get_or_insert_with(Default::default)).add(ended);
         }
     }
 }
@@ -340,7 +351,7 @@ fn pack_lane(
         None => Some(inputs.stream(loaded, info.lane, options.threads)?),
         Some(_) => None,
     };
-    let columns = super::output::Columns::of(&loaded.recipe);
+    let columns = columns_of(loaded, segments);
     let writer = PackWriter::create(out, dtype, per_shard, None, columns)?;
     // A lane has no checkpoints: a failure removes its partial directory.
     let partial = writer.partial_dir().to_path_buf();
@@ -354,6 +365,7 @@ fn pack_lane(
         tokens: vec![0u64; n],
         segment: segments.map_or(0, |s| s.lineage.first_segment()),
         segments: segments.map(ledger_of::counts).unwrap_or_default(),
+        packing_done: None,
     };
     let config = PipelineConfig::new(options.threads, CHUNK_TEXT_BYTES);
     let packing = loaded.packer(Some(info.lane));
@@ -380,6 +392,7 @@ fn pack_lane(
         docs,
         tokens,
         segments: counts,
+        packing_done,
         ..
     } = sink;
     let run = match run {
@@ -391,8 +404,18 @@ fn pack_lane(
         Ok(read) => read,
         Err(e) => return Err(failed(writer, &partial, None, e)),
     };
+    // Packing a lineage: the padding of every `best_fit` packing of the lane, named by the last
+    // that pads (as a single stream's pack).
+    let padding = match (packing_done, run.packing) {
+        (Some(mut done), Some(now)) => {
+            done.add(&now);
+            Some(done)
+        }
+        (done, now) => done.or(now),
+    };
+    let padded = segments.map_or(Some(loaded), ledger_of::padded);
     let finished = new_manifest(loaded, dtype, run.leftover_tokens, read, sources)
-        .map(|m| with_packing(m, Some(loaded), run.packing.as_ref()))
+        .map(|m| with_packing(m, padded, padding.as_ref()))
         .map(|m| match segments {
             Some(s) => ledger_of::into_manifest(m, s, &counts),
             None => m,
@@ -415,6 +438,18 @@ fn pack_lane(
         began.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The columns of a lane's pack or the finish: a lineage's (padded when any segment pads), or
+/// the recipe's.
+fn columns_of(loaded: &LoadedRecipe, lineage: Option<&Segments>) -> output::Columns {
+    match lineage {
+        Some(segments) => {
+            let recipes: Vec<_> = (segments.loaded.iter()).map(|l| l.recipe.clone()).collect();
+            output::Columns::of_lineage(&recipes)
+        }
+        None => output::Columns::of(&loaded.recipe),
+    }
 }
 
 /// Put every lane of `OUT.lanes/` together into `OUT`.
@@ -475,7 +510,7 @@ fn finish_dealt(
             .context("cannot start the input-hashing thread")?
     };
     let ledger = PackLedger::new(&loaded.recipe);
-    let columns = super::output::Columns::of(&loaded.recipe);
+    let columns = columns_of(loaded, lineage);
     let mut writer = PackWriter::create(&options.out, dtype, per_shard, Some(ledger), columns)?;
     // The finish has no checkpoints (the lanes are its input): a failure removes its partial.
     let partial = writer.partial_dir().to_path_buf();
@@ -494,8 +529,9 @@ fn finish_dealt(
     let dropped = tokens.iter().sum::<u64>() - written;
     let window_tokens = loaded.recipe.packing.window_tokens() as u64;
     let packing = lane_packing(&lanes, blocks * k * window_tokens - written);
+    let padded = lineage.map_or(Some(loaded), ledger_of::padded);
     let made = new_manifest(loaded, dtype, dropped, inputs_hashed, sources)
-        .map(|m| with_packing(m, Some(loaded), packing.as_ref()))
+        .map(|m| with_packing(m, padded, packing.as_ref()))
         .and_then(|m| match lineage {
             Some(segments) => {
                 let ledgers: Vec<_> = (0..spec.count)

@@ -4,12 +4,13 @@
 //! (each lane's pack counts its own, [`lane_counts`] sums them).
 
 use crate::driver::lineage::Segments;
-use crate::driver::load_parsed;
+use crate::driver::{LoadedRecipe, load_parsed};
 use anyhow::bail;
 use dsprep_client::format::{
     DroppedDocuments, LineageSegment, Manifest, SegmentPacking, SegmentSource,
 };
 use dsprep_mixers::EngineChoice;
+use dsprep_mixers::lanes::stream_window;
 use dsprep_mixers::mixer::{share, target_shares};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -41,6 +42,10 @@ pub struct SegmentCounts {
     /// The first window its packer made (told at the change; absent for the first segment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_window: Option<u64>,
+    /// A laned lineage's finish: per lane, the first of the lane's own windows its packer made
+    /// (from each lane's manifest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lane_first_windows: Vec<u64>,
 }
 
 impl SegmentCounts {
@@ -61,6 +66,7 @@ pub fn counts(segments: &Segments) -> Vec<SegmentCounts> {
         tokens: vec![0; sources],
         dropped: Vec::new(),
         first_window: None,
+        lane_first_windows: Vec::new(),
     };
     vec![empty; segments.lineage.segments.len()]
 }
@@ -120,20 +126,36 @@ pub fn into_manifest(
     manifest
 }
 
+/// The recipe that names a lineage pack's packing: the last segment's that pads (none pads:
+/// none).
+pub fn padded(segments: &Segments) -> Option<&LoadedRecipe> {
+    (segments.loaded.iter().rev()).find(|l| l.recipe.packing.pads())
+}
+
 /// Each segment's packing (format 7) when the lineage's segments do not all pack alike (the
-/// strategy, and the pad of those that pad); else none.
+/// strategy, and the pad of those that pad); else none. A laned stream's finish has each lane's
+/// first window of each segment (`lane_first_windows`): the segment's `first_window` is the
+/// first window of the stream any of them is.
 fn segment_packings(segments: &Segments, counts: &[SegmentCounts]) -> Vec<Option<SegmentPacking>> {
     let packing = |k: usize| {
         let loaded = &segments.loaded[k];
         let pads = loaded.recipe.packing.pads();
+        let lanes = counts.get(k).map(|c| &c.lane_first_windows);
+        let lanes = lanes.filter(|l| !l.is_empty()).zip(loaded.recipe.lanes);
+        let first_window = match (k, lanes) {
+            (0, _) => 0,
+            (_, Some((firsts, spec))) => (firsts.iter().zip(0u32..))
+                .map(|(&w, lane)| stream_window(&spec, lane, w))
+                .min()
+                .unwrap_or(segments.lineage.segments[k].from_window),
+            (_, None) => (counts.get(k).and_then(|c| c.first_window))
+                .unwrap_or(segments.lineage.segments[k].from_window),
+        };
         SegmentPacking {
             strategy: loaded.recipe.packing.strategy.name().to_string(),
             pad_id: pads.then_some(loaded.pad_id),
-            first_window: match k {
-                0 => 0,
-                _ => (counts.get(k).and_then(|c| c.first_window))
-                    .unwrap_or(segments.lineage.segments[k].from_window),
-            },
+            first_window,
+            lane_first_windows: lanes.map(|(firsts, _)| firsts.clone()),
         }
     };
     let all: Vec<SegmentPacking> = (0..segments.loaded.len()).map(packing).collect();
@@ -169,6 +191,10 @@ pub fn lane_counts(
             );
         }
         for (count, segment) in all.iter_mut().zip(ledger.iter()) {
+            // The lane's own first window of the segment's packing (its point's window when the
+            // lane's segments all pack alike, as then the stream's do too).
+            let first = segment.packing.as_ref().map(|p| p.first_window);
+            (count.lane_first_windows).push(first.unwrap_or(segment.from_window));
             for source in &segment.sources {
                 let Some(i) = names.iter().position(|n| *n == source.name) else {
                     bail!(

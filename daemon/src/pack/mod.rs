@@ -298,7 +298,7 @@ pub fn pack(options: &PackOptions) -> anyhow::Result<PackReport> {
         }
         (done, now) => done.or(now),
     };
-    let padded = (segments.loaded.iter().rev()).find(|l| l.recipe.packing.pads());
+    let padded = lineage::padded(&segments);
     let made = new_manifest(loaded, dtype, run.leftover_tokens, inputs, sources)
         .map(|m| with_packing(m, padded, padding.as_ref()))
         .map(|m| match &options.lineage {

@@ -172,10 +172,11 @@ impl Served {
         };
         // A stream with padding in any of its segments pads throughout, on the wire: requests
         // of versions 1 to 3 are refused from its first step (PROTOCOL.md v4).
-        if let Work::Single(course) = &work {
-            layout.pads |=
-                (course.segments.lineage.segments.iter()).any(|s| s.recipe.packing.pads());
-        }
+        let lineage = match &work {
+            Work::Single(course) => &course.segments.lineage,
+            Work::Lanes(lanes) => &lanes.course.segments.lineage,
+        };
+        layout.pads |= (lineage.segments.iter()).any(|s| s.recipe.packing.pads());
         // Sources are counted over the whole lineage (those of earlier recipes first).
         let counted = match &work {
             Work::Single(course) => course.served_recipe(),

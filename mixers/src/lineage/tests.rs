@@ -280,11 +280,10 @@ fn a_change_after_the_mix_ended_goes_on_when_every_source_runs_out_at_least_once
     assert!(after.iter().any(|d| d.pos.source == 0 && d.pos.pass == 1));
 }
 
-/// The packing at a change: the strategy, the pool (larger or smaller) and the pad may change;
-/// with `[lanes]` a switch of strategy and another pad are refused, each by its field with what
-/// to do instead.
+/// The packing at a change: the strategy, the pool (larger or smaller) and the pad may change,
+/// with `[lanes]` too.
 #[test]
-fn packing_may_change_at_a_change_and_lanes_keep_their_strategy_and_pad() {
+fn packing_may_change_at_a_change_with_lanes_or_without() {
     use crate::recipe::{PackStrategy, TokenRef};
     let mut old = recipe(A);
     old.packing.strategy = PackStrategy::BestFit;
@@ -315,21 +314,12 @@ fn packing_may_change_at_a_change_and_lanes_keep_their_strategy_and_pad() {
             .map(Refusal::to_string)
             .collect()
     };
-    assert_eq!(
-        refused(&old, &concat),
-        [
-            "packing.strategy: best_fit → concat: a stream with [lanes] cannot switch its packing \
-             at a change yet (its lanes' windows interleave); keep strategy = \"best_fit\", or \
-             start a new stream (an empty --state-dir) with the other packing"
-        ]
-    );
-    assert_eq!(
-        refused(&old, &small),
-        [
-            "packing.pad: a stream with [lanes] cannot change its pad at a change yet (its lanes' \
-             windows interleave); keep the pad as it was"
-        ]
-    );
+    // With [lanes] each lane's packer is made the next packing's at the lane's own point: a
+    // switch of strategy, another pad and another pool are all allowed, both ways.
+    for new in [&concat, &small, &grown] {
+        assert_eq!(refused(&old, new), Vec::<String>::new());
+        assert_eq!(refused(new, &old), Vec::<String>::new());
+    }
     assert_eq!(refused(&old, &grown), Vec::<String>::new());
     // The default pad (the EOS) written out is the same pad.
     let mut spelled = grown.clone();
