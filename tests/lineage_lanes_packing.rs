@@ -1,7 +1,8 @@
 //! Node daemons change their packing at a change of course: the multinode recipe (`[lanes]`)
 //! served by 2 node daemons to real `dsprep tap` ranks, SIGKILLed, resumed with the other
-//! packing (`concat` → `best_fit`, and `best_fit` → `concat`), SIGKILLed again and resumed. Each
-//! lane's packer takes over at the lane's own point. Every rank's bytes (and each row's real
+//! packing (`concat` → `best_fit`, and `best_fit` → `concat`; once also mixing in tokens instead
+//! of documents, a source removed), SIGKILLed again and resumed. Each lane's packer (and state)
+//! takes over at the lane's own point. Every rank's bytes (and each row's real
 //! tokens) must be exactly `dsprep pack --lineage` of the state directory (format 7, each
 //! segment's packing with its first window in each lane), which `dsprep verify --lineage`
 //! passes.
@@ -22,7 +23,19 @@ const CONCAT: &str = "seq_len = 512 ";
 /// The multinode recipe as `name`, with `best_fit` (a pool of 64) when asked; reweighted when
 /// asked (a change must change something besides the packing for a test to see the mix move).
 fn recipe(dir: &Path, name: &str, best_fit: bool, reweight: bool) -> PathBuf {
+    recipe_with(dir, name, best_fit, reweight, &[])
+}
+
+/// [`recipe`] with `more` edits.
+fn recipe_with(
+    dir: &Path,
+    name: &str,
+    best_fit: bool,
+    reweight: bool,
+    more: &[(&str, &str)],
+) -> PathBuf {
     let mut edits = vec![("buffer_size = 1000", "buffer_size = 100")];
+    edits.extend_from_slice(more);
     if best_fit {
         edits.push((
             CONCAT,
@@ -195,4 +208,42 @@ fn node_daemons_switch_best_fit_to_concat_lane_by_lane_exactly() {
     assert_eq!(packings[1].0, "concat");
     assert!(packings[1].1.iter().all(|&w| w >= 10), "{packings:?}");
     assert_windows_packed_as(&packed, &packings);
+}
+
+#[test]
+fn node_daemons_change_unit_source_and_packing_lane_by_lane_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let a = recipe(dir, "a.toml", false, false);
+    // B mixes in tokens, stops drawing from c4 (weight 0) and packs best_fit.
+    let tokens = [
+        (
+            "stopping = \"all_exhausted\"",
+            "stopping = \"all_exhausted\"\nunit = \"tokens\"",
+        ),
+        ("weight = 0.15", "weight = 0.0"),
+    ];
+    let b = recipe_with(dir, "b.toml", true, false, &tokens);
+    let outs = serve(dir, &a, &b);
+    let packed = pack_lineage(dir);
+    assert_served_is_packed(&outs, &packed);
+    let packings = packings(&packed);
+    assert_eq!(packings[1].0, "best_fit");
+    assert_windows_packed_as(&packed, &packings);
+    // The ledger of B's segment: c4 stopped, what it had drawn and not emitted dropped, and no
+    // c4 document past the change in any lane.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("lineage/manifest.json")).unwrap()).unwrap();
+    let b_segment = &manifest["lineage"][1];
+    let sources = b_segment["sources"].as_array().unwrap();
+    let c4 = sources.iter().find(|s| s["name"] == "c4");
+    assert!(c4.is_none_or(|c4| c4["documents"] == 0), "{b_segment}");
+    assert!(sources.iter().any(|s| s["documents"].as_u64() > Some(0)));
+    let dropped = b_segment["dropped"].as_array().unwrap();
+    assert!(
+        dropped
+            .iter()
+            .any(|d| d["source"] == "c4" && d["documents"].as_u64() > Some(0)),
+        "{b_segment}"
+    );
 }

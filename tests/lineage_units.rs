@@ -178,3 +178,46 @@ fn a_mix_in_tokens_drops_a_source_and_resizes_its_buffer_then_mixes_in_documents
         manifest.sources.iter().map(|s| s.documents).sum::<u64>()
     );
 }
+
+#[test]
+fn a_change_from_documents_to_tokens_with_a_source_removed_serves_the_packed_lineage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = edit(tmp.path(), "a.toml", false, 100, &[]);
+    let b = edit(tmp.path(), "b.toml", true, 100, &["c4"]);
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &a,
+        state: tmp.path().join("state"),
+        every: 3,
+    };
+    // A (documents) to step 20, SIGKILL.
+    let daemon = run.start(2, 2, false).unwrap();
+    let mut got = run.pull(&daemon, 2, 0, 20);
+    drop(daemon);
+    // B (tokens, c4 removed) from step 20, SIGKILL at step 35.
+    let daemon = change(&run, &b, 2, 2);
+    got.extend(run.pull(&daemon, 2, 20, 15));
+    let log = daemon.log_text();
+    let dropped = dropped_in_log(&log, "c4");
+    drop(daemon);
+    // B resumed from its own checkpoint, to step 50.
+    let daemon = run.start_with(&b, 2, 2, &["--resume", "latest"]).unwrap();
+    got.extend(run.pull(&daemon, 2, 35, 15));
+    drop(daemon);
+
+    let packed = tmp.path().join("packed");
+    let data = pack_lineage_with(&run.state, &packed, &["--threads", "2"]);
+    assert!(
+        got == windows(&data, 0..200),
+        "documents → tokens, c4 removed: served and packed differ"
+    );
+    assert_eq!(documents(&data, "c4")[1], 0);
+    let segments = data.manifest().lineage.clone().unwrap();
+    assert_eq!(
+        segments[1].dropped,
+        vec![DroppedDocuments {
+            source: "c4".into(),
+            documents: dropped
+        }]
+    );
+}

@@ -29,7 +29,7 @@ pub fn source_shards(
         .sources
         .get(index)
         .ok_or_else(|| anyhow!("internal error: no source {index}"))?;
-    if !recipe.takes_part(index) {
+    if !recipe.takes_part(index) && !loaded.deals(index) {
         return Ok(Vec::new());
     }
     match &loaded.plan {

@@ -63,7 +63,14 @@ pub fn deal_inputs(
         .iter()
         .map(|u| u.iter().map(|(_, bytes)| *bytes).collect())
         .collect();
-    let dealt = deal_units(&unit_bytes, spec.count);
+    // In the lineage's dealing order, so that a source's units fall in the same lanes in every
+    // segment (a source that starts or stops taking part at a change moves no other's).
+    let order = loaded.deal_order();
+    let ordered: Vec<Vec<u64>> = order.iter().map(|&i| unit_bytes[i].clone()).collect();
+    let mut dealt = vec![vec![Vec::new(); spec.count as usize]; recipe.sources.len()];
+    for (&source, per_lane) in order.iter().zip(deal_units(&ordered, spec.count)) {
+        dealt[source] = per_lane;
+    }
     let mut lanes = vec![vec![Vec::new(); recipe.sources.len()]; spec.count as usize];
     let mut lane_bytes = vec![0u64; spec.count as usize];
     for (source, per_lane) in dealt.iter().enumerate() {

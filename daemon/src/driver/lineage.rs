@@ -33,6 +33,24 @@ pub struct Segments {
     pub lane: Option<(u32, Vec<Arc<LaneInputs>>)>,
 }
 
+/// The sources segment `k` of a laned stream deals to its lanes, in order: every source that takes
+/// part in it or in an earlier segment, by the first segment it takes part in, then in recipe
+/// order. Segment 0 deals what its recipe alone would; a source a change stops drawing from keeps
+/// its units in their lanes (its cursor counts in them), and one a change starts drawing from is
+/// dealt after the others, so no other source's units move to another lane.
+fn dealt_sources(lineage: &Lineage, k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = Vec::new();
+    for j in 0..=k {
+        let recipe = lineage.effective_recipe(j);
+        for i in 0..recipe.sources.len() {
+            if recipe.takes_part(i) && !order.contains(&i) {
+                order.push(i);
+            }
+        }
+    }
+    order
+}
+
 /// A sink told where segments begin, besides what [`WindowSink`] sees.
 pub trait SegmentSink: WindowSink {
     /// Segment `k` takes over (not called for the segment a run starts in); `dropped`: per
@@ -76,6 +94,7 @@ impl Segments {
                             )
                         })?,
                 };
+                let dealt_sources = recipe.lanes.map(|_| dealt_sources(&lineage, k));
                 Ok(LoadedRecipe {
                     recipe,
                     base: PathBuf::from(&lineage.segments[k].base),
@@ -83,6 +102,7 @@ impl Segments {
                     stage: Arc::clone(&first.stage),
                     plan: None,
                     pad_id,
+                    dealt_sources,
                 })
             })
             .collect::<anyhow::Result<_>>()?;

@@ -30,9 +30,25 @@ pub struct LoadedRecipe {
     pub plan: Option<Arc<FrozenPlan>>,
     /// What `best_fit` pads windows with (the EOS unless `[packing] pad` names another token).
     pub pad_id: u32,
+    /// With `[lanes]`, a segment of a lineage: the sources whose units are dealt to the lanes,
+    /// in dealing order ([`crate::driver::lineage::Segments::load`]); `None`: those that take
+    /// part, in recipe order.
+    pub dealt_sources: Option<Vec<usize>>,
 }
 
 impl LoadedRecipe {
+    /// The sources dealt to the lanes, in dealing order (see [`Self::dealt_sources`]): a source
+    /// that does not take part has no units, so dealing it changes nothing.
+    pub fn deal_order(&self) -> Vec<usize> {
+        (self.dealt_sources.clone()).unwrap_or_else(|| (0..self.recipe.sources.len()).collect())
+    }
+
+    /// Whether source `index` is dealt to the lanes though it may not take part (a lineage
+    /// segment after a change stopped drawing from it).
+    pub fn deals(&self, index: usize) -> bool {
+        (self.dealt_sources.as_ref()).is_some_and(|order| order.contains(&index))
+    }
+
     /// How the packer of a stream is built: the recipe's strategy, with the whole `best_fit`
     /// pool, or with lane `lane`'s share of it (split as the shuffle buffer is).
     pub fn packer(&self, lane: Option<u32>) -> PackerConfig {
@@ -113,6 +129,7 @@ pub fn load_parsed(
         stage,
         plan: None,
         pad_id,
+        dealt_sources: None,
     })
 }
 
