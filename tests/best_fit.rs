@@ -7,7 +7,6 @@
 
 mod support;
 
-use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use dsprep_client::{PackedDataset, ReadError};
 use sha2::Digest;
 use std::path::{Path, PathBuf};
@@ -125,25 +124,7 @@ fn eight_served_ranks_get_the_packed_best_fit_windows_and_old_clients_are_refuse
     assert!(daemon.metric("dsprep_documents_cut_total") > 0.0);
 
     // A protocol v3 client would train on the padding: refused, with what to do.
-    let context = zmq::Context::new();
-    let socket = context.socket(zmq::DEALER).unwrap();
-    socket.set_rcvtimeo(10_000).unwrap();
-    socket.connect(&daemon.endpoint).unwrap();
-    let request = Request {
-        version: 3,
-        kind: RequestKind::Batch,
-        request_id: 7,
-        rank: 0,
-        world_size: 8,
-        step: 0,
-        recipe_hash: None,
-        owner: None,
-    };
-    socket.send(request.encode(), 0).unwrap();
-    let frames = socket.recv_multipart(0).unwrap();
-    let header = ReplyHeader::decode(&frames[0]).unwrap();
-    assert_eq!(header.status, Status::UnsupportedVersion);
-    let message = String::from_utf8_lossy(&frames[1]);
+    let message = support::daemon::refused_v3(&daemon, 8);
     assert!(
         message.contains("best_fit windows that end in padding, which a protocol v3 client would train on as tokens"),
         "{message}"

@@ -341,3 +341,28 @@ pub fn tap_all(
         })
         .collect()
 }
+
+/// A protocol v3 batch request for rank 0 of `world_size` to `daemon`, which a daemon whose
+/// windows may end in padding refuses (status 10): its message.
+pub fn refused_v3(daemon: &Daemon, world_size: u32) -> String {
+    use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
+    let context = zmq::Context::new();
+    let socket = context.socket(zmq::DEALER).unwrap();
+    socket.set_rcvtimeo(10_000).unwrap();
+    socket.connect(&daemon.endpoint).unwrap();
+    let request = Request {
+        version: 3,
+        kind: RequestKind::Batch,
+        request_id: 7,
+        rank: 0,
+        world_size,
+        step: 0,
+        recipe_hash: None,
+        owner: None,
+    };
+    socket.send(request.encode(), 0).unwrap();
+    let frames = socket.recv_multipart(0).unwrap();
+    let header = ReplyHeader::decode(&frames[0]).unwrap();
+    assert_eq!(header.status, Status::UnsupportedVersion);
+    String::from_utf8_lossy(&frames[1]).into_owned()
+}

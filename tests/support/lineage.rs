@@ -3,11 +3,10 @@
 //! recipes edited from the quickstart, a daemon restarted with `--change-course`, `dsprep pack
 //! --lineage`, and packed windows as bytes.
 
-use super::daemon::Daemon;
+use super::daemon::{Daemon, refused_v3};
 use super::serve_run::Run;
 use super::{dsprep_ok, quickstart_variant};
 use dsprep_client::PackedDataset;
-use dsprep_client::protocol::{ReplyHeader, Request, RequestKind, Status};
 use std::path::{Path, PathBuf};
 
 /// Windows `range` of `data`, as bytes.
@@ -75,22 +74,5 @@ pub fn change_fails(run: &Run, recipe: &Path) -> String {
 
 /// A protocol v3 request to `daemon`: refused (status 10), whatever the recipe in force.
 pub fn assert_refuses_v3(daemon: &Daemon) {
-    let context = zmq::Context::new();
-    let socket = context.socket(zmq::DEALER).unwrap();
-    socket.set_rcvtimeo(10_000).unwrap();
-    socket.connect(&daemon.endpoint).unwrap();
-    let request = Request {
-        version: 3,
-        kind: RequestKind::Batch,
-        request_id: 7,
-        rank: 0,
-        world_size: 2,
-        step: 0,
-        recipe_hash: None,
-        owner: None,
-    };
-    socket.send(request.encode(), 0).unwrap();
-    let frames = socket.recv_multipart(0).unwrap();
-    let header = ReplyHeader::decode(&frames[0]).unwrap();
-    assert_eq!(header.status, Status::UnsupportedVersion);
+    refused_v3(daemon, 2);
 }
