@@ -181,4 +181,32 @@ fn best_fit_switches_to_concat_exactly_and_the_daemon_still_pads_on_the_wire() {
     let switch = packings[1].1;
     assert_packed_as(&data, 0..switch, true);
     assert_packed_as(&data, switch..data.num_windows(), false);
+
+    // inspect counts each window by its own packing: the concat windows cut documents that
+    // would fit in one (a padded window never does), so the cut count is the concat stretch's.
+    let packed = tmp.path().join("packed-1");
+    let inspect = dsprep_ok(&["inspect", packed.to_str().unwrap(), "--mix"]);
+    let (starts, cut) = concat_cuts(&data, switch);
+    let line = format!("cut across windows: {cut} (");
+    assert!(cut > 0 && inspect.contains(&line), "{line} in\n{inspect}");
+    assert!(
+        inspect.contains("documents that fit in a window: "),
+        "{inspect}"
+    );
+    assert!(starts > cut);
+}
+
+/// From window `from` on (a concat stretch to the end): the documents that start there and the
+/// ones of them that fit in a window but whose tokens lie in two.
+fn concat_cuts(data: &PackedDataset, from: u64) -> (u64, u64) {
+    let wt = u64::from(data.manifest().window_tokens);
+    let mut begins = Vec::new();
+    for w in from..data.num_windows() {
+        let window = data.window(w).unwrap();
+        begins.extend(window.doc_starts.iter().map(|&s| w * wt + u64::from(s)));
+    }
+    let cut = (begins.windows(2))
+        .filter(|d| d[1] - d[0] <= wt && (d[1] - 1) / wt != d[0] / wt)
+        .count();
+    (begins.len() as u64, cut as u64)
 }

@@ -19,4 +19,5 @@ pub mod tap;
 pub mod tokenizer_cache;
 pub mod verify;
 pub mod waits;
+pub mod window_packing;
 pub mod writeback;

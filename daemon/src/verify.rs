@@ -9,13 +9,12 @@
 //! `best_fit` one's padded with its pad id). Reports the first problem with the file it is in.
 
 use crate::files::sha256_file;
+use crate::window_packing::WindowPacking;
 use anyhow::{Context, bail, ensure};
 use dsprep_client::PackedDataset;
 use dsprep_client::chain;
 use dsprep_client::format::{self, OutputFile};
-use dsprep_mixers::lanes::window_lane;
 use dsprep_mixers::ledger::PhaseLedger;
-use dsprep_mixers::recipe::LanesSpec;
 use std::path::Path;
 
 pub struct VerifyReport {
@@ -84,7 +83,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
             Some((points, counts))
         }
     };
-    let padding = Padding::of(m)?;
+    let padding = WindowPacking::of(m)?;
     let mut marks = m.chain.iter().peekable();
     let mut at = chain::START;
     let mut total_starts = 0u64;
@@ -128,7 +127,7 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         total_starts += starts.len() as u64;
         real_tokens += u64::from(window.real_tokens);
         let real = window.real_tokens;
-        match padding.at(index) {
+        match padding.pad_at(index) {
             Some(pad_id) => {
                 ensure!(
                     starts.first() == Some(&0) && starts.iter().all(|&s| s < real),
@@ -184,77 +183,6 @@ pub fn verify(dir: &Path) -> anyhow::Result<VerifyReport> {
         num_files: files.len() + 1,
         num_tokens: real_tokens,
     })
-}
-
-/// How each window is packed: the pack's one packing, or (format 7) each lineage segment's from
-/// its first window on; in a laned pack, from each lane's first window on in that lane's own
-/// windows (`lane_first_windows`).
-struct Padding {
-    /// The lanes that interleave the stream, when the segments' packings are per lane.
-    lanes: Option<LanesSpec>,
-    /// Per lane (one list without lanes): `(first window, pad id)`, increasing, in the lane's own
-    /// windows; `None`: `concat`, no padding.
-    spans: Vec<Vec<(u64, Option<u32>)>>,
-}
-
-impl Padding {
-    fn of(m: &format::Manifest) -> anyhow::Result<Padding> {
-        let packings: Vec<&format::SegmentPacking> = (m.lineage.iter().flatten())
-            .filter_map(|s| s.packing.as_ref())
-            .collect();
-        if packings.is_empty() {
-            let pad = m.packing.as_ref().map(|p| p.pad_id);
-            return Ok(Padding {
-                lanes: None,
-                spans: vec![vec![(0, pad)]],
-            });
-        }
-        if packings.iter().all(|p| p.lane_first_windows.is_none()) {
-            let spans = packings
-                .iter()
-                .map(|p| (p.first_window, p.pad_id))
-                .collect();
-            return Ok(Padding {
-                lanes: None,
-                spans: vec![spans],
-            });
-        }
-        let lanes = (m.recipe.get("lanes").cloned())
-            .and_then(|v| serde_json::from_value::<LanesSpec>(v).ok())
-            .context("the lineage's packings are per lane, but the recipe has no [lanes]")?;
-        let spans = (0..lanes.count as usize)
-            .map(|lane| {
-                (packings.iter())
-                    .map(|p| {
-                        let first = p.lane_first_windows.as_ref().and_then(|f| f.get(lane));
-                        let first = first.with_context(|| {
-                            format!(
-                                "the packing from window {} has no first window for lane {lane} \
-                                 of {}",
-                                p.first_window, lanes.count
-                            )
-                        })?;
-                        Ok((*first, p.pad_id))
-                    })
-                    .collect::<anyhow::Result<Vec<_>>>()
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(Padding {
-            lanes: Some(lanes),
-            spans,
-        })
-    }
-
-    /// Window `index`'s pad id; `None` when it is not padded.
-    fn at(&self, index: u64) -> Option<u32> {
-        let (lane, index) = match &self.lanes {
-            Some(spec) => window_lane(spec, index),
-            None => (0, index),
-        };
-        let spans = self.spans.get(lane as usize)?;
-        let k = spans.partition_point(|&(first, _)| first <= index);
-        spans.get(k.saturating_sub(1)).and_then(|&(_, pad)| pad)
-    }
 }
 
 /// The manifest's phase ledger against the one recounted from the windows.

@@ -3,6 +3,7 @@
 //! fit in one window but span two or more (`concat` cuts them wherever a window ends; `best_fit`
 //! cuts none). Read from the document index and the real-token counts only, never the tokens.
 
+use crate::window_packing::WindowPacking;
 use dsprep_client::PackedDataset;
 use std::fmt::Write;
 
@@ -12,7 +13,7 @@ pub const FILL_BUCKETS: usize = 20;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WindowFill {
-    /// Whether the directory has padding (format 5).
+    /// Whether the directory has padding (format 5, or 7 with a padded segment).
     pub padded: bool,
     pub windows: u64,
     pub padding_tokens: u64,
@@ -31,6 +32,8 @@ pub fn window_fill(dataset: &PackedDataset) -> anyhow::Result<WindowFill> {
         windows: dataset.num_windows(),
         ..WindowFill::default()
     };
+    // Which windows are padded: all, none, or (format 7) those of padded segments.
+    let packing = WindowPacking::of(m)?;
     // The open document: the window and offset where it starts.
     let mut open: Option<(u64, u64)> = None;
     for w in 0..dataset.num_windows() {
@@ -43,8 +46,8 @@ pub fn window_fill(dataset: &PackedDataset) -> anyhow::Result<WindowFill> {
             let Some((from_w, from)) = open.replace((w, u64::from(start))) else {
                 continue;
             };
-            if fill.padded {
-                // A padded pack's documents never continue into another window.
+            if packing.pad_at(from_w).is_some() {
+                // A padded window's documents never continue into another window.
                 fill.fitting_documents += 1;
                 continue;
             }
