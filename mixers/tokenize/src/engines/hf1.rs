@@ -29,7 +29,10 @@ thread_local! {
 /// - a character 0.23's Unicode tables do not assign (`\p{Cn}` of `regex-syntax`, the crate
 ///   fancy-regex compiles 0.23's patterns with), which 1.x's newer tables may: "𲎰", U+323B0,
 ///   assigned in Unicode 17, is a letter to 1.x and a symbol to 0.23 (DeepSeek V3: `" 𲎰"` is
-///   one id and four under 0.23).
+///   one id and four under 0.23);
+/// - "ſ" (U+017F, long s), which Unicode case folding makes an `s`: 0.23's regex takes `'ſ` for
+///   the contraction `(?i:'s)` of cl100k's and o200k's patterns, 1.x does not (o200k:
+///   `"'s'ſ'vEA"` is 7 ids under 0.23, 8 under 1.x; found by the random fragments).
 ///
 /// An ASCII text is read once, by `is_ascii`; most texts are decided at their first pass.
 pub(crate) fn cuts_like_hf(text: &str) -> bool {
@@ -75,6 +78,11 @@ impl Unassigned {
     }
 }
 
+/// The characters that Unicode simple case folding makes one of a contraction's letters (`s t r
+/// e v m l d`) besides the ASCII ones: 0.23's `(?i:'s|…)` matches them, 1.x's pre-tokenizer does
+/// not. Only the long s (U+017F → `s`); the Kelvin sign (U+212A) folds to `k`, in no contraction.
+const FOLDS_TO_A_CONTRACTION: [u32; 1] = [0x017F];
+
 /// [`Unassigned`], built once per process from `regex-syntax`'s `\p{Cn}`. Should the class not
 /// parse (it always does), every non-ASCII character counts as unassigned: such texts go to 0.23.
 fn unassigned_in_hf023() -> &'static Unassigned {
@@ -91,6 +99,10 @@ fn unassigned_in_hf023() -> &'static Unassigned {
             if end > 0xFFFF {
                 astral.push((start.max(0x1_0000), end));
             }
+        }
+        // Not unassigned, but cut otherwise by 1.x all the same (see `cuts_like_hf`).
+        for c in FOLDS_TO_A_CONTRACTION {
+            bmp[(c / 64) as usize] |= 1 << (c % 64);
         }
         Unassigned { bmp, astral }
     })
@@ -206,5 +218,13 @@ mod tests {
         assert!(!cuts_like_hf("\u{0378}"));
         assert!(cuts_like_hf("日本語 café 😀 𝟙 \u{20000} Ελληνικά"));
         assert!(cuts_like_hf("plain ASCII"));
+    }
+
+    /// The long s, a contraction's `s` to 0.23's case-insensitive regex, sends a text to 0.23.
+    #[test]
+    fn the_long_s_goes_to_hf_023() {
+        assert!(!cuts_like_hf("'s'\u{17F}'vEA"));
+        assert!(!cuts_like_hf("Waſſer"));
+        assert!(cuts_like_hf("Wasser \u{212A}"));
     }
 }
