@@ -222,8 +222,8 @@ fn a_full_disk_fails_checkpoints_not_the_daemon() {
     }
     let daemon = run.start(2, 2, false).unwrap();
     let num_steps = dataset.num_windows() / 4;
-    // Snapshots come when the reader closes a chunk after a step was stored: how many steps in
-    // depends on the documents' sizes. The ranks pull until one write has failed …
+    // Snapshots fall between documents: how many steps in the first write comes depends on the
+    // documents' sizes. The ranks pull until one write has failed …
     let (mut got, mut at) = (Vec::new(), 0);
     while !daemon
         .log_text()
@@ -264,13 +264,14 @@ fn a_full_disk_fails_checkpoints_not_the_daemon() {
         CheckpointDir::read(path).unwrap();
     }
     drop(daemon); // SIGKILL
-    let resumed = run.start(2, 2, true).unwrap();
+    let mut resumed = run.start(2, 2, true).unwrap();
     got.extend(run.pull(&resumed, 2, at, 20));
     assert!(resumed.log_text().contains("resuming from checkpoint"));
     assert!(
         got == global_batches(&dataset, 4, 0..at + 20),
         "the ranks got the uninterrupted stream"
     );
+    resumed.terminate(); // not in the middle of a write while the directory is listed
     let leftovers: Vec<_> = std::fs::read_dir(&run.state)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -353,8 +354,9 @@ fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
     let list = CheckpointDir::open(&run.state, 3).unwrap().list().unwrap();
     assert_eq!(list.len(), 1, "{list:?}\n{}", daemon.log_text());
     let step = list[0].0;
-    // Written at or below the rank's position (it asked for 299 last), never ahead of it.
-    assert!((100..=299).contains(&step), "{step}");
+    // Written at or below the rank's position (it asked for 299 last), never ahead of it, and
+    // as close below as the documents' ends allow (the longest spans under 30 of these steps).
+    assert!((270..=299).contains(&step), "{step}");
     let daemon = run.start(1, 2, true).unwrap();
     got.extend(run.pull(&daemon, 1, 300, 50));
     assert!(daemon.log_text().contains(&format!("(step {step}, ")));

@@ -5,6 +5,7 @@
 //!
 //! The policy:
 //! - a checkpoint is written atomically (a temporary file, fsync, rename, fsync of the directory);
+//!   a temporary file a killed process left is removed by the next write's prune;
 //! - then all but the newest K are removed and the directory is fsynced again;
 //! - the directory's checkpoints are its newest K files: a process killed between a rename and
 //!   its prune leaves one more file, which is not listed (nor used) and goes at the next write;
@@ -74,23 +75,33 @@ impl<M: Header> CheckpointStore<M> {
 
     /// Every checkpoint file, by position, oldest first (a prune's leftovers included).
     fn list_all(&self) -> anyhow::Result<Vec<(u64, PathBuf)>> {
+        Ok(self.scan()?.0)
+    }
+
+    /// Every checkpoint file, by position, oldest first; and the temporary files of writes a
+    /// killed process left (`.NAME.ckpt.tmp`, never renamed into place).
+    fn scan(&self) -> anyhow::Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
         let entries = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot list {}", self.dir.display()))?;
-        let mut found = Vec::new();
+        let (mut found, mut partial) = (Vec::new(), Vec::new());
         for entry in entries {
             let path = entry?.path();
-            let position = (path.file_name().and_then(|n| n.to_str())).and_then(|n| {
-                n.strip_prefix(M::PREFIX)?
-                    .strip_suffix(".ckpt")?
-                    .parse()
-                    .ok()
-            });
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let position =
+                (name.strip_prefix(M::PREFIX)).and_then(|n| n.strip_suffix(".ckpt")?.parse().ok());
             if let Some(position) = position {
                 found.push((position, path));
+            } else if (name.strip_prefix('.'))
+                .and_then(|n| n.strip_suffix(".ckpt.tmp"))
+                .is_some_and(|n| n.starts_with(M::PREFIX))
+            {
+                partial.push(path);
             }
         }
         found.sort();
-        Ok(found)
+        Ok((found, partial))
     }
 
     /// The directory's checkpoints (its newest `keep` files), by position, oldest first.
@@ -132,9 +143,20 @@ impl<M: Header> CheckpointStore<M> {
         Ok(gone.len())
     }
 
-    /// Remove all but the newest `keep` checkpoints, and make that durable.
+    /// Remove all but the newest `keep` checkpoints, and the temporary files of killed writes,
+    /// and make that durable.
     fn prune(&self) -> anyhow::Result<()> {
-        let all = self.list_all()?;
+        let (all, partial) = self.scan()?;
+        // This process writes the directory, one write at a time: a temporary file is a killed
+        // process's.
+        for path in partial {
+            if std::fs::remove_file(&path).is_ok() {
+                tracing::info!(
+                    "removed {}: a checkpoint write a killed run left unfinished",
+                    path.display()
+                );
+            }
+        }
         if all.len() > self.keep {
             for (_, old) in &all[..all.len() - self.keep] {
                 std::fs::remove_file(old)
@@ -245,8 +267,15 @@ mod tests {
         )?;
         assert_eq!(store.list()?.len(), 2);
         assert!(store.newest_at_or_below(15, |_| None)?.is_none());
+        // A kill in the middle of a write: its temporary file, and another file of the user's.
+        std::fs::write(tmp.path().join(".t-0035.ckpt.tmp"), b"half")?;
+        std::fs::write(tmp.path().join(".notes.tmp"), b"mine")?;
         store.write(&meta(40, "a"), &state())?;
-        assert_eq!(std::fs::read_dir(tmp.path())?.count(), 2);
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())?
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()?;
+        names.sort();
+        assert_eq!(names, [".notes.tmp", "t-0030.ckpt", "t-0040.ckpt"]);
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
 use dsprep_mixers::{DocStream, StreamState, TokenizeStage};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Documents per chunk at most.
 const CHUNK_DOCS: usize = 128;
@@ -54,9 +54,9 @@ pub struct PipelineConfig {
     pub threads: usize,
     /// Where the reader thread publishes the shuffle buffer's fill (documents), for metrics.
     pub shuffle_fill: Option<Arc<AtomicU64>>,
-    /// Set by the sink to ask for a checkpoint: the reader clears it and attaches the stream's
-    /// state to the next chunk it closes ([`TokenizedChunk::state`]).
-    pub snapshot: Option<Arc<AtomicBool>>,
+    /// Set by the sink: when the reader attaches the stream's state to a chunk it closes
+    /// ([`TokenizedChunk::state`]).
+    pub snapshot: Option<Arc<SnapshotAsks>>,
     /// A chunk closes once its text passes this many bytes (or at 128 documents). Smaller chunks
     /// cost a little more channel traffic and give finer snapshot points.
     pub chunk_text_bytes: usize,
@@ -88,6 +88,39 @@ impl PipelineConfig {
 
     fn max_in_flight(&self) -> usize {
         4 * self.threads + 2
+    }
+}
+
+/// What a sink asks of the reader's snapshots: one on the next chunk ([`SnapshotAsks::ask`]),
+/// and one whenever so many bytes of text have passed since the last by itself
+/// ([`SnapshotAsks::every_text_bytes`]). The reader runs up to `max_in_flight` chunks ahead of
+/// the sink, so an ask lands that far ahead in the stream; a pace puts snapshots everywhere, the
+/// stream's first chunk included, at places that depend on the documents only.
+#[derive(Debug, Default)]
+pub struct SnapshotAsks {
+    asked: AtomicBool,
+    /// 0: only when asked.
+    every_text_bytes: AtomicUsize,
+}
+
+impl SnapshotAsks {
+    pub fn ask(&self) {
+        self.asked.store(true, Ordering::Release);
+    }
+
+    /// Have the reader attach a snapshot to the first chunk that closes once `bytes` of text
+    /// (4 per token of a document tokenized ahead) have passed since its last (0: only when
+    /// asked).
+    pub fn every_text_bytes(&self, bytes: usize) {
+        self.every_text_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether the reader takes a snapshot on the chunk it closes, `since` bytes of text after
+    /// its last one.
+    fn due(&self, since: usize) -> bool {
+        let every = self.every_text_bytes.load(Ordering::Relaxed);
+        let asked = self.asked.swap(false, Ordering::AcqRel);
+        asked || (every > 0 && since >= every)
     }
 }
 
@@ -245,7 +278,7 @@ fn read_mix_shuffle<S: DocSource>(
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
     shuffle_fill: Option<&AtomicU64>,
-    snapshot: Option<&AtomicBool>,
+    snapshot: Option<&SnapshotAsks>,
     stop_after_documents: Option<u64>,
 ) -> anyhow::Result<Read> {
     let mut chunker = Chunker {
@@ -256,10 +289,15 @@ fn read_mix_shuffle<S: DocSource>(
         doc_tx,
         permits,
     };
-    let state_if_asked = |stream: &DocStream<S>| {
-        snapshot
-            .is_some_and(|asked| asked.swap(false, Ordering::AcqRel))
-            .then(|| Box::new(stream.state()))
+    // Text since the last snapshot (the first chunk is as far from none as can be).
+    let mut since = usize::MAX;
+    let mut state_if_asked = |stream: &DocStream<S>, chunk_text_bytes: usize| {
+        since = since.saturating_add(chunk_text_bytes);
+        let due = snapshot.is_some_and(|asks| asks.due(since));
+        due.then(|| {
+            since = 0;
+            Box::new(stream.state())
+        })
     };
     let read = |stream: &DocStream<S>, boundary| Read {
         counters: counters(stream),
@@ -272,11 +310,11 @@ fn read_mix_shuffle<S: DocSource>(
         if let Some(fill) = shuffle_fill {
             fill.store(stream.buffered() as u64, Ordering::Relaxed);
         }
-        if chunker.push(doc) && !chunker.send(state_if_asked(&stream)) {
+        if chunker.push(doc) && !chunker.send(state_if_asked(&stream, chunker.text_bytes)) {
             return Ok(read(&stream, None));
         }
     }
-    chunker.send(state_if_asked(&stream));
+    chunker.send(state_if_asked(&stream, chunker.text_bytes));
     let boundary = match stop_after_documents {
         None => None,
         Some(n) if stream.emitted() == n => Some(Box::new(stream.state())),

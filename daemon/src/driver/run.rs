@@ -4,7 +4,7 @@
 //! pack`, its lane parts, the single daemon's producer and the node daemons' lanes all run
 //! through [`run_stream`]; each is only a sink.
 
-use super::pipeline::{self, ChunkDoc, PipelineConfig, ProducedDoc};
+use super::pipeline::{self, ChunkDoc, PipelineConfig, ProducedDoc, SnapshotAsks};
 use super::pretokenize::Pretokenized;
 use super::stream::{LoadedRecipe, Locator};
 use anyhow::{Context, anyhow};
@@ -13,7 +13,6 @@ use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::packer::PackingCounters;
 use dsprep_mixers::{DocStream, PackedWindow, PackerConfig, WindowPacker};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where a run starts.
@@ -37,17 +36,18 @@ pub enum Flow {
 }
 
 /// The sink's handle on snapshots: [`Snapshots::ask`] has the reader attach the stream's state to
-/// the next chunk it closes; the sink gets it in [`WindowSink::snapshot`].
-pub struct Snapshots(Arc<AtomicBool>);
+/// the next chunk it closes; the sink gets it in [`WindowSink::snapshot`]. A sink that
+/// [paces snapshots](WindowSink::paces_snapshots) gets them without asking.
+pub struct Snapshots(Arc<SnapshotAsks>);
 
 impl Snapshots {
     /// A handle that asks no reader (a run on the caller's thread takes no snapshot).
     pub fn unused() -> Snapshots {
-        Snapshots(Arc::new(AtomicBool::new(false)))
+        Snapshots(Arc::default())
     }
 
     pub fn ask(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.ask();
     }
 }
 
@@ -59,6 +59,16 @@ pub trait WindowSink {
     /// Whether this sink keeps snapshots (when not, the reader never takes one).
     fn keeps_snapshots(&self) -> bool {
         true
+    }
+
+    /// Whether the reader takes snapshots for this sink without asks: one on the first chunk
+    /// that closes once a chunk's worth of text (`chunk_text_bytes`, about half a step in a
+    /// daemon) has passed since the last, from the stream's start. Asking once per step instead
+    /// would put each snapshot as far ahead as the reader runs (`4 × threads + 2` chunks), and
+    /// none in a stream's first chunks: on the quickstart at 2 ranks × 2 the first came at step
+    /// 67, after the ranks' last step.
+    fn paces_snapshots(&self) -> bool {
+        false
     }
 
     /// A document as the packer takes it.
@@ -130,9 +140,14 @@ pub fn run_stream(
     let began = Instant::now();
     let (mut packer, restored, mut documents) = open_start(loaded, &mut stream, start, packing)?;
     sink.started(restored.then(|| began.elapsed()));
-    let asked = Arc::new(AtomicBool::new(false));
-    config.snapshot = sink.keeps_snapshots().then(|| Arc::clone(&asked));
-    let snapshots = Snapshots(asked);
+    let asks = Arc::new(SnapshotAsks::default());
+    config.snapshot = sink.keeps_snapshots().then(|| Arc::clone(&asks));
+    let snapshots = Snapshots(asks);
+    if let Some(asks) = &config.snapshot
+        && sink.paces_snapshots()
+    {
+        asks.every_text_bytes(config.chunk_text_bytes);
+    }
     let locator = Locator::new(stream.mixer());
     let locate = |pos: &DocPos| locator.locate(pos);
     let mut windows = Vec::new();

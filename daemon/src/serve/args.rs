@@ -67,7 +67,8 @@ pub struct ServeArgs {
     /// Directory for checkpoints (exact resume); none: no checkpoints.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
-    /// Write a checkpoint every N steps produced, and on SIGINT/SIGTERM.
+    /// Write a checkpoint at or just below every multiple of N steps the slowest rank reaches,
+    /// and on SIGINT/SIGTERM.
     #[arg(long, default_value_t = 500)]
     pub checkpoint_every: u64,
     /// Checkpoints kept in --state-dir. Keep enough to reach back to the trainers' own

@@ -382,13 +382,7 @@ impl Served {
                         .run(),
                     };
                     match result {
-                        Ok(Ended::EndOfData(num_steps)) => {
-                            store.finish();
-                            tracing::info!(
-                                num_steps,
-                                "end of data: every rank gets {num_steps} steps"
-                            );
-                        }
+                        Ok(Ended::EndOfData) => store.finish(),
                         Ok(Ended::Stopped) => {}
                         Err(_) if shutdown.load(Ordering::Relaxed) => {}
                         Err(e) => {

@@ -30,8 +30,8 @@ pub struct Checkpointing<'a> {
 
 /// How production ended.
 pub enum Ended {
-    /// The data ended after this many steps.
-    EndOfData(u64),
+    /// The data ended (the store says after how many steps).
+    EndOfData,
     /// The store was shut down.
     Stopped,
 }
@@ -215,10 +215,7 @@ impl Producer<'_> {
             from_window: windows,
             fast_forward,
             resume_note,
-            kept: HeldSnapshots {
-                held: Default::default(),
-                written: start.step,
-            },
+            kept: HeldSnapshots::new(start.step),
         };
         // The segment this run starts in (a resume past a change starts in it).
         self.metrics.segment_began(start.segment, &[]);
@@ -253,7 +250,23 @@ impl Producer<'_> {
                 "the last, incomplete global batch is not served (every rank gets the same steps)"
             );
         }
-        Ok(Ended::EndOfData(sink.steps.current.step))
+        self.store.finish();
+        // The ranks still have the prefetched steps to read: the checkpoints due meanwhile, and
+        // on shutdown, are written from what is held.
+        if let Some(c) = &sink.checkpoints {
+            let mut slowest = self.store.slowest();
+            loop {
+                sink.kept.checkpoint(c, slowest, false);
+                match self.store.wait_slowest_past(slowest) {
+                    Ok(now) => slowest = now,
+                    Err(_) => {
+                        sink.kept.checkpoint(c, self.store.slowest(), true);
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(Ended::EndOfData)
     }
 }
 
@@ -282,6 +295,10 @@ impl WindowSink for StepSink<'_> {
         self.checkpoints.is_some()
     }
 
+    fn paces_snapshots(&self) -> bool {
+        self.checkpoints.is_some()
+    }
+
     fn started(&mut self, restored_in: Option<std::time::Duration>) {
         if let (Some((resumed, then)), Some(took)) = (self.resume_note.take(), restored_in) {
             tracing::info!("{resumed} in {:.2} s; {then}", took.as_secs_f64());
@@ -296,7 +313,7 @@ impl WindowSink for StepSink<'_> {
         self.metrics.set_packing(0, counters, pool_documents);
     }
 
-    fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {
+    fn window(&mut self, window: PackedWindow, _: &Snapshots) -> anyhow::Result<Flow> {
         if let Some((step, at, global_batch)) = self.batch_ends
             && self.steps.next_window == at
         {
@@ -315,8 +332,6 @@ impl WindowSink for StepSink<'_> {
             return Ok(Flow::Stop);
         }
         let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
-        // One snapshot per step at most: the reader attaches it to the next chunk.
-        snapshots.ask();
         Ok(Flow::Continue)
     }
 
@@ -346,18 +361,30 @@ impl SegmentSink for StepSink<'_> {
     }
 }
 
-/// Snapshots taken since the slowest rank's position, in memory, newest last. A checkpoint is
+/// Snapshots taken since the slowest rank's position, in memory, oldest first, at most one per
+/// step. The reader takes about two per step wherever the stream is ([`WindowSink::paces_snapshots`]), so
+/// whatever step a trainer resumes from, a snapshot lies at or just below it. A checkpoint is
 /// useful only at or below the step a trainer will resume from, and trainers are behind the
-/// pipeline (by up to `prefetch` steps, and the chunks in flight): so checkpoints are written from
-/// the newest snapshot at or below the slowest rank, every `every` steps and on shutdown.
-/// At most one snapshot per step is taken, so this holds about `prefetch + 2` of them.
+/// pipeline (by up to `prefetch` steps, and the chunks in flight): so once the slowest rank has
+/// reached a multiple of `every`, the newest snapshot at or below that multiple is written; on
+/// shutdown, the newest at or below the slowest rank. This holds about `prefetch + 2` of them.
 struct HeldSnapshots {
     held: std::collections::VecDeque<(CheckpointMeta, PipelineState)>,
     /// The step of the last checkpoint written (or where this run started).
     written: u64,
+    /// The last multiple of `every` a checkpoint was written for (or where this run started).
+    covered: u64,
 }
 
 impl HeldSnapshots {
+    fn new(start: u64) -> Self {
+        HeldSnapshots {
+            held: Default::default(),
+            written: start,
+            covered: start,
+        }
+    }
+
     fn add(&mut self, c: &Checkpointing, segment: usize, state: PipelineState, chain: Hash) {
         let documents = state.stream.emitted;
         let meta = c
@@ -370,29 +397,79 @@ impl HeldSnapshots {
         self.held.push_back((meta, state));
     }
 
-    /// Drop what the slowest rank has passed, and write the newest snapshot it has reached if
-    /// `every` steps have passed since the last checkpoint (or `now`, on shutdown). A write that
-    /// fails (a full disk, say) is logged and serving goes on: the next is tried `every` steps
-    /// later, and the checkpoints already written stay usable (a failed write leaves no file).
-    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, now: bool) {
-        let reached = self.held.iter().rposition(|(m, _)| m.step <= slowest);
-        let Some(reached) = reached else {
-            return;
-        };
-        self.held.drain(..reached);
-        let step = self.held[0].0.step;
-        let due = step > self.written && (now || step >= self.written + c.every);
-        if due {
-            let (meta, state) = &self.held[0];
-            if let Err(e) = write_checkpoint(c, meta, state) {
-                tracing::warn!(
-                    "CHECKPOINT NOT WRITTEN, serving goes on (the next is tried {} steps later; the \
-                     newest written stays the one to resume from): {e:#}",
+    /// The index of the newest held snapshot at or below `step`.
+    fn newest_at_or_below(&self, step: u64) -> Option<usize> {
+        self.held.iter().rposition(|(m, _)| m.step <= step)
+    }
+
+    /// Write what is due with the slowest rank at `slowest`: for each multiple of `every` it has
+    /// reached since the last call, the newest snapshot at or below that multiple; on
+    /// shutdown (`stopping`), the newest at or below `slowest`, or a line saying why none is.
+    /// Then drop what the slowest rank has passed. A write that fails (a full disk, say) is
+    /// logged and serving goes on: the next is tried at the next multiple, and the checkpoints
+    /// already written stay usable (a failed write leaves no file).
+    fn checkpoint(&mut self, c: &Checkpointing, slowest: u64, stopping: bool) {
+        // Every multiple the slowest rank has reached since the last call: a chunk of long
+        // documents can carry it past several.
+        let mut multiple = (self.covered / c.every + 1) * c.every;
+        while multiple <= slowest {
+            let below = self.newest_at_or_below(multiple);
+            if let Some(at) = below
+                && self.held[at].0.step > self.written
+            {
+                self.write(c, at);
+            }
+            if below.is_none() || self.written + c.every <= multiple {
+                // Snapshots fall between documents: one document spans these steps.
+                tracing::info!(
+                    "the checkpoint for step {multiple} is at step {}, more than {} steps below \
+                     it: no document ends in between (checkpoints fall between documents)",
+                    self.written,
                     c.every
                 );
             }
-            self.written = step;
+            self.covered = multiple;
+            multiple += c.every;
         }
+        if stopping {
+            match self.newest_at_or_below(slowest) {
+                Some(at) if self.held[at].0.step > self.written => self.write(c, at),
+                Some(_) => tracing::info!(
+                    "stopping: the newest checkpoint, step {}, is the slowest rank's (step \
+                     {slowest}) latest; none written",
+                    self.written
+                ),
+                None => tracing::warn!(
+                    "stopping: NO CHECKPOINT WRITTEN for the slowest rank's step {slowest}: {}",
+                    match self.held.front() {
+                        Some((m, _)) => format!(
+                            "the oldest snapshot held is of step {}, above it (the ranks \
+                             have not reached the stream's first snapshot)",
+                            m.step
+                        ),
+                        None => "no snapshot has been taken yet (the shuffle buffer is still \
+                                 filling, or no chunk of documents has been packed)"
+                            .to_string(),
+                    }
+                ),
+            }
+        }
+        if let Some(reached) = self.newest_at_or_below(slowest) {
+            self.held.drain(..reached);
+        }
+    }
+
+    fn write(&mut self, c: &Checkpointing, at: usize) {
+        let (meta, state) = &self.held[at];
+        let step = meta.step;
+        if let Err(e) = write_checkpoint(c, meta, state) {
+            tracing::warn!(
+                "CHECKPOINT NOT WRITTEN, serving goes on (the next is tried at the next multiple \
+                 of {} steps; the newest written stays the one to resume from): {e:#}",
+                c.every
+            );
+        }
+        self.written = step;
     }
 }
 

@@ -305,10 +305,29 @@ impl StepStore {
         Ok(())
     }
 
-    /// The stream has ended: no more steps.
+    /// Wait until the slowest rank is past `step` (its position, returned) or the store shuts
+    /// down.
+    pub fn wait_slowest_past(&self, step: u64) -> Result<u64, Stopped> {
+        let mut state = self.lock();
+        loop {
+            if state.shutdown {
+                return Err(Stopped);
+            }
+            if state.slowest() > step {
+                return Ok(state.slowest());
+            }
+            state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The stream has ended: no more steps. Said once, at the first call.
     pub fn finish(&self) {
         let mut state = self.lock();
-        state.end = Some(state.produced);
+        if state.end.is_none() {
+            state.end = Some(state.produced);
+            let num_steps = state.produced;
+            tracing::info!(num_steps, "end of data: every rank gets {num_steps} steps");
+        }
     }
 
     pub fn fail(&self, message: String) {

@@ -129,7 +129,7 @@ impl LaneProducer<'_> {
             drop(receivers); // a lane still running sees its channel close and stops
             let (ended, mut failure) = match ended {
                 Ok(ended) => (ended, None),
-                Err(e) => (Ended::EndOfData(0), Some(e)),
+                Err(e) => (Ended::EndOfData, Some(e)),
             };
             for (lane, handle) in handles {
                 match handle.join() {
@@ -176,7 +176,7 @@ impl LaneProducer<'_> {
         for i in from.. {
             let (lane, _) = block_lane(&self.spec, self.slice.block(i));
             let Some(Ok(block)) = receivers.get(&lane).map(Receiver::recv) else {
-                return Ok(Ended::EndOfData(steps.current.step));
+                return Ok(Ended::EndOfData);
             };
             for window in block {
                 let Some(mut done) = steps.add(window) else {
@@ -184,7 +184,7 @@ impl LaneProducer<'_> {
                 };
                 match chain.link_step(&mut done, self.store) {
                     Ok(Linked::Yes) => {}
-                    Ok(Linked::BeyondEnd) => return Ok(Ended::EndOfData(done.step)),
+                    Ok(Linked::BeyondEnd) => return Ok(Ended::EndOfData),
                     Ok(Linked::Stopped) => return Ok(Ended::Stopped),
                     Err(e) => return Err(e),
                 }
@@ -194,7 +194,7 @@ impl LaneProducer<'_> {
                 let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
             }
         }
-        Ok(Ended::EndOfData(steps.current.step))
+        Ok(Ended::EndOfData)
     }
 }
 
@@ -339,6 +339,10 @@ impl WindowSink for LaneSink<'_> {
         self.writer.is_some()
     }
 
+    fn paces_snapshots(&self) -> bool {
+        self.writer.is_some()
+    }
+
     fn document(&mut self, doc: ProducedDoc) {
         (self.run.metrics).count_document_in(self.lane, self.segment as u64, &doc);
     }
@@ -349,7 +353,7 @@ impl WindowSink for LaneSink<'_> {
             .set_packing(self.lane, counters, pool_documents);
     }
 
-    fn window(&mut self, window: PackedWindow, snapshots: &Snapshots) -> anyhow::Result<Flow> {
+    fn window(&mut self, window: PackedWindow, _: &Snapshots) -> anyhow::Result<Flow> {
         if self.skip > 0 {
             self.skip -= 1;
             self.fast_forward.advance(self.to_skip - self.skip);
@@ -376,7 +380,6 @@ impl WindowSink for LaneSink<'_> {
         }
         self.blocks += 1;
         self.run.publish(self.lane, self.blocks, false, false);
-        snapshots.ask(); // one snapshot per block at most
         Ok(Flow::Continue)
     }
 
