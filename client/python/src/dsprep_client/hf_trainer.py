@@ -26,14 +26,25 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Union
 
-import torch
-from torch.utils.data import DataLoader, IterableDataset
-from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+import transformers
 
-from ._recipe_check import check_layout, elastic_step, recipe_facts, require_vocab_covers
 from .errors import ConfigError
-from .torch_dataset import DsprepIterableDataset
+
+#: The transformers major release this adapter supports (tested with 5.24).
+SUPPORTED_TRANSFORMERS_MAJOR = 5
+if int(transformers.__version__.split(".")[0]) != SUPPORTED_TRANSFORMERS_MAJOR:
+    raise ConfigError(
+        f"transformers {transformers.__version__} is installed; dsprep_client.hf_trainer supports transformers "
+        f"{SUPPORTED_TRANSFORMERS_MAJOR}.x (its Trainer's data loading and checkpoint interfaces): pip install 'transformers>=5,<6'"
+    )
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
+from transformers import Trainer, TrainerCallback  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint  # noqa: E402
+
+from ._recipe_check import check_layout, elastic_step, recipe_facts, require_vocab_covers  # noqa: E402
+from .torch_dataset import DsprepIterableDataset  # noqa: E402
 
 #: The file in each Trainer checkpoint folder that holds dsprep's state.
 STATE_FILE = "dsprep_state.json"
@@ -198,4 +209,4 @@ class DsprepTrainer(Trainer):
         self.train_dataset.load_state_dict(inner)
 
 
-__all__ = ["DsprepHFDataset", "DsprepStateCallback", "DsprepTrainer", "ITEM_KEYS", "STATE_FILE"]
+__all__ = ["SUPPORTED_TRANSFORMERS_MAJOR", "DsprepHFDataset", "DsprepStateCallback", "DsprepTrainer", "ITEM_KEYS", "STATE_FILE"]
