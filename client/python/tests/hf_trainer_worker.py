@@ -48,7 +48,7 @@ def main(endpoint: str, output_dir: str, out: str, max_steps: int, mode: str, re
 
     model.register_forward_pre_hook(record, with_kwargs=True)
     args = TrainingArguments(
-        output_dir=output_dir, max_steps=max_steps, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+        output_dir=output_dir, max_steps=max_steps, per_device_train_batch_size=1, gradient_accumulation_steps=2,
         save_strategy="steps", save_steps=3, logging_steps=1, report_to="none", use_cpu=True, learning_rate=1e-3,
         seed=0, disable_tqdm=True,
     )

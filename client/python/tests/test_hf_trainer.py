@@ -41,7 +41,7 @@ def lines(path: Path) -> list:
 
 
 def test_a_killed_run_resumed_from_the_trainers_checkpoint_sees_the_uninterrupted_batches(daemon_factory, packed_dir, tmp_path):
-    """6 optimizer steps × 2 accumulated micro batches of 2 windows. The uninterrupted run; then a
+    """6 optimizer steps × 2 accumulated micro batches of 1 window. The uninterrupted run; then a
     run killed with its daemon after its step-3 checkpoint, during step 5 (9 batches in), and
     resumed (`resume_from_checkpoint=True`, the daemon with `--resume latest`): the 6 batches up to
     the checkpoint and the 6 after the resume are the uninterrupted run's 12, which are the packed
@@ -55,9 +55,9 @@ def test_a_killed_run_resumed_from_the_trainers_checkpoint_sees_the_uninterrupte
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err[-4000:]
 
-    whole = run(daemon_factory(world_size=1, micro_batch=2, prefetch=8), "whole", "fresh")
+    whole = run(daemon_factory(world_size=1, micro_batch=1, prefetch=8), "whole", "fresh")
     serve = ["--state-dir", str(tmp_path / "state"), "--checkpoint-every", "1", "--keep-checkpoints", "100"]
-    first = daemon_factory(world_size=1, micro_batch=2, prefetch=8, in_dir=tmp_path / "d", extra=serve)
+    first = daemon_factory(world_size=1, micro_batch=1, prefetch=8, in_dir=tmp_path / "d", extra=serve)
     killed = run(first, "killed", "hold:9")
     deadline = time.monotonic() + 240
     while len(lines(tmp_path / "killed.jsonl")) < 9 or not (tmp_path / "killed-ckpt" / "checkpoint-3" / STATE_FILE).exists():
@@ -69,13 +69,13 @@ def test_a_killed_run_resumed_from_the_trainers_checkpoint_sees_the_uninterrupte
     first.kill()
     finish(whole)
 
-    second = daemon_factory(world_size=1, micro_batch=2, prefetch=8, in_dir=tmp_path / "d", extra=serve + ["--resume", "latest"])
+    second = daemon_factory(world_size=1, micro_batch=1, prefetch=8, in_dir=tmp_path / "d", extra=serve + ["--resume", "latest"])
     finish(run(second, "killed", "resume"))  # the same output dir: resumes from its checkpoint-3
 
     uninterrupted, seen = lines(tmp_path / "whole.jsonl"), lines(tmp_path / "killed.jsonl")
     assert len(uninterrupted) == 12 and len(seen) == 9 + 6
     assert seen[:6] + seen[9:] == uninterrupted, "every batch after the resume is the uninterrupted run's"
-    packed = PackedDataset(packed_dir, micro_batch=2, rank=0, world_size=1)
+    packed = PackedDataset(packed_dir, micro_batch=1, rank=0, world_size=1)
     for step, got in enumerate(uninterrupted):
         want = packed.batch_at(step)
         assert got["input_ids"] == want.input_ids.astype(np.int64).tolist(), step

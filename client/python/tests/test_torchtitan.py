@@ -10,6 +10,7 @@ missing torchtitan fails these tests instead of skipping them."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -130,19 +131,25 @@ def free_port() -> int:
 def test_dcp_checkpoint_resumes_exactly_at_the_same_and_another_data_parallel_size(daemon_factory, packed_dir, tmp_path):
     """2 gloo ranks (local batch 2, global batch 4) take steps 0..4 and save the loader with
     `dcp.save` after step 2; the daemon is killed. Resumed from that checkpoint (`dcp.load`) with
-    the daemon restarted (`--resume latest`): 2 ranks again, and 1 rank with local batch 4 (the
-    same global batch), each yields steps 3.. exactly as the uninterrupted stream."""
+    the daemon restarted (`--resume latest`): 2 ranks again, and (at the same time, against its own
+    copy of the daemon's state) 1 rank with local batch 4 (the same global batch); each yields
+    steps 3.. exactly as the uninterrupted stream."""
     worker = Path(__file__).with_name("titan_rank_worker.py")
-    ckpt, state = tmp_path / "ckpt", tmp_path / "state"
-    serve_args = ["--state-dir", str(state), "--checkpoint-every", "1", "--keep-checkpoints", "100"]
+    ckpt = tmp_path / "ckpt"
 
-    def run(daemon, world: int, local_batch: int, steps: int, mode: str, tag: str) -> None:
+    def serve_args(state: Path) -> list:
+        return ["--state-dir", str(state), "--checkpoint-every", "1", "--keep-checkpoints", "100"]
+
+    def start(daemon, world: int, local_batch: int, steps: int, mode: str, tag: str) -> list:
         port, procs = free_port(), []
         for rank in range(world):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             out = str(tmp_path / f"{tag}-rank{rank}")
             cmd = [sys.executable, str(worker), daemon.endpoint, out, str(local_batch), str(steps), str(ckpt), mode]
             procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+        return procs
+
+    def finish(procs: list) -> None:
         for p in procs:
             _, err = p.communicate(timeout=180)
             assert p.returncode == 0, err
@@ -157,18 +164,20 @@ def test_dcp_checkpoint_resumes_exactly_at_the_same_and_another_data_parallel_si
                 assert got["positions"] == want.position_ids.tolist(), f"{tag} rank {rank} step {step}"
                 assert got["labels"] == want.labels.tolist(), f"{tag} rank {rank} step {step}"
 
-    first = daemon_factory(world_size=2, micro_batch=2, prefetch=4, in_dir=tmp_path / "d", extra=serve_args)
-    run(first, world=2, local_batch=2, steps=5, mode="save:3", tag="first")
+    first = daemon_factory(world_size=2, micro_batch=2, prefetch=4, in_dir=tmp_path / "d", extra=serve_args(tmp_path / "state"))
+    finish(start(first, world=2, local_batch=2, steps=5, mode="save:3", tag="first"))
     first.kill()
     check("first", 2, 2, 0, 5)
 
-    same = daemon_factory(world_size=2, micro_batch=2, prefetch=4, in_dir=tmp_path / "d", extra=serve_args + ["--resume", "latest"])
-    run(same, world=2, local_batch=2, steps=4, mode="load", tag="same")
-    same.stop()
+    # Both resumes at once, each with its own copy of the daemon's state directory.
+    shutil.copytree(tmp_path / "state", tmp_path / "state-other")
+    resume = ["--resume", "latest"]
+    same = daemon_factory(world_size=2, micro_batch=2, prefetch=4, in_dir=tmp_path / "d", extra=serve_args(tmp_path / "state") + resume)
+    other = daemon_factory(world_size=1, micro_batch=4, prefetch=4, in_dir=tmp_path / "o", extra=serve_args(tmp_path / "state-other") + resume)
+    procs = start(same, world=2, local_batch=2, steps=4, mode="load", tag="same")
+    procs += start(other, world=1, local_batch=4, steps=4, mode="load", tag="other")
+    finish(procs)
     check("same", 2, 2, 3, 4)
-
-    other = daemon_factory(world_size=1, micro_batch=4, prefetch=4, in_dir=tmp_path / "d", extra=serve_args + ["--resume", "latest"])
-    run(other, world=1, local_batch=4, steps=4, mode="load", tag="other")
     check("other", 1, 4, 3, 4)
 
 
