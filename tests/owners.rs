@@ -323,3 +323,51 @@ fn a_zombie_of_a_replaced_job_is_refused_and_cannot_make_the_new_owners_step_gon
     let err = same_start.batch_at(20).unwrap_err();
     assert!(matches!(err, ClientError::RankOwned(_)), "{err}");
 }
+
+/// A trainer restarted while the old process still runs (the launcher started it again, a
+/// torchelastic worker survived): the new process, a `dsprep tap` started after this test's
+/// session, takes the rank over at once, though the old one is live and the owner timeout is
+/// 30 s; the old process's client gets `ClientError::Superseded` at once, never retried, saying
+/// to exit.
+#[test]
+fn a_restarted_trainer_takes_its_rank_from_the_live_old_one_which_is_told_to_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = daemon(tmp.path(), "30");
+    let mut old = trainer(&daemon.endpoint, 0, 0x80);
+    old.batch_at(0).unwrap().unwrap();
+    // The new process reads steps 1 to 3, then waits for rank 1 (prefetch 4): it stays live.
+    let mut new = support::daemon::tap(&daemon.endpoint, 0, 2, 1, 10, &tmp.path().join("t.bin"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon.metric("dsprep_rank_step{rank=\"0\"}") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted trainer never read"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = Instant::now();
+    let err = old.batch_at(1).unwrap_err();
+    assert!(asked.elapsed() < Duration::from_secs(1), "never retried");
+    let ClientError::Superseded(message) = &err else {
+        panic!("{err}");
+    };
+    assert!(
+        err.to_string()
+            .starts_with("superseded: rank 0 (data-parallel rank 0) belongs to session "),
+        "{err}"
+    );
+    let started = process_session_started();
+    assert!(
+        message.ends_with(&format!(
+            "; this session 0000000000000080 started earlier, at {started} ns: this process \
+             belongs to a job that was replaced, and should exit"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        daemon.metric("dsprep_owner_refused_total{reason=\"superseded\"}"),
+        1.0
+    );
+    new.kill().unwrap();
+    new.wait().unwrap();
+}
