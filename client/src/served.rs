@@ -324,7 +324,8 @@ fn slice(t: TokenSlice<'_>, from: usize, to: usize) -> TokenSlice<'_> {
 /// How often a rank that is ahead of the others asks again.
 pub const AHEAD_RETRY: Duration = Duration::from_millis(20);
 /// How often a rank held by another process is asked for again, and for how long: past the
-/// daemon's default owner timeout (10 s), so a restarted trainer gets its rank back, while two
+/// daemon's default owner timeout (10 s), so a trainer gets the rank of one that just died (a
+/// trainer started later than a live owner takes the rank at once, protocol v6), while two
 /// trainers started with the same `RANK` fail within this.
 pub const OWNED_RETRY: Duration = Duration::from_millis(250);
 pub const OWNED_PATIENCE: Duration = Duration::from_secs(15);

@@ -38,7 +38,8 @@ from .protocol import (
 #: How often a rank that is ahead of the others asks again.
 AHEAD_RETRY_S = 0.020
 #: A rank another process holds is asked for again this often, for this long: past the daemon's
-#: default owner timeout (10 s), so a restarted trainer gets its rank back, while two trainers
+#: default owner timeout (10 s), so a trainer gets the rank of one that just died (a trainer
+#: started later than a live owner takes the rank at once, protocol v6), while two trainers
 #: started with the same RANK fail within it.
 OWNED_RETRY_S = 0.25
 OWNED_PATIENCE_S = 15.0
