@@ -53,6 +53,7 @@ fn ask(socket: &zmq::Socket, version: u16, step: u64) -> Vec<Vec<u8>> {
         owner: Some(Owner {
             global_rank: 0,
             session: 7,
+            started: 0,
         }),
     };
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -262,6 +262,7 @@ fn owned(request: Request, session: u64) -> Request {
         owner: Some(Owner {
             global_rank: request.rank,
             session,
+            started: 0,
         }),
         ..request
     }
@@ -341,12 +342,12 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!((h.status, h.request_id), (Status::UnsupportedVersion, 42));
     assert_eq!(
         m,
-        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 5)"
+        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 6)"
     );
 
     let (h, m) = raw.ask_frames(&[b"hello"]);
     assert_eq!(h.status, Status::Malformed);
-    assert_eq!(m, "request rejected: message is 5 bytes, expected 80");
+    assert_eq!(m, "request rejected: message is 5 bytes, expected 88");
 
     let (h, m) = raw.ask_frames(&[&request(0, 2, 0).encode(), b"extra"]);
     assert_eq!(h.status, Status::Malformed);
@@ -437,29 +438,53 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
         (1, Status::Ok, 11, None)
     );
     // A version 2 client gets its 3 frames; version 3 adds the document sources, 4 the real
-    // tokens; 5 adds the segment to the header (256 bytes), which v2 to v4 never see.
+    // tokens; 5 adds the segment to the header (256 bytes), which v2 to v4 never see; 6 changes
+    // the request (88 bytes, the session's start time), not the reply. Every version's reply is
+    // the same bytes but for its version field and the parts its version has.
     let versions = [
-        (1u16, 3usize, 96),
-        (2, 3, 224),
-        (3, 4, 224),
-        (4, 5, 224),
-        (5, 5, 256),
+        (1u16, 64usize, 3usize, 96),
+        (2, 64, 3, 224),
+        (3, 80, 4, 224),
+        (4, 80, 5, 224),
+        (5, 80, 5, 256),
+        (6, 88, 5, 256),
     ];
-    for (version, frames, header) in versions {
+    let mut replies = Vec::new();
+    for (version, request_bytes, frames, header) in versions {
         let ask = Request {
             version,
             ..request(1, 2, 5)
         };
+        assert_eq!(ask.encode().len(), request_bytes, "version {version}");
         raw.socket.send_multipart([&ask.encode()[..]], 0).unwrap();
         let reply = raw.socket.recv_multipart(0).unwrap();
         assert_eq!(reply.len(), frames, "version {version}");
         assert_eq!(reply[0].len(), header, "version {version}");
         let segment = ReplyHeader::decode(&reply[0]).unwrap().segment;
-        assert_eq!(segment.is_some(), version == 5, "version {version}");
+        assert_eq!(segment.is_some(), version >= 5, "version {version}");
         if version == 4 {
             assert_eq!(&reply[0][41..48], &[0; 7], "v4's reserved bytes");
         }
+        replies.push(reply);
     }
+    for (v, reply) in replies.iter().enumerate().skip(1) {
+        let shorter = &replies[v - 1];
+        assert_eq!(
+            reply[1..shorter.len()],
+            shorter[1..],
+            "version {}'s frames",
+            v + 1
+        );
+        let (h, h_before) = (&reply[0], &shorter[0]);
+        let common = h_before.len().min(h.len());
+        let unchanged = |range: std::ops::Range<usize>| h[range.clone()] == h_before[range];
+        assert!(
+            unchanged(0..4) && unchanged(6..44) && unchanged(48..common),
+            "version {}",
+            v + 1
+        );
+    }
+    assert_eq!(replies[5][0][6..], replies[4][0][6..], "v6's reply is v5's");
     assert_eq!(
         daemon.metric("dsprep_replies_total{status=\"malformed\"}"),
         3.0
@@ -674,7 +699,7 @@ fn a_rank_belongs_to_one_trainer_process_at_a_time() {
         "{message}"
     );
     assert!(
-        message.ends_with("once the other has been silent for 2 s"),
+        message.ends_with("any other once the owner has been silent for 2 s"),
         "{message}"
     );
     assert_eq!(
@@ -689,8 +714,9 @@ fn a_rank_belongs_to_one_trainer_process_at_a_time() {
         dataset.window(6).unwrap().tokens.to_vec(),
         "the owner goes on"
     );
-    // The owner crashes (no clean exit, so no release): its rank is free 2 s after its last request.
-    std::mem::forget(first);
+    // The owner crashes (no clean exit, so no release, and its keepalives stop): its rank is
+    // free 2 s after it was last heard.
+    first.abandon();
     let mut restarted = client_in_session(&endpoint, 0, 2, 10);
     let row = restarted.batch_at(4).unwrap().unwrap();
     assert_eq!(

@@ -1,7 +1,7 @@
 //! The fault soak (issue 13, point 4): a real `dsprep serve` with checkpoints serves 8 ranks, each a
 //! real `dsprep tap` process, while a seeded schedule SIGKILLs and restarts ranks (a restarted
-//! trainer: a new session, refused until the old one's owner timeout, continuing from the step
-//! after its last complete one with the chain it saved), SIGKILLs the daemon and resumes it,
+//! trainer: a new session, started later, which takes the rank over at once (protocol v6),
+//! continuing from the step after its last complete one with the chain it saved), SIGKILLs the daemon and resumes it,
 //! stops a rank past the prefetch window (SIGSTOP, SIGCONT) while the others wait, and fills the
 //! state directory's disk (a 512 KiB tmpfs when this runs as root, else the checkpoints'
 //! temporary files are made links to /dev/full). Ranks also close cleanly and reopen (each
@@ -30,7 +30,8 @@ use support::{pack_dataset, quickstart_variant};
 
 const WORLD: u32 = 8;
 const PREFETCH: u64 = 4;
-/// Seconds a killed rank's session keeps its rank (the restarted one is refused meanwhile).
+/// Seconds a killed or stopped rank's session keeps its rank without a request or keepalive (a
+/// restarted one, started later, takes it over at once).
 const OWNER_TIMEOUT_S: u64 = 2;
 const CHECKPOINT_EVERY: u64 = 10;
 /// Seconds of faults unless `DSPREP_SOAK_SECS` says otherwise.

@@ -153,6 +153,7 @@ impl Hostile {
         let owner = Some(Owner {
             global_rank: self.u32_field(),
             session: self.rng.next_u64(),
+            started: 0,
         });
         Request {
             version,
@@ -242,6 +243,7 @@ impl Hostile {
             owner: Some(Owner {
                 global_rank: self.honest.global_rank,
                 session,
+                started: 0,
             }),
         }
         .encode()
@@ -643,6 +645,7 @@ fn millions_of_hostile_frames_leave_the_honest_rank_exact_and_memory_flat() {
         honest: Owner {
             global_rank: 0,
             session: seed.rotate_left(17) | 1,
+            started: 0,
         },
         num_steps,
         sent: AtomicU64::new(0),

@@ -1,11 +1,13 @@
-//! Wire protocol v5 between the daemon and trainer ranks (documented frame by frame in
-//! PROTOCOL.md), and v1 to v4, which the daemon still answers byte for byte as before (a daemon
+//! Wire protocol v6 between the daemon and trainer ranks (documented frame by frame in
+//! PROTOCOL.md), and v1 to v5, which the daemon still answers byte for byte as before (a daemon
 //! whose windows end in padding, `best_fit`, refuses v1 to v3: their clients would train on the
-//! padding). v5's header adds the lineage segment that produced the step ([`ReplySegment`]). One
-//! implementation, used by both sides.
+//! padding). v5's header adds the lineage segment that produced the step ([`ReplySegment`]); v6's
+//! request adds the session's start time ([`Owner::started`]) and the keepalive kind, by which a
+//! rank stays its session's whatever the time between steps. One implementation, used by both
+//! sides.
 //!
 //! Transport: the daemon binds a ZeroMQ ROUTER socket; each rank connects a DEALER. A request is
-//! one 64-byte frame; a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream
+//! one frame (64 bytes in v1 and v2, 80 in v3 to v5, 88 in v6); a reply is a header frame (96 bytes in v1; 224 in v2, which adds the stream
 //! chain around the rank's rows and the step, see `chain`; 256 in v5, which adds the producing
 //! segment's recipe hash) followed by the token payload, the
 //! document-boundary frame, from v3 the document-source frame and in v4 the real-token frame
@@ -17,8 +19,11 @@
 use crate::chain::Hash;
 
 /// The version clients send: 3 adds the document-source frame to ok replies, 4 the real-token
-/// frame (each row's tokens before its padding), 5 the lineage segment in the header.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// frame (each row's tokens before its padding), 5 the lineage segment in the header, 6 the
+/// session's start time and the keepalive.
+pub const PROTOCOL_VERSION: u16 = 6;
+/// The oldest version whose requests carry the session's start time, and may be keepalives.
+pub const STARTED_VERSION: u16 = 6;
 /// The oldest version whose header names the lineage segment that produced the step.
 pub const SEGMENT_VERSION: u16 = 5;
 /// The oldest version that knows padding: a daemon that pads refuses older requests.
@@ -31,13 +36,15 @@ pub const REPLY_MAGIC: [u8; 4] = *b"DSPR";
 pub const REQUEST_LEN: usize = 64;
 /// A version 3 request: v2's, then the trainer process's global rank and session ([`Owner`]).
 pub const REQUEST_V3_LEN: usize = REQUEST_LEN + 16;
+/// A version 6 request: v3's, then the session's start time ([`Owner::started`]).
+pub const REQUEST_V6_LEN: usize = REQUEST_V3_LEN + 8;
 
 /// The length of a request in `version`.
 pub fn request_len(version: u16) -> usize {
-    if version >= 3 {
-        REQUEST_V3_LEN
-    } else {
-        REQUEST_LEN
+    match version {
+        STARTED_VERSION.. => REQUEST_V6_LEN,
+        3.. => REQUEST_V3_LEN,
+        _ => REQUEST_LEN,
     }
 }
 /// A version 1 reply header.
@@ -74,7 +81,15 @@ pub enum RequestKind {
     /// Version 3: the trainer process is done with its rank (a clean exit): another process may
     /// take it at once. No reply.
     Release = 2,
+    /// Version 6: the trainer process is alive and keeps its rank, however long its step takes.
+    /// Sent by the clients' keepalive thread every [`KEEPALIVE_INTERVAL`]; it only keeps a rank
+    /// the session owns (it never claims one), and is never answered.
+    Keepalive = 3,
 }
+
+/// How often the clients send a keepalive (v6) for their rank: a quarter of the shortest owner
+/// timeout the daemon accepts (`serve --owner-timeout 1`), so three in a row may be lost.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -100,6 +115,10 @@ pub struct Request {
 pub struct Owner {
     pub global_rank: u32,
     pub session: u64,
+    /// Version 6: when the session was made, in nanoseconds since the Unix epoch (0: not sent,
+    /// versions 3 to 5). A later session takes the rank over at once; an earlier one is refused
+    /// ([`Status::Superseded`]): PROTOCOL.md "One owner per rank".
+    pub started: u64,
 }
 
 /// Reply status codes (the `status` field of the header).
@@ -123,6 +142,9 @@ pub enum Status {
     ShuttingDown = 17,
     /// The global rank belongs to another trainer process (session) that asked recently.
     RankOwned = 18,
+    /// Version 6: the global rank belongs to a session that started later: this process belongs
+    /// to a job that was replaced, and should exit.
+    Superseded = 19,
 }
 
 impl Status {
@@ -140,6 +162,7 @@ impl Status {
             DaemonFailed,
             ShuttingDown,
             RankOwned,
+            Superseded,
         ]
         .into_iter()
         .find(|s| *s as u16 == code)
@@ -294,6 +317,9 @@ impl Request {
             out[64..68].copy_from_slice(&owner.global_rank.to_le_bytes());
             // 68..72 reserved (zero)
             out[72..80].copy_from_slice(&owner.session.to_le_bytes());
+            if self.version >= STARTED_VERSION {
+                out[80..88].copy_from_slice(&owner.started.to_le_bytes());
+            }
         }
         out
     }
@@ -303,6 +329,7 @@ impl Request {
         let kind = match r.u16() {
             1 => RequestKind::Batch,
             2 if version >= 3 => RequestKind::Release,
+            3 if version >= STARTED_VERSION => RequestKind::Keepalive,
             other => return Err(DecodeError::Kind(other)),
         };
         let request_id = r.u64();
@@ -316,9 +343,15 @@ impl Request {
                 let global_rank = r.u32();
                 let _reserved = r.u32();
                 let session = r.u64();
+                let started = if version >= STARTED_VERSION {
+                    r.u64()
+                } else {
+                    0
+                };
                 (session != 0).then_some(Owner {
                     global_rank,
                     session,
+                    started,
                 })
             }
             _ => None,

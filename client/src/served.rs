@@ -3,12 +3,14 @@
 //! the stream chain checked on every step (its rows hash to the chain the daemon states, and each
 //! step continues the one before, or the value a resumed trainer saved). With CURVE keys the
 //! connection is authenticated and encrypted; a refused handshake is a typed error
-//! (`Unauthorized`), not a hang (`connection.rs`).
+//! (`Unauthorized`), not a hang (`connection.rs`). While a client lives, a keepalive thread keeps
+//! its rank at the daemon however long a step takes (`keepalive.rs`).
 
 use crate::batch::{cu_seqlens, masked_labels, position_ids, source_token_counts, token_sources};
 use crate::chain::{self, Hash};
 use crate::connection::Connection;
 use crate::curve::{CLIENT_KEY_ENV, ClientKeys, SERVER_KEY_ENV};
+use crate::keepalive::Keepalive;
 use crate::packed::TokenSlice;
 use crate::parallel::Parallelism;
 use crate::protocol::{
@@ -52,6 +54,10 @@ pub enum ClientError {
     /// Another trainer process holds this global rank (protocol v3).
     #[error("rank taken: {0}")]
     RankOwned(String),
+    /// A trainer process started later holds this global rank (protocol v6): this process
+    /// belongs to a job that was replaced, and should exit. Never retried.
+    #[error("superseded: {0}")]
+    Superseded(String),
     /// The stream chain does not continue: the daemon is not serving the stream this trainer
     /// consumed, or the bytes changed on the way.
     #[error("stream chain: {0}")]
@@ -77,7 +83,8 @@ pub struct ClientConfig {
     /// batches, so every rank of one model-parallel group gets the same bytes (`parallel.rs`).
     pub parallel: Parallelism,
     /// The session that owns `rank` at the daemon (PROTOCOL.md "One owner per rank"); `None`:
-    /// this process's own ([`process_session`]), shared by every client it makes.
+    /// this process's own ([`process_session`]), shared by every client it makes. Either way
+    /// the session's start time is the process's ([`process_session_started`]).
     pub session: Option<u64>,
     /// CURVE keys, for a daemon that serves with CURVE (`--curve-secret-key`): the daemon's
     /// public key and this client's key pair. `None`: a plain connection.
@@ -86,7 +93,19 @@ pub struct ClientConfig {
 
 /// This process's session id: random per process start, the same for every client it makes.
 pub fn process_session() -> u64 {
-    static SESSION: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    this_process().0
+}
+
+/// When this process's session was made (its first client), in nanoseconds since the Unix epoch:
+/// sent with every request (protocol v6), so a later trainer process takes the rank over at once
+/// and an earlier one, a zombie of a replaced job, is refused.
+pub fn process_session_started() -> u64 {
+    this_process().1
+}
+
+/// (session, start time) of this process, made once.
+fn this_process() -> (u64, u64) {
+    static SESSION: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
     *SESSION.get_or_init(|| {
         use sha2::{Digest, Sha256};
         let now = std::time::SystemTime::now()
@@ -97,7 +116,10 @@ pub fn process_session() -> u64 {
         hasher.update(now.as_nanos().to_le_bytes());
         hasher.update((&SESSION as *const _ as usize).to_le_bytes());
         let digest = hasher.finalize();
-        u64::from_le_bytes(digest[..8].try_into().expect("32 bytes")) | 1
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&digest[..8]);
+        let started = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX).max(1);
+        (u64::from_le_bytes(id) | 1, started)
     })
 }
 
@@ -302,7 +324,8 @@ fn slice(t: TokenSlice<'_>, from: usize, to: usize) -> TokenSlice<'_> {
 /// How often a rank that is ahead of the others asks again.
 pub const AHEAD_RETRY: Duration = Duration::from_millis(20);
 /// How often a rank held by another process is asked for again, and for how long: past the
-/// daemon's default owner timeout (10 s), so a restarted trainer gets its rank back, while two
+/// daemon's default owner timeout (10 s), so a trainer gets the rank of one that just died (a
+/// trainer started later than a live owner takes the rank at once, protocol v6), while two
 /// trainers started with the same `RANK` fail within this.
 pub const OWNED_RETRY: Duration = Duration::from_millis(250);
 pub const OWNED_PATIENCE: Duration = Duration::from_secs(15);
@@ -320,6 +343,8 @@ pub struct Client {
     chain_before: Option<(u64, Hash)>,
     /// Set once a pinned recipe is served as an earlier recipe of the daemon's lineage.
     recipe_note: Option<String>,
+    /// Keeps the rank at the daemon between requests; stopped when the client is dropped.
+    keepalive: Option<Keepalive>,
 }
 
 impl Client {
@@ -350,6 +375,19 @@ impl Client {
         };
         let context = zmq::Context::new();
         let connection = Connection::open(&context, &config.endpoint, config.curve.as_ref())?;
+        let owner = owner_of(&config);
+        let beat = Request {
+            kind: RequestKind::Keepalive,
+            step: 0,
+            request_id: 0,
+            ..batch_request(owner, data_parallel, None)
+        };
+        let keepalive = Keepalive::start(
+            &context,
+            &config.endpoint,
+            config.curve.as_ref(),
+            beat.encode(),
+        )?;
         Ok(Client {
             context,
             connection,
@@ -360,7 +398,18 @@ impl Client {
             next_request_id: 1,
             chain_before: None,
             recipe_note: None,
+            keepalive: Some(keepalive),
         })
+    }
+
+    /// Leave without releasing the rank and stop keeping it: what the daemon sees of a process
+    /// that died (the rank passes once the owner timeout has gone by without a request). For
+    /// tests and drills; a trainer that is done drops its client (a clean exit releases).
+    pub fn abandon(mut self) {
+        if let Some(keepalive) = self.keepalive.take() {
+            keepalive.stop();
+        }
+        std::mem::forget(self);
     }
 
     /// `(step, chain)`: the stream chain before `step`, once a step has been received. A trainer
@@ -468,8 +517,10 @@ impl Client {
     /// for again every [`AHEAD_RETRY`] until `timeout × attempts` has passed: in data-parallel
     /// training the slower ranks catch up; only then is [`ClientError::StepAhead`] returned. A
     /// rank another process holds is asked for again every [`OWNED_RETRY`] for up to
-    /// [`OWNED_PATIENCE`] (a restarted trainer takes it over once the old one has been silent
-    /// for the daemon's owner timeout, 10 s unless set); then [`ClientError::RankOwned`].
+    /// [`OWNED_PATIENCE`] (the old owner's process may have died: the rank passes once it has
+    /// been silent for the daemon's owner timeout, 10 s unless set); then
+    /// [`ClientError::RankOwned`]. A rank a later process holds is
+    /// [`ClientError::Superseded`] at once.
     pub fn batch_at(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
         let patience = self.config.timeout * self.config.attempts.max(1);
         let started = Instant::now();
@@ -490,10 +541,7 @@ impl Client {
 
     /// This trainer process at the daemon: its global rank and session (batches and release).
     fn owner(&self) -> Owner {
-        Owner {
-            global_rank: self.config.rank,
-            session: self.config.session.unwrap_or_else(process_session),
-        }
+        owner_of(&self.config)
     }
 
     fn request(&mut self, step: u64) -> Result<Option<ServedBatch>, ClientError> {
@@ -503,14 +551,9 @@ impl Client {
             let request_id = self.next_request_id;
             self.next_request_id += 1;
             let request = Request {
-                version: PROTOCOL_VERSION,
-                kind: RequestKind::Batch,
                 request_id,
-                rank: self.data_parallel.0,
-                world_size: self.data_parallel.1,
                 step,
-                recipe_hash: self.recipe_hash,
-                owner: Some(self.owner()),
+                ..batch_request(self.owner(), self.data_parallel, self.recipe_hash)
             };
             self.connection.socket.send(&request.encode()[..], 0)?;
             let reply = self.wait_reply(request_id)?;
@@ -604,6 +647,7 @@ impl Client {
             Status::DaemonFailed => return Err(ClientError::DaemonFailed(message())),
             Status::ShuttingDown => return Err(ClientError::ShuttingDown),
             Status::RankOwned => return Err(ClientError::RankOwned(message())),
+            Status::Superseded => return Err(ClientError::Superseded(message())),
         }
         let expected = ok_reply_frames(header.version);
         if frames.len() != expected {
@@ -672,19 +716,43 @@ fn chain_break(step: u64, expected: &Hash, c: &ReplyChain) -> String {
     )
 }
 
+/// The owner `config` asks as: its global rank, its session, the process's start time.
+fn owner_of(config: &ClientConfig) -> Owner {
+    Owner {
+        global_rank: config.rank,
+        session: config.session.unwrap_or_else(process_session),
+        started: process_session_started(),
+    }
+}
+
+/// A batch request of `owner` for its data-parallel rank at step 0 (request id 0).
+fn batch_request(
+    owner: Owner,
+    data_parallel: (u32, u32),
+    recipe_hash: Option<[u8; 32]>,
+) -> Request {
+    Request {
+        version: PROTOCOL_VERSION,
+        kind: RequestKind::Batch,
+        request_id: 0,
+        rank: data_parallel.0,
+        world_size: data_parallel.1,
+        step: 0,
+        recipe_hash,
+        owner: Some(owner),
+    }
+}
+
 impl Drop for Client {
-    /// A clean exit releases the rank at the daemon (protocol v3), so a next trainer process
-    /// may take it at once; best effort, never waits.
+    /// A clean exit stops the keepalive and releases the rank at the daemon (protocol v3), so a
+    /// next trainer process may take it at once; best effort, never waits on the daemon.
     fn drop(&mut self) {
+        if let Some(keepalive) = self.keepalive.take() {
+            keepalive.stop();
+        }
         let release = Request {
-            version: PROTOCOL_VERSION,
             kind: RequestKind::Release,
-            request_id: 0,
-            rank: self.data_parallel.0,
-            world_size: self.data_parallel.1,
-            step: 0,
-            recipe_hash: None,
-            owner: Some(self.owner()),
+            ..batch_request(self.owner(), self.data_parallel, None)
         };
         let socket = &self.connection.socket;
         let _ = socket.set_linger(100);

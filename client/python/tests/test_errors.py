@@ -52,7 +52,7 @@ class RawRank:
 def test_malformed_and_unsupported_requests_raise_their_classes(daemon_factory):
     daemon = daemon_factory(world_size=2, micro_batch=1)
     raw = RawRank(daemon.endpoint)
-    with pytest.raises(Malformed, match=r"request rejected: message is 5 bytes, expected 80$") as e:
+    with pytest.raises(Malformed, match=r"request rejected: message is 5 bytes, expected 88$") as e:
         decode_reply(raw.ask(b"hello"))
     assert e.value.status == 15 and e.value.header.world_size == 2
     with pytest.raises(Malformed, match="a request is exactly one frame, got 2"):

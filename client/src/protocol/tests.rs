@@ -13,6 +13,7 @@ fn request() -> Request {
         owner: Some(Owner {
             global_rank: 11,
             session: 0x0123_4567_89ab_cdef,
+            started: 1_764_000_000_123_456_789,
         }),
     }
 }
@@ -48,9 +49,15 @@ fn header() -> ReplyHeader {
 fn request_round_trips_and_has_a_fixed_layout() {
     let bytes = request().encode();
     assert_eq!(&bytes[0..4], b"DSPQ");
-    assert_eq!(&bytes[4..6], &[5, 0]);
+    assert_eq!(&bytes[4..6], &[6, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
-    assert_eq!(bytes.len(), 80);
+    assert_eq!(bytes.len(), 88);
+    assert_eq!(&bytes[68..72], &[0; 4], "reserved");
+    assert_eq!(
+        &bytes[80..88],
+        &1_764_000_000_123_456_789u64.to_le_bytes(),
+        "the session's start time"
+    );
     assert_eq!(
         &bytes[64..68],
         &11u32.to_le_bytes(),
@@ -67,6 +74,27 @@ fn request_round_trips_and_has_a_fixed_layout() {
         ..request()
     };
     assert_eq!(Request::decode(&none.encode()), Ok(none));
+    // A v5 request is v6's first 80 bytes (its version aside): no start time.
+    let v5 = Request {
+        version: 5,
+        ..request()
+    };
+    let v5_bytes = v5.encode();
+    assert_eq!(v5_bytes.len(), 80);
+    assert_eq!(v5_bytes[6..], bytes[6..80]);
+    let decoded = Request::decode(&v5_bytes).unwrap();
+    assert_eq!(decoded.owner.map(|o| o.started), Some(0));
+    // A keepalive is v6's.
+    let keepalive = Request {
+        kind: RequestKind::Keepalive,
+        ..request()
+    };
+    let beat = keepalive.encode();
+    assert_eq!(&beat[6..8], &3u16.to_le_bytes());
+    assert_eq!(Request::decode(&beat), Ok(keepalive));
+    let mut v5_beat = v5_bytes.clone();
+    v5_beat[6] = 3;
+    assert_eq!(Request::decode(&v5_beat), Err(DecodeError::Kind(3)));
 }
 
 #[test]
@@ -135,7 +163,15 @@ fn a_v4_header_is_what_it_was_and_carries_no_segment() {
         }
     );
     // A v5 header is v4's with the segment's index in reserved bytes and its recipe appended.
-    let v5 = header().encode();
+    let v5 = ReplyHeader {
+        version: 5,
+        ..header()
+    }
+    .encode();
+    let mut v6 = header().encode();
+    assert_eq!(v6[4], 6);
+    v6[4] = 5;
+    assert_eq!(v6, v5, "a v6 header is v5's");
     let mut expected = v4_layout(&v4, &chain);
     expected[4] = 5;
     expected[44..48].copy_from_slice(&2u32.to_le_bytes());
@@ -209,10 +245,10 @@ fn version_1_is_still_spoken() {
 fn each_malformation_has_its_error() {
     let good = request().encode();
     assert_eq!(
-        Request::decode(&good[..79]),
+        Request::decode(&good[..80]),
         Err(DecodeError::Length {
-            len: 79,
-            expected: 80
+            len: 80,
+            expected: 88
         })
     );
     let release = Request {
@@ -238,14 +274,14 @@ fn each_malformation_has_its_error() {
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
     let mut bad = good.clone();
-    bad[4] = 6;
+    bad[4] = 7;
     assert_eq!(
         Request::decode(&bad),
-        Err(DecodeError::Version { found: 6 })
+        Err(DecodeError::Version { found: 7 })
     );
     assert_eq!(
-        DecodeError::Version { found: 6 }.to_string(),
-        "protocol version 6 is not supported (this side speaks versions 1 to 5)"
+        DecodeError::Version { found: 7 }.to_string(),
+        "protocol version 7 is not supported (this side speaks versions 1 to 6)"
     );
     bad[4] = 0;
     assert_eq!(
@@ -370,8 +406,8 @@ fn decoders_survive_a_million_hostile_inputs() {
 
 proptest! {
     #[test]
-    fn any_request_round_trips(id in any::<u64>(), rank in any::<u32>(), world in any::<u32>(), step in any::<u64>(), hash in any::<[u8; 32]>(), global_rank in any::<u32>(), session in 1..u64::MAX) {
-        let owner = Some(Owner { global_rank, session });
+    fn any_request_round_trips(id in any::<u64>(), rank in any::<u32>(), world in any::<u32>(), step in any::<u64>(), hash in any::<[u8; 32]>(), global_rank in any::<u32>(), session in 1..u64::MAX, started in any::<u64>()) {
+        let owner = Some(Owner { global_rank, session, started });
         let req = Request { version: PROTOCOL_VERSION, kind: RequestKind::Batch, request_id: id, rank, world_size: world, step, recipe_hash: (hash != [0; 32]).then_some(hash), owner };
         prop_assert_eq!(Request::decode(&req.encode()), Ok(req));
     }

@@ -33,8 +33,10 @@ pub struct ServeArgs {
     #[arg(long, requires = "curve_secret_key")]
     pub curve_allow: Option<PathBuf>,
     /// A trainer rank belongs to the process that first asks for it; another process asking
-    /// for it is refused until the owner has been silent this many seconds.
-    #[arg(long, default_value_t = 10)]
+    /// for it is refused until the owner has been silent this many seconds (no request, and
+    /// from protocol v6 no keepalive: its process died), or at once given to a process started
+    /// later. At least 1 (the clients send a keepalive every 250 ms).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub owner_timeout: u64,
     /// Steps the pipeline may run ahead of the slowest rank (bounds memory).
     #[arg(long, default_value_t = 8)]

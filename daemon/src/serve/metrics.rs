@@ -5,6 +5,7 @@
 //! CURVE clients admitted and refused. Loopback unless asked; beyond loopback it needs a bearer
 //! token (`--metrics-token-file`, compared in constant time; 401 without) or `--insecure-metrics`.
 
+use super::owners::RefusalReason;
 use super::store::StepStore;
 use crate::driver::pipeline::ProducedDoc;
 use dsprep_mixers::ledger::{Counts, PhasePoints, share_lines};
@@ -53,6 +54,10 @@ pub struct Metrics {
     pub phase_tokens: Vec<Vec<AtomicU64>>,
     /// CURVE handshakes admitted and refused (`serve/auth.rs`).
     pub auth: AuthCounters,
+    /// Requests refused their rank (`serve/owners.rs`): another live session owns it, or a
+    /// later session superseded the asker's.
+    pub owner_refused_owned: AtomicU64,
+    pub owner_refused_superseded: AtomicU64,
     /// `best_fit`: the pool's capacity (the whole stream's), and per stream its packer; `None`
     /// with `concat`.
     pub packing: Option<(u64, PackerStates)>,
@@ -120,6 +125,8 @@ impl Metrics {
             lanes: Vec::new(),
             input_bytes_assigned: 0,
             auth: AuthCounters::default(),
+            owner_refused_owned: AtomicU64::new(0),
+            owner_refused_superseded: AtomicU64::new(0),
             packing: (recipe.packing.pool_documents())
                 .map(|pool| (pool as u64, Default::default())),
             segment: AtomicU64::new(0),
@@ -184,6 +191,15 @@ impl Metrics {
         let (documents, tokens) = counts.entry((segment, i)).or_insert((0, 0));
         *documents += 1;
         *tokens += doc.tokens;
+    }
+
+    /// A request refused its rank, for `reason`.
+    pub fn count_owner_refused(&self, reason: RefusalReason) {
+        match reason {
+            RefusalReason::Owned => &self.owner_refused_owned,
+            RefusalReason::Superseded => &self.owner_refused_superseded,
+        }
+        .fetch_add(1, Relaxed);
     }
 
     pub fn count_reply(&self, status: &'static str) {
@@ -372,6 +388,18 @@ impl Metrics {
             .map(|(status, &n)| (labels(&[("status", status)]), n))
             .collect();
         scrape.counter("dsprep_replies", "Requests answered, by status.", replies);
+        scrape.counter(
+            "dsprep_owner_refused",
+            "Requests refused their rank: owned (another live trainer session holds it), \
+             superseded (a session that started later holds it: the asker's job was replaced)",
+            [RefusalReason::Owned, RefusalReason::Superseded].map(|reason| {
+                let count = match reason {
+                    RefusalReason::Owned => &self.owner_refused_owned,
+                    RefusalReason::Superseded => &self.owner_refused_superseded,
+                };
+                (labels(&[("reason", reason.label())]), count.load(Relaxed))
+            }),
+        );
         let auth = &self.auth;
         scrape.gauge(
             "dsprep_auth_curve",

@@ -4,7 +4,7 @@
 
 use super::metrics::Metrics;
 use super::nodes::progress::{Gate, LaneProgress};
-use super::owners::{Claimant, Owners};
+use super::owners::{Claimant, Owners, RefusalReason};
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
     DecodeError, OLDEST_VERSION, PADDING_VERSION, ReplyChain, ReplyHeader, Request, RequestKind,
@@ -184,6 +184,14 @@ impl Server {
                 return;
             }
         };
+        if request.kind == RequestKind::Keepalive {
+            // Keeps only a rank the session owns; never answered (the clients' keepalive
+            // sockets do not read).
+            if let Some(owner) = request.owner {
+                self.owners.keep(owner, Instant::now());
+            }
+            return;
+        }
         let layout = self.layout;
         if layout.pads && request.version < PADDING_VERSION {
             let msg = format!(
@@ -230,9 +238,22 @@ impl Server {
             return; // no reply
         }
         let claimant = Claimant::of(request.owner, request.version, &identity);
-        if let Err(msg) = self.owners.claim(claimant, request.rank, Instant::now()) {
+        if let Err(refusal) = self.owners.claim(claimant, request.rank, Instant::now()) {
             // Refused before the store sees it: nothing the daemon holds moves.
-            self.reply_error(&identity, &request, Status::RankOwned, &msg);
+            self.metrics.count_owner_refused(refusal.reason);
+            if refusal.first {
+                tracing::warn!(
+                    rank = request.rank,
+                    reason = refusal.reason.label(),
+                    message = refusal.message,
+                    "refused a session its rank (logged once per session)"
+                );
+            }
+            let status = match refusal.reason {
+                RefusalReason::Owned => Status::RankOwned,
+                RefusalReason::Superseded => Status::Superseded,
+            };
+            self.reply_error(&identity, &request, status, &refusal.message);
             return;
         }
         if parked.len() >= MAX_PARKED {
@@ -454,5 +475,6 @@ fn status_name(status: Status) -> &'static str {
         Status::DaemonFailed => "daemon_failed",
         Status::ShuttingDown => "shutting_down",
         Status::RankOwned => "rank_owned",
+        Status::Superseded => "superseded",
     }
 }

@@ -1,4 +1,4 @@
-"""Python trainer client of dsprep: `Client` speaks wire protocol v5 to `dsprep serve` (one rank,
+"""Python trainer client of dsprep: `Client` speaks wire protocol v6 to `dsprep serve` (one rank,
 checking the stream chain of every step), `PackedDataset` reads a `dsprep pack` directory (format
 v5) with the same batch API, and `DsprepIterableDataset` wraps either for torch (imported lazily:
 torch is optional). A `Batch`'s labels carry `IGNORE_INDEX` (-100) where the next token is padding.
@@ -23,6 +23,7 @@ from .errors import (
     StatusError,
     StepAhead,
     StepGone,
+    Superseded,
     Unauthorized,
     UnsupportedVersion,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "StatusError",
     "StepAhead",
     "StepGone",
+    "Superseded",
     "UnsupportedVersion",
 ]
 

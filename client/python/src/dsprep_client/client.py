@@ -2,15 +2,19 @@
 ZeroMQ DEALER socket, with a timeout per attempt, reconnect, and the 20 ms step-ahead retry of
 the Rust client (client/src/served.rs). A batch's tokens are numpy views of the received
 frames. With CURVE keys the connection is authenticated and encrypted, and a refused handshake
-raises `Unauthorized` (curve.py).
+raises `Unauthorized` (curve.py). While a client lives, a thread with its own socket sends the
+daemon a keepalive for its rank every 0.25 s (protocol v6), so the rank stays this process's
+however long a step takes; a rank a later trainer process took over raises `Superseded`.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 import warnings
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
@@ -20,26 +24,105 @@ from . import chain
 from .curve import CLIENT_KEY_ENV, SERVER_KEY_ENV, HandshakeWatch, load_keys
 from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, RankOwned, StepAhead, Unauthorized
 from .parallel import data_parallel, parallel_from_env
-from .protocol import KIND_RELEASE, UNKNOWN_STEPS, ReplyHeader, decode_header, decode_reply, encode_request
+from .protocol import (
+    KEEPALIVE_INTERVAL_S,
+    KIND_KEEPALIVE,
+    KIND_RELEASE,
+    UNKNOWN_STEPS,
+    ReplyHeader,
+    decode_header,
+    decode_reply,
+    encode_request,
+)
 
 #: How often a rank that is ahead of the others asks again.
 AHEAD_RETRY_S = 0.020
 #: A rank another process holds is asked for again this often, for this long: past the daemon's
-#: default owner timeout (10 s), so a restarted trainer gets its rank back, while two trainers
+#: default owner timeout (10 s), so a trainer gets the rank of one that just died (a trainer
+#: started later than a live owner takes the rank at once, protocol v6), while two trainers
 #: started with the same RANK fail within it.
 OWNED_RETRY_S = 0.25
 OWNED_PATIENCE_S = 15.0
 
-_SESSION: Optional[int] = None
+#: Keepalives queued at most on the keepalive socket while the daemon is unreachable.
+KEEPALIVE_QUEUED = 4
 
 
-def process_session() -> int:
+class Session(int):
+    """A session id that carries its start time (`started`, ns since the Unix epoch) along, also
+    through pickling into a spawned DataLoader worker."""
+
+    started: int
+
+    def __new__(cls, session: int, started: int) -> "Session":
+        value = super().__new__(cls, session)
+        value.started = int(started)
+        return value
+
+    def __reduce__(self) -> Any:
+        return (Session, (int(self), self.started))
+
+
+_SESSION: Optional[Session] = None
+
+
+def process_session() -> Session:
     """This process's session id (never 0): random, made once per process and inherited by the
-    DataLoader workers it forks, so they all own its rank together."""
+    DataLoader workers it forks, so they all own its rank together. Its `started` (when it was
+    made, ns since the Unix epoch) goes with every request (protocol v6): a later trainer process
+    takes the rank over at once, an earlier one (a zombie of a replaced job) is refused."""
     global _SESSION
     if _SESSION is None:
-        _SESSION = secrets.randbits(64) | 1
+        _SESSION = Session(secrets.randbits(64) | 1, time.time_ns())
     return _SESSION
+
+
+class _Keepalive:
+    """Sends `frame` (the rank's keepalive request) every `KEEPALIVE_INTERVAL_S` from a daemon
+    thread with its own DEALER socket, until `stop()`. Never blocks the trainer: sends never wait
+    (a full queue drops one), the daemon never answers. A forked DataLoader worker inherits the
+    object but not the thread: the parent's thread keeps the session's rank."""
+
+    def __init__(self, context: zmq.Context, endpoint: str, keys: Any, frame: bytes):
+        self._stopped = threading.Event()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(
+            target=self._run, args=(context, endpoint, keys, frame), name="dsprep-keepalive", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, context: zmq.Context, endpoint: str, keys: Any, frame: bytes) -> None:
+        try:
+            socket = context.socket(zmq.DEALER)
+        except zmq.ZMQError:
+            return
+        try:
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.setsockopt(zmq.SNDHWM, KEEPALIVE_QUEUED)
+            if keys is not None:
+                keys.apply(socket)
+            socket.connect(endpoint)
+            while True:
+                try:
+                    socket.send(frame, zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass  # the queue is full (the daemon is away): the next one follows
+                if self._stopped.wait(KEEPALIVE_INTERVAL_S):
+                    return
+        except zmq.ZMQError:
+            return  # the batch requests will say what is wrong with the endpoint
+        finally:
+            socket.close(linger=0)
+
+    def signal(self) -> None:
+        """Stop at the next wake-up (safe from a finalizer)."""
+        self._stopped.set()
+
+    def stop(self) -> None:
+        """Stop, and wait (briefly) for the thread to close its socket, in the process that started it."""
+        self._stopped.set()
+        if os.getpid() == self._pid and self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=1.0)
 
 
 def layout_from_env(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
@@ -120,11 +203,17 @@ class Client:
         session: Optional[int] = None,
         curve_server_key: Optional[str] = None,
         curve_client_key: Optional[str] = None,
+        session_started: Optional[int] = None,
     ):
         self.endpoint = endpoint
         self._keys = load_keys(curve_server_key, curve_client_key)
         #: Owns `rank` at the daemon (PROTOCOL.md "One owner per rank"): this process's by default.
-        self.session = int(session) if session else process_session()
+        self.session = int(session) if session else int(process_session())
+        #: When the session started (ns since the Unix epoch): `session_started`, else the one a
+        #: `Session` carries (a spawned DataLoader worker's parent's), else this process's.
+        self.session_started = int(
+            session_started if session_started is not None else getattr(session, "started", None) or process_session().started
+        )
         self.rank, self.world_size = layout_from_env(rank, world_size)
         tp, cp, pp, order = parallel_from_env(tensor_parallel, context_parallel, pipeline_parallel, rank_order)
         self.dp_rank, self.dp_size = data_parallel(self.rank, self.world_size, tp, cp, pp, order)
@@ -149,6 +238,13 @@ class Client:
         self._context = zmq.Context.instance()
         self._watch: Optional[HandshakeWatch] = None
         self._socket = self._open()
+        beat = encode_request(0, self.dp_rank, self.dp_size, 0, owner=self._owner(), kind=KIND_KEEPALIVE)
+        self._keepalive = _Keepalive(self._context, endpoint, self._keys, beat)
+        weakref.finalize(self, self._keepalive.signal)
+
+    def _owner(self) -> Tuple[int, int, int]:
+        """(global rank, session, start time): who asks, in every request."""
+        return (self.rank, self.session, self.session_started)
 
     # -- the batch API (shared with PackedDataset) --------------------------------------------
 
@@ -168,9 +264,10 @@ class Client:
 
         A step beyond the daemon's prefetch window (other ranks are slower) is asked for again
         every 20 ms until `timeout × attempts` has passed; then `StepAhead` is raised. A rank held
-        by another trainer process is asked for again every 0.25 s for up to 15 s (a restarted
-        trainer takes it over once the old one has been silent for the daemon's owner timeout);
-        then `RankOwned` is raised.
+        by another trainer process is asked for again every 0.25 s for up to 15 s (if that
+        process died, the rank passes once it has been silent for the daemon's owner timeout);
+        then `RankOwned` is raised. A rank a trainer process started later holds raises
+        `Superseded` at once: this process belongs to a job that was replaced.
         """
         if step < 0:
             raise ConfigError(f"step {step} is negative")
@@ -249,10 +346,11 @@ class Client:
         self.stream_chain = (batch.step + 1, c.step_end)
 
     def close(self) -> None:
-        """Release the rank at the daemon (a clean exit: the next trainer may take it at once) and
-        close the socket."""
+        """Stop the keepalive, release the rank at the daemon (a clean exit: the next trainer may
+        take it at once) and close the socket."""
+        self._keepalive.stop()
         try:
-            release = encode_request(0, self.dp_rank, self.dp_size, 0, owner=(self.rank, self.session), kind=KIND_RELEASE)
+            release = encode_request(0, self.dp_rank, self.dp_size, 0, owner=self._owner(), kind=KIND_RELEASE)
             self._socket.send(release, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # best effort: the daemon frees the rank after its owner timeout anyway
@@ -292,7 +390,7 @@ class Client:
         for attempt in range(1, self.attempts + 1):
             request_id = self._next_request_id
             self._next_request_id += 1
-            frame = encode_request(request_id, self.dp_rank, self.dp_size, step, self._expected_hash, owner=(self.rank, self.session))
+            frame = encode_request(request_id, self.dp_rank, self.dp_size, step, self._expected_hash, owner=self._owner())
             self._socket.send(frame)
             reply = self._wait_reply(request_id)
             handshake_seen = handshake_seen or (self._watch is not None and self._watch.succeeded)

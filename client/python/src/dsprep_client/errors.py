@@ -108,7 +108,15 @@ class RankOwned(StatusError):
     label = "rank taken"
 
 
+class Superseded(StatusError):
+    """A trainer process started later holds this global rank (protocol v6): this process belongs
+    to a job that was replaced (a zombie of a killed job), and should exit. Never retried."""
+
+    status = 19
+    label = "superseded"
+
+
 STATUS_ERRORS: Dict[int, Type[StatusError]] = {
     cls.status: cls
-    for cls in (UnsupportedVersion, RecipeMismatch, LayoutMismatch, StepGone, StepAhead, Malformed, DaemonFailed, ShuttingDown, RankOwned)
+    for cls in (UnsupportedVersion, RecipeMismatch, LayoutMismatch, StepGone, StepAhead, Malformed, DaemonFailed, ShuttingDown, RankOwned, Superseded)
 }

@@ -1,7 +1,8 @@
-"""Wire protocol v5 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+"""Wire protocol v6 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
 describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
 
-A request is one frame (64 bytes in v1 and v2, 80 from v3). A reply is a header (224 bytes from
+A request is one frame (64 bytes in v1 and v2, 80 in v3 to v5, 88 in v6, which adds the
+session's start time; a v6 keepalive keeps the rank between steps and is never answered). A reply is a header (224 bytes from
 v2: v1's 96, then the stream chain around the rank's rows and the step; a reply speaks the
 request's version; 256 in v5, which adds the lineage segment that produced the step), then the
 token frame, the document-boundary frame, (v3) the document-source
@@ -22,8 +23,10 @@ from .batch import Batch
 from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
 
 #: The version this client sends: 3 adds the document-source frame, 4 the real-token frame, 5
-#: the lineage segment in the header.
-PROTOCOL_VERSION = 5
+#: the lineage segment in the header, 6 the session's start time and the keepalive.
+PROTOCOL_VERSION = 6
+#: The oldest version whose requests carry the session's start time, and may be keepalives.
+STARTED_VERSION = 6
 #: The oldest version whose header names the lineage segment that produced the step.
 SEGMENT_VERSION = 5
 #: The oldest version the daemon answers.
@@ -38,8 +41,15 @@ REPLY_HEADER_V5_LEN = REPLY_HEADER_LEN + 32
 KIND_BATCH = 1
 #: Version 3: the trainer process is done with its rank (no reply).
 KIND_RELEASE = 2
+#: Version 6: the trainer process is alive and keeps its rank (never answered; it claims nothing).
+KIND_KEEPALIVE = 3
+#: How often the client's keepalive thread sends one (seconds): a quarter of the shortest owner
+#: timeout the daemon accepts (`serve --owner-timeout 1`).
+KEEPALIVE_INTERVAL_S = 0.25
 #: A request from version 3 on: v2's 64 bytes, then the owner's global rank, 4 reserved bytes, session.
 REQUEST_V3_LEN = 80
+#: Version 6: v3's, then the session's start time (u64 nanoseconds since the Unix epoch).
+REQUEST_V6_LEN = 88
 STATUS_OK = 0
 STATUS_END_OF_DATA = 1
 #: `num_steps` while the end of the data is not known yet.
@@ -47,10 +57,12 @@ UNKNOWN_STEPS = 2**64 - 1
 
 _REQUEST = struct.Struct("<4sHHQIIQ32s")
 _OWNER = struct.Struct("<IIQ")
+_STARTED = struct.Struct("<Q")
 _HEADER = struct.Struct("<4sHHQQIIIIB3sI32sQQ")
 _CHAIN = struct.Struct("<32s32s32s32s")
 assert _REQUEST.size == REQUEST_LEN and _HEADER.size == REPLY_HEADER_V1_LEN
 assert _REQUEST.size + _OWNER.size == REQUEST_V3_LEN
+assert REQUEST_V3_LEN + _STARTED.size == REQUEST_V6_LEN
 assert _HEADER.size + _CHAIN.size == REPLY_HEADER_LEN
 
 
@@ -95,18 +107,22 @@ def encode_request(
     step: int,
     recipe_hash: Optional[bytes] = None,
     version: int = PROTOCOL_VERSION,
-    owner: Optional[Tuple[int, int]] = None,
+    owner: Optional[Tuple[int, ...]] = None,
     kind: int = KIND_BATCH,
 ) -> bytes:
-    """One request (a batch, or from v3 a release); `recipe_hash` (32 bytes) or None to accept the
-    daemon's recipe; `owner` = (global rank, session) from v3 on (session 0: no owner)."""
+    """One request (a batch, from v3 a release, from v6 a keepalive); `recipe_hash` (32 bytes) or
+    None to accept the daemon's recipe; `owner` = (global rank, session[, start time in ns since
+    the Unix epoch]) from v3 on (session 0: no owner; the start time is sent from v6 on, 0 if not
+    given)."""
     expected = recipe_hash if recipe_hash is not None else bytes(32)
     if len(expected) != 32:
         raise ValueError(f"a recipe hash is 32 bytes, got {len(expected)}")
     frame = _REQUEST.pack(REQUEST_MAGIC, version, kind, request_id, rank, world_size, step, expected)
     if version >= 3:
-        global_rank, session = owner if owner is not None else (0, 0)
+        global_rank, session, started = (tuple(owner) + (0,))[:3] if owner is not None else (0, 0, 0)
         frame += _OWNER.pack(global_rank, 0, session)
+        if version >= STARTED_VERSION:
+            frame += _STARTED.pack(started)
     return frame
 
 
