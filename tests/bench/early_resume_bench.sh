@@ -39,6 +39,10 @@ taps() {  # from steps out_prefix
   wait "${pids[@]}"
 }
 ms() { date +%s%3N; }
+stop() {  # signal pid: the daemon is not this shell's child, so wait for it by polling
+  kill "-$1" "$2" 2>/dev/null || true
+  while kill -0 "$2" 2>/dev/null; do sleep 0.05; done
+}
 written() { grep -o 'written: step [0-9]*' "$1" | awk '{print $3}' | tr '\n' ' '; }
 
 # 1. The uninterrupted daemon, pulled to step 520, stopped with SIGTERM.
@@ -46,7 +50,7 @@ for every in 500 50; do
   rm -rf "$WORK/s$every"
   pid=$(serve "$WORK/s$every" "$WORK/serve$every.log" --checkpoint-every $every)
   taps 0 520 "$WORK/all$every"
-  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+  stop TERM "$pid"
   steps=$(written "$WORK/serve$every.log")
   worst=$(echo "$steps" | tr ' ' '\n' | awk -v e=$every 'NF {s[n++]=$1} END {
     w=0; for (m=e; m<=519; m+=e) { b=-1; for (i=0;i<n;i++) if (s[i]<=m) b=s[i]; d=(b<0)?m:m-b; if (d>w) w=d }; print w }')
@@ -63,7 +67,7 @@ for want in 6 500; do
     pid=$(serve "$WORK/r" "$WORK/resume.log" --resume latest)
     taps "$want" 1 "$WORK/one"
     t1=$(ms)
-    kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+    stop KILL "$pid"
     match=true
     for r in $(seq 0 $((WORLD - 1))); do
       a=$(dd if="$WORK/all500.$r" bs=$STEP_BYTES skip="$want" count=1 2>/dev/null | sha256sum)

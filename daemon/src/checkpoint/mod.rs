@@ -52,6 +52,15 @@ pub struct CheckpointStore<M> {
     header: PhantomData<fn() -> M>,
 }
 
+/// A store's files in its directory.
+struct Scan {
+    /// Every checkpoint file, by position, oldest first.
+    checkpoints: Vec<(u64, PathBuf)>,
+    /// The temporary files of writes a killed process left (`.NAME.ckpt.tmp`, never renamed
+    /// into place).
+    partial: Vec<PathBuf>,
+}
+
 impl<M: Header> CheckpointStore<M> {
     /// Open (and create) `dir`, keeping the newest `keep` checkpoints (at least one).
     pub fn open(dir: &Path, keep: usize) -> anyhow::Result<Self> {
@@ -75,12 +84,11 @@ impl<M: Header> CheckpointStore<M> {
 
     /// Every checkpoint file, by position, oldest first (a prune's leftovers included).
     fn list_all(&self) -> anyhow::Result<Vec<(u64, PathBuf)>> {
-        Ok(self.scan()?.0)
+        Ok(self.scan()?.checkpoints)
     }
 
-    /// Every checkpoint file, by position, oldest first; and the temporary files of writes a
-    /// killed process left (`.NAME.ckpt.tmp`, never renamed into place).
-    fn scan(&self) -> anyhow::Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
+    /// What the directory holds of this store's.
+    fn scan(&self) -> anyhow::Result<Scan> {
         let entries = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot list {}", self.dir.display()))?;
         let (mut found, mut partial) = (Vec::new(), Vec::new());
@@ -101,7 +109,10 @@ impl<M: Header> CheckpointStore<M> {
             }
         }
         found.sort();
-        Ok((found, partial))
+        Ok(Scan {
+            checkpoints: found,
+            partial,
+        })
     }
 
     /// The directory's checkpoints (its newest `keep` files), by position, oldest first.
@@ -146,7 +157,10 @@ impl<M: Header> CheckpointStore<M> {
     /// Remove all but the newest `keep` checkpoints, and the temporary files of killed writes,
     /// and make that durable.
     fn prune(&self) -> anyhow::Result<()> {
-        let (all, partial) = self.scan()?;
+        let Scan {
+            checkpoints: all,
+            partial,
+        } = self.scan()?;
         // This process writes the directory, one write at a time: a temporary file is a killed
         // process's.
         for path in partial {
