@@ -1,7 +1,7 @@
 //! Checkpoints where the docs promise them: `--checkpoint-every N` writes one within N steps
 //! below every multiple of N that the slowest rank reaches, from the stream's first steps to its
-//! end, and SIGTERM writes one for the slowest rank's step. Real daemons and `dsprep tap` ranks;
-//! the steps a resumed daemon serves from such a checkpoint are the uninterrupted stream's.
+//! end (a real daemon and `dsprep tap` ranks). SIGTERM's checkpoint, early in the stream too, and
+//! the resume from it are tests/resume.rs's.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 
 mod support;
@@ -50,34 +50,4 @@ fn a_checkpoint_lies_within_every_steps_below_each_multiple_from_start_to_end() 
     }
     assert!(written.windows(2).all(|w| w[0] < w[1]), "{written:?}");
     assert!(written.iter().all(|&s| s <= last), "{written:?}");
-}
-
-#[test]
-fn sigterm_early_in_the_stream_writes_a_checkpoint_the_ranks_resume_from() {
-    // The quickstart at 2 ranks × 2: its first 30 steps (a SIGTERM there used to write none).
-    let tmp = tempfile::tempdir().unwrap();
-    let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
-    let run = Run {
-        dir: tmp.path(),
-        recipe: &quickstart(),
-        state: tmp.path().join("state"),
-        every: 1_000_000, // never periodically: only the stop writes one
-    };
-    let mut daemon = run.start(2, 2, false).unwrap();
-    let mut got = run.pull(&daemon, 2, 0, 30);
-    daemon.terminate();
-    let log = daemon.log_text();
-    let written = written_steps(&log);
-    assert_eq!(written.len(), 1, "{log}");
-    // At or below the slowest rank's step (29), as close as the documents' ends allow: the
-    // quickstart's longest documents span under 16 of these small steps.
-    assert!((14..=29).contains(&written[0]), "{written:?}\n{log}");
-    let daemon = run.start(2, 2, true).unwrap();
-    got.extend(run.pull(&daemon, 2, 30, 10));
-    assert!(
-        daemon
-            .log_text()
-            .contains(&format!("(step {}, ", written[0]))
-    );
-    assert!(got == global_batches(&dataset, 4, 0..40));
 }

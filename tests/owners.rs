@@ -6,11 +6,12 @@
 
 mod support;
 
-use dsprep_client::protocol::{Owner, PROTOCOL_VERSION, ReplyHeader, Request, RequestKind, Status};
+use dsprep_client::protocol::{Owner, PROTOCOL_VERSION, Request, RequestKind, Status};
 use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset, process_session_started};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::daemon::Daemon;
+use support::raw_rank::RawRank;
 use support::*;
 
 /// A zombie's start time: this long before this process's sessions started.
@@ -56,37 +57,6 @@ fn trainer(endpoint: &str, rank: u32, session: u64) -> Client {
     Client::with_config(config).unwrap()
 }
 
-/// A peer speaking the wire protocol by hand: a zombie, a second trainer, an old client.
-struct RawPeer {
-    _context: zmq::Context,
-    socket: zmq::Socket,
-}
-
-impl RawPeer {
-    fn connect(endpoint: &str) -> RawPeer {
-        let context = zmq::Context::new();
-        let socket = context.socket(zmq::DEALER).unwrap();
-        socket.set_rcvtimeo(10_000).unwrap();
-        socket.connect(endpoint).unwrap();
-        RawPeer {
-            _context: context,
-            socket,
-        }
-    }
-
-    /// Send `request`; the reply's header and message (empty for an ok reply).
-    fn ask(&self, request: &Request) -> (ReplyHeader, String) {
-        self.socket.send(request.encode(), 0).unwrap();
-        let reply = self.socket.recv_multipart(0).expect("the daemon replies");
-        let header = ReplyHeader::decode(&reply[0]).unwrap();
-        let message = match header.status {
-            Status::Ok => String::new(),
-            _ => String::from_utf8_lossy(&reply[1]).into_owned(),
-        };
-        (header, message)
-    }
-}
-
 /// A batch request in `version` for rank `rank` of 2 at `step`, by `session` started at
 /// `started` (sent from v6 on); the request id is the step's.
 fn batch(version: u16, rank: u32, step: u64, session: u64, started: u64) -> Request {
@@ -122,7 +92,7 @@ fn a_rank_stays_its_trainers_through_steps_slower_than_the_owner_timeout() {
         trainer(&daemon.endpoint, 0, 0xa1),
         trainer(&daemon.endpoint, 1, 0xb1),
     );
-    let peer = RawPeer::connect(&daemon.endpoint);
+    let peer = RawRank::connect(&daemon.endpoint);
     for step in 0..3 {
         let (r0, r1) = (
             owner.batch_at(step).unwrap().unwrap(),
@@ -210,7 +180,7 @@ fn a_zombie_of_a_replaced_job_is_refused_and_cannot_make_the_new_owners_step_gon
     let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
     let daemon = daemon(tmp.path(), "30");
     let zombie_started = process_session_started() - EARLIER_NS;
-    let zombie = RawPeer::connect(&daemon.endpoint);
+    let zombie = RawRank::connect(&daemon.endpoint);
     for step in 0..12 {
         for rank in 0..2 {
             let ask = batch(

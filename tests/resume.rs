@@ -339,28 +339,32 @@ fn a_rank_that_asks_late_after_a_resume_gets_the_steps_the_others_passed() {
 
 #[test]
 fn a_graceful_stop_writes_a_checkpoint_the_ranks_can_resume_from() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
-    let run = Run {
-        dir: tmp.path(),
-        recipe: &quickstart(),
-        state: tmp.path().join("state"),
-        every: 1_000_000, // never periodically: only the stop writes one
-    };
-    let mut got = Vec::new();
-    let mut daemon = run.start(1, 2, false).unwrap();
-    got.extend(run.pull(&daemon, 1, 0, 300));
-    daemon.terminate();
-    let list = CheckpointDir::open(&run.state, 3).unwrap().list().unwrap();
-    assert_eq!(list.len(), 1, "{list:?}\n{}", daemon.log_text());
-    let step = list[0].0;
-    // Written at or below the rank's position (it asked for 299 last), never ahead of it, and
-    // as close below as the documents' ends allow (the longest spans under 30 of these steps).
-    assert!((270..=299).contains(&step), "{step}");
-    let daemon = run.start(1, 2, true).unwrap();
-    got.extend(run.pull(&daemon, 1, 300, 50));
-    assert!(daemon.log_text().contains(&format!("(step {step}, ")));
-    assert!(got == global_batches(&dataset, 2, 0..350));
+    // (world, micro batch, steps before the stop, where the checkpoint may lie): at or below the
+    // slowest rank's last step, never ahead of it, as close below as the documents' ends allow
+    // (the quickstart's longest document spans under 30 steps of 1 × 2 windows, under 16 of
+    // 2 × 2). The second is early in the stream, where a SIGTERM used to write none.
+    for (world, mb, stop, near) in [(1u32, 2u64, 300u64, 270..=299), (2, 2, 30, 14..=29)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dataset = pack_dataset(&quickstart(), &tmp.path().join("packed"));
+        let run = Run {
+            dir: tmp.path(),
+            recipe: &quickstart(),
+            state: tmp.path().join("state"),
+            every: 1_000_000, // never periodically: only the stop writes one
+        };
+        let mut daemon = run.start(world, mb as u32, false).unwrap();
+        let mut got = run.pull(&daemon, world, 0, stop);
+        daemon.terminate();
+        let list = CheckpointDir::open(&run.state, 3).unwrap().list().unwrap();
+        assert_eq!(list.len(), 1, "{list:?}\n{}", daemon.log_text());
+        let step = list[0].0;
+        assert!(near.contains(&step), "{step}\n{}", daemon.log_text());
+        let daemon = run.start(world, mb as u32, true).unwrap();
+        got.extend(run.pull(&daemon, world, stop, 10));
+        assert!(daemon.log_text().contains(&format!("(step {step}, ")));
+        let gb = u64::from(world) * mb;
+        assert!(got == global_batches(&dataset, gb, 0..stop + 10));
+    }
 }
 
 /// `dsprep pack --recipe config/quickstart.toml --out OUT --quiet EXTRA…` as a child process.

@@ -9,6 +9,7 @@ use dsprep_client::{Client, ClientConfig, ClientError, PackedDataset};
 use std::path::Path;
 use std::time::Duration;
 use support::daemon::{Daemon, headers, tap, tap_all};
+use support::raw_rank::RawRank;
 use support::*;
 
 /// The quickstart packed with the same recipe, for comparison.
@@ -230,7 +231,7 @@ fn a_slow_rank_holds_the_pipeline_back_and_memory_stays_bounded() {
     assert_eq!(daemon.metric("dsprep_steps{kind=\"held\"}"), 3.0);
     // A step beyond the window is refused with a typed error rather than parked.
     // (Asked by hand in the fast trainer's session: rank 0 is its.)
-    let mut raw = RawRank::connect(&daemon.endpoint);
+    let raw = RawRank::connect(&daemon.endpoint);
     let (header, message) = raw.ask(&owned(request(0, 2, 10), FAST_SESSION));
     assert_eq!(header.status, Status::StepAhead);
     assert_eq!(
@@ -270,7 +271,7 @@ fn owned(request: Request, session: u64) -> Request {
 
 /// Ask until the daemon no longer answers "rank owned" (a trainer's release is on its way from
 /// another socket), at most 5 s.
-fn ask_once_released(raw: &mut RawRank, request: &Request) -> (ReplyHeader, String) {
+fn ask_once_released(raw: &RawRank, request: &Request) -> (ReplyHeader, String) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let (header, message) = raw.ask(request);
@@ -278,42 +279,6 @@ fn ask_once_released(raw: &mut RawRank, request: &Request) -> (ReplyHeader, Stri
             return (header, message);
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A rank speaking the wire protocol by hand, to see the daemon's replies unfiltered.
-struct RawRank {
-    _context: zmq::Context,
-    socket: zmq::Socket,
-}
-
-impl RawRank {
-    fn connect(endpoint: &str) -> RawRank {
-        let context = zmq::Context::new();
-        let socket = context.socket(zmq::DEALER).unwrap();
-        socket.set_rcvtimeo(10_000).unwrap();
-        socket.connect(endpoint).unwrap();
-        RawRank {
-            _context: context,
-            socket,
-        }
-    }
-
-    fn ask_frames(&mut self, frames: &[&[u8]]) -> (ReplyHeader, String) {
-        self.socket.send_multipart(frames, 0).unwrap();
-        let reply = self.socket.recv_multipart(0).expect("the daemon replies");
-        let header = ReplyHeader::decode(&reply[0]).unwrap();
-        (
-            header,
-            reply
-                .get(1)
-                .map(|m| String::from_utf8_lossy(m).into_owned())
-                .unwrap_or_default(),
-        )
-    }
-
-    fn ask(&mut self, request: &Request) -> (ReplyHeader, String) {
-        self.ask_frames(&[&request.encode()])
     }
 }
 
@@ -334,7 +299,7 @@ fn request(rank: u32, world_size: u32, step: u64) -> Request {
 fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     let tmp = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(tmp.path(), &quickstart(), 2, 1, 2);
-    let mut raw = RawRank::connect(&daemon.endpoint);
+    let raw = RawRank::connect(&daemon.endpoint);
 
     let mut bad_version = request(0, 2, 0).encode();
     bad_version[4] = 9;
@@ -421,7 +386,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     // first (its client releases the rank): a request without an owner, as this one and every
     // version 1 or 2 request is, may not read a rank a trainer holds.
     drop(r1);
-    let (h, _) = ask_once_released(&mut raw, &request(1, 2, 5));
+    let (h, _) = ask_once_released(&raw, &request(1, 2, 5));
     assert_eq!(
         (h.status, h.step, h.rank, h.first_window),
         (Status::Ok, 5, 1, 11)
@@ -507,7 +472,7 @@ fn an_old_client_cannot_move_a_trainers_place_in_the_stream() {
     let tokens = |b: dsprep_client::ServedBatch| b.tokens().as_bytes().to_vec();
     assert!(tokens(r0.batch_at(0).unwrap().unwrap()) == expected(&dataset, 2, 1, 0, 0..1));
     assert!(tokens(r1.batch_at(0).unwrap().unwrap()) == expected(&dataset, 2, 1, 1, 0..1));
-    let mut stale = RawRank::connect(&daemon.endpoint);
+    let stale = RawRank::connect(&daemon.endpoint);
     for step in 0..30 {
         for rank in 0..2 {
             let old = Request {
@@ -556,7 +521,7 @@ fn an_old_client_cannot_move_a_trainers_place_in_the_stream() {
 fn a_huge_step_is_refused_without_an_overflow_and_the_daemon_keeps_serving() {
     let tmp = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::start(tmp.path(), &quickstart(), 2, 3, 2);
-    let mut raw = RawRank::connect(&daemon.endpoint);
+    let raw = RawRank::connect(&daemon.endpoint);
     for (rank, world, hash) in [(1, 2, Some([1; 32])), (7, 2, None), (0, 9, None)] {
         for step in [u64::MAX, u64::MAX / 2, 1 << 62] {
             let huge = Request {
@@ -584,7 +549,7 @@ fn a_huge_step_is_refused_without_an_overflow_and_the_daemon_keeps_serving() {
 fn an_oversized_frame_drops_its_peer_and_is_never_read() {
     let tmp = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::start(tmp.path(), &quickstart(), 1, 1, 2);
-    let mut raw = RawRank::connect(&daemon.endpoint);
+    let raw = RawRank::connect(&daemon.endpoint);
     raw.socket.set_rcvtimeo(2_000).unwrap();
     let mut huge = request(0, 1, 0).encode();
     huge.resize(dsprep::serve::MAX_REQUEST_FRAME_BYTES + 1, 0);

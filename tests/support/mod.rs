@@ -7,6 +7,7 @@ mod fetched_tokenizer;
 pub mod lineage;
 pub mod nodes;
 pub mod parquet_pages;
+pub mod raw_rank;
 pub mod serve_run;
 pub mod taps;
 pub mod watch;

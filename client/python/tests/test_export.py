@@ -15,23 +15,14 @@ import pytest
 
 from conftest import dsprep_bin
 
-if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
-    import datasets
-else:
-    datasets = pytest.importorskip("datasets", reason="datasets is not installed (client/python/extras-venv.sh has it)")
+from extras import extra
+
+datasets = extra("datasets")
 
 
 def megatron_indexed_dataset():
     """megatron-core's IndexedDataset class (it imports torch)."""
-    if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
-    else:
-        module = pytest.importorskip(
-            "megatron.core.datasets.indexed_dataset",
-            reason="megatron-core is not installed (client/python/extras-venv.sh has it)",
-        )
-        IndexedDataset = module.IndexedDataset
-    return IndexedDataset
+    return extra("megatron.core.datasets.indexed_dataset").IndexedDataset
 
 
 def export(packed_dir, to, out):

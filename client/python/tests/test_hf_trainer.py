@@ -20,12 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
-    import torch
-    import transformers  # noqa: F401  (CI: it must be there)
-else:
-    torch = pytest.importorskip("torch", reason="torch is not installed (`client/python/extras-venv.sh` makes a venv with it)")
-    pytest.importorskip("transformers", reason="transformers is not installed (`client/python/extras-venv.sh` makes a venv with it)")
+from extras import extra
+
+torch = extra("torch")
+extra("transformers")
 
 from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments  # noqa: E402
 
@@ -120,7 +118,7 @@ def test_items_and_refusals(daemon_factory, best_fit_recipe, best_fit_dir, tmp_p
     # The per-device batch against the daemon's --micro-batch, named with both values.
     plain = daemon_factory(world_size=1, micro_batch=4, prefetch=4)
     wrong = DsprepTrainer(model=tiny_model(), args=arguments(tmp_path, per_device_train_batch_size=3), train_dataset=DsprepHFDataset(plain.endpoint, rank=0, world_size=1, timeout=10))
-    with pytest.raises(ConfigError, match=r"TrainingArguments\.per_device_train_batch_size is 3, dsprep's dsprep serve --micro-batch is 4"):
+    with pytest.raises(ConfigError, match=r"TrainingArguments\.per_device_train_batch_size is 3, while dsprep's is 4 \(dsprep serve --micro-batch\)"):
         next(iter(wrong.get_train_dataloader()))
     # The model against the recipe's tokenizer and seq_len.
     with pytest.raises(ConfigError, match=r"model\.config\.vocab_size is 1000, the recipe's tokenizer .*gpt2/tokenizer.json has ids up to 50256"):

@@ -18,15 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
-    import torch  # noqa: F401  (CI: it must be there)
-    import torchdata  # noqa: F401
-else:
-    torch = pytest.importorskip(
-        "torch",
-        reason="torch is not installed (`client/python/extras-venv.sh` makes a venv with torch and torchdata; "
-        "CI runs these tests there)",
-    )
+from extras import extra
+
+torch = extra("torch")
+extra("torchdata")
 
 from dsprep_client import Client, DsprepIterableDataset, PackedDataset, RecipeMismatch  # noqa: E402
 

@@ -19,12 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-if os.environ.get("DSPREP_REQUIRE_EXTRAS") == "1":
-    import torch
-    import torchtitan  # noqa: F401  (CI: it must be there)
-else:
-    torch = pytest.importorskip("torch", reason="torch is not installed (`client/python/extras-venv.sh` makes a venv with it)")
-    pytest.importorskip("torchtitan", reason="torchtitan is not installed (`client/python/extras-venv.sh` makes a venv with it)")
+from extras import extra
+
+torch = extra("torch")
+extra("torchtitan")
 
 from torchtitan.components.dataloader import BaseDataLoader, ParallelAwareDataloader  # noqa: E402
 
@@ -72,9 +70,9 @@ def test_the_loader_is_torchtitans_and_yields_its_batch_shape(daemon_factory, pa
 
 def test_a_layout_mismatch_is_refused_with_both_values_and_the_setting(daemon_factory):
     daemon = daemon_factory(world_size=1, micro_batch=2, prefetch=4)
-    with pytest.raises(ConfigError, match=r"training\.seq_len is 1024, dsprep's recipe \[packing\] seq_len is 512"):
+    with pytest.raises(ConfigError, match=r"training\.seq_len is 1024, while dsprep's is 512 \(recipe \[packing\] seq_len\)"):
         next(iter(build(daemon.endpoint, seq_len=1024)))
-    with pytest.raises(ConfigError, match=r"training\.local_batch_size is 3, dsprep's dsprep serve --micro-batch is 2"):
+    with pytest.raises(ConfigError, match=r"training\.local_batch_size is 3, while dsprep's is 2 \(dsprep serve --micro-batch\)"):
         next(iter(build(daemon.endpoint, local_batch=3)))
 
 
@@ -99,10 +97,10 @@ def test_configure_fills_and_checks_a_torchtitan_trainer_config(tmp_path):
     configure(config, endpoint="ipc:///x.sock", recipe=recipe, micro_batch=8, world_size=2, tokenizer_dir=GPT2)
     assert config.training.seq_len == 512, "filled from the recipe's [packing] seq_len"
     assert isinstance(config.dataloader, DsprepDataLoader.Config) and config.dataloader.endpoint == "ipc:///x.sock"
-    with pytest.raises(ConfigError, match=r"training\.local_batch_size is 8, dsprep's dsprep serve --micro-batch is 4; set training\.local_batch_size = 4"):
+    with pytest.raises(ConfigError, match=r"training\.local_batch_size is 8, while dsprep's is 4 \(dsprep serve --micro-batch\); set training\.local_batch_size = 4"):
         configure(config, recipe=recipe, micro_batch=4)
     config.training.seq_len = 1024
-    with pytest.raises(ConfigError, match=r"training\.seq_len is 1024, dsprep's .*quickstart.toml \[packing\] seq_len is 512"):
+    with pytest.raises(ConfigError, match=r"training\.seq_len is 1024, while dsprep's is 512 \(.*quickstart.toml \[packing\] seq_len\)"):
         configure(config, recipe=recipe)
     config.training.seq_len = 512
     config.training.global_batch_size = 20

@@ -79,8 +79,8 @@ def require_equal(what: str, trainer_setting: str, trainer_value: Any, dsprep_se
     """Refuse `trainer_setting = trainer_value` unless it equals dsprep's `dsprep_setting`."""
     if trainer_value != dsprep_value:
         raise ConfigError(
-            f"{what}: the trainer's {trainer_setting} is {trainer_value!r}, dsprep's {dsprep_setting} is "
-            f"{dsprep_value!r}; set {trainer_setting} = {dsprep_value!r} (or serve with {dsprep_setting} = {trainer_value!r})"
+            f"{what}: the trainer's {trainer_setting} is {trainer_value!r}, while dsprep's is {dsprep_value!r} "
+            f"({dsprep_setting}); set {trainer_setting} = {dsprep_value!r}, or change {dsprep_setting} to {trainer_value!r}"
         )
 
 

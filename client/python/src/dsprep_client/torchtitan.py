@@ -277,7 +277,11 @@ def configure(
         loss_fn = getattr(getattr(config, "loss", None), "loss_fn", None)
         loss_vocab = getattr(loss_fn, "global_vocab_size", None)
         if loss_vocab is not None and vocab is not None:
-            require_equal("the loss's vocabulary", "loss.loss_fn.global_vocab_size", int(loss_vocab), "the model's vocab_size", int(vocab))
+            if int(loss_vocab) != int(vocab):
+                raise ConfigError(
+                    f"the loss's vocabulary: loss.loss_fn.global_vocab_size is {loss_vocab}, the model's vocab_size is "
+                    f"{vocab}; set loss.loss_fn.global_vocab_size = {vocab}"
+                )
         if tokenizer_dir is not None:
             config.hf_assets_path = str(tokenizer_dir)
         found = Path(config.hf_assets_path) / "tokenizer.json"
