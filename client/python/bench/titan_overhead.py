@@ -8,8 +8,12 @@ it). Each step takes one batch from each in turn (order rotated every step), tim
 as in training. Prints one JSON line: median and p99 per step (µs) of each, and the overhead of
 the torchtitan loader over the dataset alone.
 
-  python titan_overhead.py --dsprep target/release/dsprep --recipe config/quickstart.toml \
-      --micro-batch 8 --steps 2000 --compute-ms 10
+  python titan_overhead.py --dsprep target/release/dsprep --recipe RECIPE \
+      --micro-batch 2 --steps 1200 --compute-ms 10 [--titan-rank 0]
+
+(the quickstart has about 45 steps at world 4 × micro batch 8: use a larger corpus, e.g. the
+100 MB corpus of BENCHMARKS.md; `--titan-rank 0` swaps the loader's and the plain dataset's
+ranks).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--compute-ms", type=float, default=10.0)
+    ap.add_argument("--titan-rank", type=int, default=3, help="the torchtitan loader's rank (the dataset alone takes rank 3 when this is 0)")
     args = ap.parse_args()
 
     import torch
@@ -55,11 +60,12 @@ def main() -> None:
             if "serving recipe" in log.read():
                 break
             time.sleep(0.1)
-        plain = iter(DsprepIterableDataset(endpoint, rank=0, world_size=4, timeout=60))
+        titan_rank = args.titan_rank
+        plain = iter(DsprepIterableDataset(endpoint, rank=3 if titan_rank == 0 else 0, world_size=4, timeout=60))
         twin = iter(DsprepIterableDataset(endpoint, rank=1, world_size=4, timeout=60))
         stateful = iter(StatefulDataLoader(DsprepIterableDataset(endpoint, rank=2, world_size=4, timeout=60), batch_size=None))
         titan_loader = DsprepDataLoader.Config(endpoint=endpoint, timeout=60).build(
-            dp_world_size=4, dp_rank=3, tokenizer=None, seq_len=None, local_batch_size=args.micro_batch
+            dp_world_size=4, dp_rank=titan_rank, tokenizer=None, seq_len=None, local_batch_size=args.micro_batch
         )
         titan = iter(titan_loader)
         names = ["dataset", "dataset_twin", "stateful_dataloader", "torchtitan"]
@@ -93,6 +99,7 @@ def main() -> None:
         steps=args.steps,
         batch_shape=shape,
         compute_ms=args.compute_ms,
+        torchtitan_rank=args.titan_rank,
         torchtitan_extra_median_us=round(titan_s["median_us"] - base["median_us"], 1),
         twin_extra_median_us=round(out["dataset_twin"]["median_us"] - base["median_us"], 1),
         torchtitan_extra_share_of_data_time=round((titan_s["median_us"] - base["median_us"]) / base["median_us"], 4),
