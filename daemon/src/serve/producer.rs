@@ -362,7 +362,7 @@ impl SegmentSink for StepSink<'_> {
 }
 
 /// Snapshots taken since the slowest rank's position, in memory, oldest first, at most one per
-/// step. The reader takes about two per step wherever the stream is ([`WindowSink::paces_snapshots`]), so
+/// step. The reader takes about one per step wherever the stream is ([`WindowSink::paces_snapshots`]), so
 /// whatever step a trainer resumes from, a snapshot lies at or just below it. A checkpoint is
 /// useful only at or below the step a trainer will resume from, and trainers are behind the
 /// pipeline (by up to `prefetch` steps, and the chunks in flight): so once the slowest rank has
