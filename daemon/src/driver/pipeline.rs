@@ -60,6 +60,10 @@ pub struct PipelineConfig {
     /// A chunk closes once its text passes this many bytes (or at 128 documents). Smaller chunks
     /// cost a little more channel traffic and give finer snapshot points.
     pub chunk_text_bytes: usize,
+    /// For a sink that paces snapshots ([`super::run::WindowSink::paces_snapshots`]): the
+    /// reader takes one on the first chunk that closes once this much text has passed since its
+    /// last (0: on every chunk).
+    pub snapshot_text_bytes: usize,
     /// Stop reading once the stream has emitted this many documents (a change of course takes
     /// over there): the run then ends with the stream's state at that point
     /// ([`Read::boundary`]), its windows not finished.
@@ -82,7 +86,19 @@ impl PipelineConfig {
             shuffle_fill: None,
             snapshot: None,
             chunk_text_bytes,
+            snapshot_text_bytes: 0,
             stop_after_documents: None,
+        }
+    }
+
+    /// A daemon's stream (or a lane) making steps of `step_tokens` shared by `streams`:
+    /// chunks of about half its share of a step ([`step_chunk_text_bytes`]), a paced snapshot
+    /// about once per its share of a step (~4 bytes of text a token).
+    pub fn for_steps(threads: usize, step_tokens: u64, streams: u32) -> Self {
+        let share = step_tokens.saturating_mul(4) / u64::from(streams.max(1));
+        Self {
+            snapshot_text_bytes: usize::try_from(share).unwrap_or(usize::MAX),
+            ..Self::new(threads, step_chunk_text_bytes(step_tokens, streams))
         }
     }
 
@@ -468,5 +484,19 @@ mod tests {
         assert_eq!(step_chunk_text_bytes(4 * 513, 64), 1 << 10);
         assert_eq!(step_chunk_text_bytes(64 * 513, 1), 64 * 513 * 2);
         assert_eq!(step_chunk_text_bytes(512 * 2049, 8), CHUNK_TEXT_BYTES);
+    }
+
+    #[test]
+    fn a_daemon_paces_a_snapshot_about_once_per_step_of_text() {
+        // ~4 bytes of text a token, shared by the streams: every chunk at the quickstart's 2 × 2
+        // (its chunks, at the 16 KiB floor, pass 8 KiB), every other chunk for large steps.
+        let small = PipelineConfig::for_steps(2, 4 * 513, 1);
+        assert_eq!(
+            (small.chunk_text_bytes, small.snapshot_text_bytes),
+            (16 << 10, 4 * 513 * 4)
+        );
+        let large = PipelineConfig::for_steps(2, 64 * 2049, 8);
+        assert_eq!(large.snapshot_text_bytes, 2 * large.chunk_text_bytes);
+        assert_eq!(PipelineConfig::new(2, 1 << 10).snapshot_text_bytes, 0);
     }
 }

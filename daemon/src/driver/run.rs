@@ -62,9 +62,9 @@ pub trait WindowSink {
     }
 
     /// Whether the reader takes snapshots for this sink without asks: one on the first chunk
-    /// that closes once two chunks' worth of text (`chunk_text_bytes` is about half a step in a
-    /// daemon: so about a step) has passed since the last, from the stream's start. Asking once
-    /// per step instead would put each snapshot as far ahead as the reader runs (`4 × threads +
+    /// that closes once `snapshot_text_bytes` of text (about a step's, in a daemon:
+    /// [`PipelineConfig::for_steps`]) has passed since the last, from the stream's start. Asking
+    /// once per step instead would put each snapshot as far ahead as the reader runs (`4 × threads +
     /// 2` chunks), and none in a stream's first chunks: on the quickstart at 2 ranks × 2 the
     /// first came at step 67, after the ranks' last step. One a step, not one a chunk: the
     /// states in flight each hold the shuffle buffer's references.
@@ -147,7 +147,7 @@ pub fn run_stream(
     if let Some(asks) = &config.snapshot
         && sink.paces_snapshots()
     {
-        asks.every_text_bytes(config.chunk_text_bytes.saturating_mul(2));
+        asks.every_text_bytes(config.snapshot_text_bytes.max(1));
     }
     let locator = Locator::new(stream.mixer());
     let locate = |pos: &DocPos| locator.locate(pos);

@@ -25,7 +25,7 @@ pub use nodes::{NodeOrigin, NodePlace};
 
 use crate::checkpoint::LaneCheckpoints;
 use crate::driver::load_recipe_with;
-use crate::driver::pipeline::{PipelineConfig, step_chunk_text_bytes};
+use crate::driver::pipeline::PipelineConfig;
 use anyhow::{Context, anyhow};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
@@ -321,7 +321,7 @@ impl Served {
             let step_tokens = global_batch * u64::from(layout.window_tokens);
             let config = PipelineConfig {
                 shuffle_fill: Some(shuffle_fill),
-                ..PipelineConfig::new(options.threads, step_chunk_text_bytes(step_tokens, 1))
+                ..PipelineConfig::for_steps(options.threads, step_tokens, 1)
             };
             std::thread::Builder::new()
                 .name("dsprep-producer".into())

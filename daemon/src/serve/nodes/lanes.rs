@@ -23,7 +23,7 @@ use crate::checkpoint::LaneCheckpoints;
 use crate::checkpoint::lane::SegmentTag;
 use crate::driver::LoadedRecipe;
 use crate::driver::lineage::SegmentSink;
-use crate::driver::pipeline::{PipelineConfig, ProducedDoc, step_chunk_text_bytes};
+use crate::driver::pipeline::{PipelineConfig, ProducedDoc};
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink};
 use crate::progress::FastForward;
 use crate::serve::metrics::Metrics;
@@ -96,11 +96,10 @@ impl LaneProducer<'_> {
             );
         }
         let lanes = self.slice.lanes();
-        // About half of one lane's share of a step per chunk, so that snapshots, hence lane
-        // checkpoints, come at least about twice per step.
+        // About half of one lane's share of a step per chunk, and a snapshot (hence a possible
+        // lane checkpoint) about once per its share.
         let window_tokens = self.loaded.recipe.packing.window_tokens() as u64;
-        let chunk_text_bytes =
-            step_chunk_text_bytes(self.slice.global_batch * window_tokens, self.slice.count);
+        let step_tokens = self.slice.global_batch * window_tokens;
         let threads = (self.threads / lanes.len().max(1)).max(1);
         std::thread::scope(|scope| {
             let mut receivers: BTreeMap<u32, Receiver<Vec<PackedWindow>>> = BTreeMap::new();
@@ -108,7 +107,7 @@ impl LaneProducer<'_> {
             for &lane in &lanes {
                 let (tx, rx) = bounded::<Vec<PackedWindow>>(LANE_QUEUE_BLOCKS);
                 receivers.insert(lane, rx);
-                let config = PipelineConfig::new(threads, chunk_text_bytes);
+                let config = PipelineConfig::for_steps(threads, step_tokens, self.slice.count);
                 let lane_run = LaneRun {
                     course: &self.course,
                     spec: self.spec,
