@@ -36,8 +36,13 @@ echo "pip install to the first packed output: $(python3 -c "import time; print(f
 "$WORK/venv/bin/dsprep" verify "$WORK/packed"
 "$WORK/venv/bin/python" -c "import dsprep_client, sys; assert dsprep_client.__file__.startswith('$WORK/venv'), dsprep_client.__file__"
 
-# The client's tests against what the wheel installed: its binary and its package.
+# The client's tests against what the wheel installed: its binary and its package. The tests of
+# the optional packages (torch, datasets, megatron-core, torchtitan, transformers) run in
+# test.sh's extras venv; this venv has none of them, so they are left out here (and skip, not
+# fail, if one is added without being left out).
 cd "$WORK"
-DSPREP_BIN="$WORK/venv/bin/dsprep" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider \
+DSPREP_REQUIRE_EXTRAS=0 DSPREP_BIN="$WORK/venv/bin/dsprep" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider \
   "$ROOT/client/python/tests" --ignore="$ROOT/client/python/tests/test_torch.py" \
-  --ignore="$ROOT/client/python/tests/test_export.py"
+  --ignore="$ROOT/client/python/tests/test_export.py" \
+  --ignore="$ROOT/client/python/tests/test_torchtitan.py" \
+  --ignore="$ROOT/client/python/tests/test_hf_trainer.py"
