@@ -23,7 +23,7 @@ use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters};
 use dsprep_mixers::{DocStream, StreamState, TokenizeStage};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Documents per chunk at most.
 const CHUNK_DOCS: usize = 128;
@@ -54,15 +54,18 @@ pub struct PipelineConfig {
     pub threads: usize,
     /// Where the reader thread publishes the shuffle buffer's fill (documents), for metrics.
     pub shuffle_fill: Option<Arc<AtomicU64>>,
-    /// Set by the sink: when the reader attaches the stream's state to a chunk it closes
-    /// ([`TokenizedChunk::state`]).
-    pub snapshot: Option<Arc<SnapshotAsks>>,
+    /// Set by the sink to ask for a snapshot: the reader clears it and attaches the stream's
+    /// state to the next chunk it closes ([`TokenizedChunk::state`]). `None`: no snapshots.
+    pub snapshot: Option<Arc<AtomicBool>>,
     /// A chunk closes once its text passes this many bytes (or at 128 documents). Smaller chunks
     /// cost a little more channel traffic and give finer snapshot points.
     pub chunk_text_bytes: usize,
-    /// For a sink that paces snapshots ([`super::run::WindowSink::paces_snapshots`]): the
-    /// reader takes one on the first chunk that closes once this much text has passed since its
-    /// last (0: on every chunk).
+    /// With `snapshot`, the reader also takes one by itself on the first chunk that closes once
+    /// this much text (4 bytes per token of a document tokenized ahead) has passed since its
+    /// last, from the stream's first chunk on (0: only when asked). The reader runs up to
+    /// `max_in_flight` chunks ahead of the sink, so an ask lands that far ahead in the stream;
+    /// a pace puts snapshots everywhere, at places that depend on the documents only. A sink
+    /// that does not [pace snapshots](super::run::WindowSink::paces_snapshots) runs with 0.
     pub snapshot_text_bytes: usize,
     /// Stop reading once the stream has emitted this many documents (a change of course takes
     /// over there): the run then ends with the stream's state at that point
@@ -104,39 +107,6 @@ impl PipelineConfig {
 
     fn max_in_flight(&self) -> usize {
         4 * self.threads + 2
-    }
-}
-
-/// What a sink asks of the reader's snapshots: one on the next chunk ([`SnapshotAsks::ask`]),
-/// and one whenever so many bytes of text have passed since the last by itself
-/// ([`SnapshotAsks::every_text_bytes`]). The reader runs up to `max_in_flight` chunks ahead of
-/// the sink, so an ask lands that far ahead in the stream; a pace puts snapshots everywhere, the
-/// stream's first chunk included, at places that depend on the documents only.
-#[derive(Debug, Default)]
-pub struct SnapshotAsks {
-    asked: AtomicBool,
-    /// 0: only when asked.
-    every_text_bytes: AtomicUsize,
-}
-
-impl SnapshotAsks {
-    pub fn ask(&self) {
-        self.asked.store(true, Ordering::Release);
-    }
-
-    /// Have the reader attach a snapshot to the first chunk that closes once `bytes` of text
-    /// (4 per token of a document tokenized ahead) have passed since its last (0: only when
-    /// asked).
-    pub fn every_text_bytes(&self, bytes: usize) {
-        self.every_text_bytes.store(bytes, Ordering::Relaxed);
-    }
-
-    /// Whether the reader takes a snapshot on the chunk it closes, `since` bytes of text after
-    /// its last one.
-    fn due(&self, since: usize) -> bool {
-        let every = self.every_text_bytes.load(Ordering::Relaxed);
-        let asked = self.asked.swap(false, Ordering::AcqRel);
-        asked || (every > 0 && since >= every)
     }
 }
 
@@ -256,7 +226,7 @@ pub fn run<S: DocSource>(
                     doc_tx,
                     permit_rx,
                     config.shuffle_fill.as_deref(),
-                    config.snapshot.as_deref(),
+                    (config.snapshot.as_deref()).map(|asked| (asked, config.snapshot_text_bytes)),
                     config.stop_after_documents,
                 )
             })
@@ -294,7 +264,8 @@ fn read_mix_shuffle<S: DocSource>(
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
     shuffle_fill: Option<&AtomicU64>,
-    snapshot: Option<&SnapshotAsks>,
+    // The sink's ask, and the pace (`PipelineConfig::snapshot_text_bytes`).
+    snapshot: Option<(&AtomicBool, usize)>,
     stop_after_documents: Option<u64>,
 ) -> anyhow::Result<Read> {
     let mut chunker = Chunker {
@@ -309,7 +280,9 @@ fn read_mix_shuffle<S: DocSource>(
     let mut since = usize::MAX;
     let mut state_if_asked = |stream: &DocStream<S>, chunk_text_bytes: usize| {
         since = since.saturating_add(chunk_text_bytes);
-        let due = snapshot.is_some_and(|asks| asks.due(since));
+        let due = snapshot.is_some_and(|(asked, pace)| {
+            asked.swap(false, Ordering::AcqRel) || (pace > 0 && since >= pace)
+        });
         due.then(|| {
             since = 0;
             Box::new(stream.state())

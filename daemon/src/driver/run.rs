@@ -4,7 +4,7 @@
 //! pack`, its lane parts, the single daemon's producer and the node daemons' lanes all run
 //! through [`run_stream`]; each is only a sink.
 
-use super::pipeline::{self, ChunkDoc, PipelineConfig, ProducedDoc, SnapshotAsks};
+use super::pipeline::{self, ChunkDoc, PipelineConfig, ProducedDoc};
 use super::pretokenize::Pretokenized;
 use super::stream::{LoadedRecipe, Locator};
 use anyhow::{Context, anyhow};
@@ -13,6 +13,7 @@ use dsprep_mixers::doc::{DocPos, SourceCounters};
 use dsprep_mixers::packer::PackingCounters;
 use dsprep_mixers::{DocStream, PackedWindow, PackerConfig, WindowPacker};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where a run starts.
@@ -38,16 +39,16 @@ pub enum Flow {
 /// The sink's handle on snapshots: [`Snapshots::ask`] has the reader attach the stream's state to
 /// the next chunk it closes; the sink gets it in [`WindowSink::snapshot`]. A sink that
 /// [paces snapshots](WindowSink::paces_snapshots) gets them without asking.
-pub struct Snapshots(Arc<SnapshotAsks>);
+pub struct Snapshots(Arc<AtomicBool>);
 
 impl Snapshots {
     /// A handle that asks no reader (a run on the caller's thread takes no snapshot).
     pub fn unused() -> Snapshots {
-        Snapshots(Arc::default())
+        Snapshots(Arc::new(AtomicBool::new(false)))
     }
 
     pub fn ask(&self) {
-        self.0.ask();
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -141,14 +142,12 @@ pub fn run_stream(
     let began = Instant::now();
     let (mut packer, restored, mut documents) = open_start(loaded, &mut stream, start, packing)?;
     sink.started(restored.then(|| began.elapsed()));
-    let asks = Arc::new(SnapshotAsks::default());
-    config.snapshot = sink.keeps_snapshots().then(|| Arc::clone(&asks));
-    let snapshots = Snapshots(asks);
-    if let Some(asks) = &config.snapshot
-        && sink.paces_snapshots()
-    {
-        asks.every_text_bytes(config.snapshot_text_bytes.max(1));
+    let asked = Arc::new(AtomicBool::new(false));
+    config.snapshot = sink.keeps_snapshots().then(|| Arc::clone(&asked));
+    if !sink.paces_snapshots() {
+        config.snapshot_text_bytes = 0;
     }
+    let snapshots = Snapshots(asked);
     let locator = Locator::new(stream.mixer());
     let locate = |pos: &DocPos| locator.locate(pos);
     let mut windows = Vec::new();
