@@ -116,11 +116,46 @@ impl Parallelism {
         };
         Ok((dp_rank, dp_size))
     }
+
+    /// Whether global `rank` reports its data-parallel rank's loss per source (protocol v7): one
+    /// rank per model-parallel group, the last pipeline stage's (it holds the loss) with tensor
+    /// and context rank 0.
+    pub fn reports_loss(&self, rank: u32, world_size: u32) -> Result<bool, String> {
+        let (_, dp_size) = self.data_parallel(rank, world_size)?;
+        let inner = self.tensor * self.context;
+        let stage = match self.order {
+            RankOrder::TpCpDpPp => rank / (inner * dp_size),
+            RankOrder::TpCpPpDp => (rank / inner) % self.pipeline,
+        };
+        Ok(rank % inner == 0 && stage + 1 == self.pipeline)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_rank_per_model_parallel_group_reports_the_last_stage_with_tensor_rank_0() {
+        let p = Parallelism {
+            tensor: 2,
+            context: 1,
+            pipeline: 2,
+            order: RankOrder::TpCpDpPp,
+        };
+        // World 8: dp 2; ranks 0..4 are stage 0, 4..8 stage 1; tp varies fastest.
+        let reporters: Vec<u32> = (0..8).filter(|&r| p.reports_loss(r, 8).unwrap()).collect();
+        assert_eq!(reporters, vec![4, 6]);
+        let dp: Vec<u32> = reporters.iter().map(|&r| p.data_parallel(r, 8).unwrap().0).collect();
+        assert_eq!(dp, vec![0, 1]);
+        let older = Parallelism {
+            order: RankOrder::TpCpPpDp,
+            ..p
+        };
+        let reporters: Vec<u32> = (0..8).filter(|&r| older.reports_loss(r, 8).unwrap()).collect();
+        assert_eq!(reporters, vec![2, 6]);
+        assert!(Parallelism::default().reports_loss(3, 4).unwrap());
+    }
 
     #[test]
     fn sizes_come_from_what_is_given_else_the_environment_else_one() {

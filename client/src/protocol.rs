@@ -20,8 +20,10 @@ use crate::chain::Hash;
 
 /// The version clients send: 3 adds the document-source frame to ok replies, 4 the real-token
 /// frame (each row's tokens before its padding), 5 the lineage segment in the header, 6 the
-/// session's start time and the keepalive.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// session's start time and the keepalive, 7 the per-source loss report ([`report`]).
+pub const PROTOCOL_VERSION: u16 = 7;
+/// The oldest version that may send a loss report.
+pub const REPORT_VERSION: u16 = 7;
 /// The oldest version whose requests carry the session's start time, and may be keepalives.
 pub const STARTED_VERSION: u16 = 6;
 /// The oldest version whose header names the lineage segment that produced the step.
@@ -85,6 +87,9 @@ pub enum RequestKind {
     /// Sent by the clients' keepalive thread every [`KEEPALIVE_INTERVAL`]; it only keeps a rank
     /// the session owns (it never claims one), and is never answered.
     Keepalive = 3,
+    /// Version 7: the rank's per-source loss for a step it trained on, in a second frame
+    /// ([`report::encode_report`]). Never answered.
+    Report = 4,
 }
 
 /// How often the clients send a keepalive (v6) for their rank: a quarter of the shortest owner
@@ -330,6 +335,7 @@ impl Request {
             1 => RequestKind::Batch,
             2 if version >= 3 => RequestKind::Release,
             3 if version >= STARTED_VERSION => RequestKind::Keepalive,
+            4 if version >= REPORT_VERSION => RequestKind::Report,
             other => return Err(DecodeError::Kind(other)),
         };
         let request_id = r.u64();
@@ -579,5 +585,6 @@ pub fn decode_real_tokens(
     Ok(counts)
 }
 
+pub mod report;
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,7 @@ use crate::protocol::{
     DecodeError, Owner, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
     decode_doc_sources, decode_doc_starts, decode_real_tokens, ok_reply_frames,
 };
+use crate::protocol::report::{MAX_REPORT_ENTRIES, SourceLoss, encode_report, per_source_loss};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -286,6 +287,25 @@ impl ServedBatch {
         Some(source_token_counts(rows.iter().map(Vec::as_slice)))
     }
 
+    /// Per source, the summed loss and counted tokens of this batch's rows (protocol v3 sources):
+    /// `loss` is the per-token loss, `rows × seq_len` row-major (position `t` predicts token
+    /// `t + 1` and is the source of input token `t`'s); a position counts when its label is not
+    /// padding. What [`Client::report`] sends. `None` without document sources (protocol < 3),
+    /// or when `loss` is not `rows × seq_len` long.
+    pub fn per_source_loss(&self, loss: &[f32]) -> Option<Vec<SourceLoss>> {
+        let seq_len = self.header.window_tokens as usize - 1;
+        if loss.len() != self.rows() * seq_len {
+            return None;
+        }
+        let (mut counts, mut sources) = (Vec::with_capacity(loss.len()), Vec::new());
+        for i in 0..self.rows() {
+            sources.extend(self.input_sources(i)?);
+            let real = self.real_tokens(i) as usize;
+            counts.extend((0..seq_len).map(|t| t + 1 < real));
+        }
+        Some(per_source_loss(loss, &counts, &sources))
+    }
+
     /// Row `i`'s tokens before its padding (`best_fit`, protocol v4); the whole row otherwise.
     pub fn real_tokens(&self, i: usize) -> u32 {
         self.real_tokens[i]
@@ -497,6 +517,40 @@ impl Client {
     }
 
     /// (data-parallel rank, data-parallel world size): the rank and world size the daemon sees.
+    /// Report this rank's loss per source for `step` (protocol v7; [`ServedBatch::per_source_loss`]
+    /// makes `entries`): what `[mix.adaptive]` decides from, and what the daemon's `/metrics`
+    /// show per source. Never waits: the report is queued on the socket and the daemon does not
+    /// answer it. Returns whether it was sent: only one rank of a model-parallel group reports
+    /// ([`Parallelism::reports_loss`]: the last pipeline stage, tensor rank 0), the others and a
+    /// full queue send nothing.
+    pub fn report(&mut self, step: u64, entries: &[SourceLoss]) -> Result<bool, ClientError> {
+        let reports = (self.config.parallel)
+            .reports_loss(self.config.rank, self.config.world_size)
+            .map_err(ClientError::Config)?;
+        if !reports {
+            return Ok(false);
+        }
+        if entries.len() > MAX_REPORT_ENTRIES {
+            return Err(ClientError::Config(format!(
+                "a loss report holds at most {MAX_REPORT_ENTRIES} sources, got {}",
+                entries.len()
+            )));
+        }
+        let request = Request {
+            kind: RequestKind::Report,
+            request_id: self.next_request_id,
+            step,
+            ..batch_request(self.owner(), self.data_parallel, self.recipe_hash)
+        };
+        self.next_request_id += 1;
+        let frames = [request.encode(), encode_report(entries)];
+        Ok(self
+            .connection
+            .socket
+            .send_multipart(frames, zmq::DONTWAIT)
+            .is_ok())
+    }
+
     pub fn data_parallel(&self) -> (u32, u32) {
         self.data_parallel
     }

@@ -78,6 +78,11 @@ enum Command {
         /// as fast as the daemon serves).
         #[arg(long, default_value_t = 0)]
         step_ms: u64,
+        /// After each step, report a synthetic loss per source (protocol v7), as a trainer
+        /// reports its own for `[mix.adaptive]`: `SOURCE=START[:SLOPE],…` gives the per-token
+        /// loss of source index SOURCE at step s as START + SLOPE × s (1.0 for sources not named).
+        #[arg(long)]
+        report_loss: Option<String>,
     },
     /// Write a CURVE key pair for authenticated serving: PATH.key (the public key, to share) and
     /// PATH.key_secret (public and secret, to keep), both mode 0600, in the certificate format
@@ -198,6 +203,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             curve_server_key,
             curve_client_key,
             step_ms,
+            report_loss,
         } => {
             let parallel = dsprep_client::Parallelism {
                 tensor: tensor_parallel,
@@ -227,6 +233,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 },
                 step_time: Duration::from_millis(step_ms),
+                report_loss: report_loss
+                    .as_deref()
+                    .map(dsprep::tap::SyntheticLoss::parse)
+                    .transpose()?,
             };
             let written = dsprep::tap::tap(&options)?;
             println!(

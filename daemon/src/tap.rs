@@ -2,7 +2,10 @@
 //! writes each step's raw token bytes to `--out` (nothing else) and one JSON line per step with
 //! its header (the lineage segment that made it included) and stream chain to `<out>.jsonl`. Like a resumed trainer, it can be given the
 //! chain before its first step (`--expect-chain`), which the daemon's stream must continue, and
-//! a time per step (`--step-ms`) stands in for a trainer's compute. For debugging and tests.
+//! a time per step (`--step-ms`) stands in for a trainer's compute, and `--report-loss` a
+//! trainer's loss per source: a synthetic per-token loss (per source, falling or rising with the
+//! step) reported after each step through the client's helpers (protocol v7). For debugging and
+//! tests.
 
 use anyhow::Context;
 use dsprep_client::chain;
@@ -28,6 +31,41 @@ pub struct TapOptions {
     pub curve: Option<dsprep_client::curve::ClientKeys>,
     /// How long to wait after each step (a training step's compute).
     pub step_time: Duration,
+    /// Report a synthetic loss per source after each step (`--report-loss`).
+    pub report_loss: Option<SyntheticLoss>,
+}
+
+/// A synthetic per-token loss: per source index, `start + slope × step` (at least 0.01); 1.0
+/// for a source not named.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyntheticLoss {
+    pub by_source: Vec<(u16, f64, f64)>,
+}
+
+impl SyntheticLoss {
+    /// `SOURCE=START[:SLOPE],…`, e.g. `0=3.0,1=3.0:-0.01`.
+    pub fn parse(text: &str) -> anyhow::Result<SyntheticLoss> {
+        let mut by_source = Vec::new();
+        for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+            let bad = || anyhow::anyhow!("--report-loss {part:?} is not SOURCE=START[:SLOPE]");
+            let (source, rest) = part.split_once('=').ok_or_else(bad)?;
+            let (start, slope) = rest.split_once(':').unwrap_or((rest, "0"));
+            by_source.push((
+                source.trim().parse().map_err(|_| bad())?,
+                start.trim().parse().map_err(|_| bad())?,
+                slope.trim().parse().map_err(|_| bad())?,
+            ));
+        }
+        Ok(SyntheticLoss { by_source })
+    }
+
+    /// The per-token loss of a token of `source` at `step`.
+    pub fn at(&self, source: u16, step: u64) -> f32 {
+        let (start, slope) = (self.by_source.iter())
+            .find(|(s, _, _)| *s == source)
+            .map_or((1.0, 0.0), |&(_, start, slope)| (start, slope));
+        (start + slope * step as f64).max(0.01) as f32
+    }
 }
 
 /// Returns the number of steps written (fewer than asked when the data ends).
@@ -87,6 +125,9 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
             "segment": batch.segment(), "segment_recipe_hash": batch.segment_recipe_hash().map(hex::encode),
         });
         writeln!(headers, "{line}")?;
+        if let Some(synthetic) = &options.report_loss {
+            report(&mut client, &batch, synthetic)?;
+        }
         // Flushed per step: a tap killed mid-run leaves every completed step on disk.
         tokens.flush()?;
         headers.flush()?;
@@ -96,4 +137,22 @@ pub fn tap(options: &TapOptions) -> anyhow::Result<u64> {
     tokens.flush()?;
     headers.flush()?;
     Ok(written)
+}
+
+/// Report `batch`'s synthetic loss per source, as a trainer reports its real one.
+fn report(
+    client: &mut Client,
+    batch: &dsprep_client::ServedBatch,
+    synthetic: &SyntheticLoss,
+) -> anyhow::Result<()> {
+    let mut loss = Vec::new();
+    for i in 0..batch.rows() {
+        let sources = batch
+            .input_sources(i)
+            .context("--report-loss needs the document sources (protocol v3 or later)")?;
+        loss.extend(sources.iter().map(|&s| synthetic.at(s, batch.step())));
+    }
+    let entries = (batch.per_source_loss(&loss)).context("the loss has one value per input token")?;
+    client.report(batch.step(), &entries)?;
+    Ok(())
 }

@@ -8,6 +8,7 @@
 //! their state in plain fields; `TokenizeStage` is `&self` and runs in parallel, the driver puts
 //! its results back in order.
 
+pub mod adaptive;
 pub mod checkpoint;
 pub mod doc;
 pub mod lanes;

@@ -17,11 +17,16 @@
 //! them, those its recipe lacks at weight 0 (never drawn, never read), so a source's cursor,
 //! its documents in the shuffle buffer and its id in every served window keep their meaning.
 
+use crate::adaptive::Decision;
 use crate::recipe::{Recipe, SourceSpec};
 use serde::{Deserialize, Serialize};
 
-/// The lineage format this build reads and writes.
-pub const LINEAGE_FORMAT: u32 = 1;
+/// The newest lineage format this build reads and writes: 2 adds the decisions of
+/// `[mix.adaptive]` ([`Segment::decisions`]). A lineage without decisions is written as format 1,
+/// byte for byte as before.
+pub const LINEAGE_FORMAT: u32 = 2;
+/// The format of a lineage without decisions.
+pub const LINEAGE_FORMAT_PLAIN: u32 = 1;
 
 /// The recipes of one stream, in the order they took over.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -52,6 +57,10 @@ pub struct Segment {
     pub global_batch: u64,
     pub world_size: u32,
     pub micro_batch: u32,
+    /// `[mix.adaptive]`: the decisions made in this segment, in step order. Each is a phase of
+    /// the segment's mix from its token point on ([`Lineage::effective_recipe`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<Decision>,
 }
 
 /// Why an edited recipe cannot continue a stream: the field and the reason.
@@ -71,7 +80,7 @@ impl Lineage {
     /// A stream's lineage at its start: one recipe from step 0.
     pub fn start(recipe: Recipe, base: String, world_size: u32, micro_batch: u32) -> Lineage {
         Lineage {
-            format: LINEAGE_FORMAT,
+            format: LINEAGE_FORMAT_PLAIN,
             segments: vec![Segment {
                 recipe_hash: recipe.hash(),
                 recipe,
@@ -82,9 +91,25 @@ impl Lineage {
                 global_batch: u64::from(world_size) * u64::from(micro_batch),
                 world_size,
                 micro_batch,
+                decisions: Vec::new(),
             }],
             abandoned: Vec::new(),
         }
+    }
+
+    /// The format this lineage is written in: [`LINEAGE_FORMAT_PLAIN`] unless it holds decisions.
+    pub fn needed_format(&self) -> u32 {
+        let decided = (self.segments.iter().chain(&self.abandoned)).any(|s| !s.decisions.is_empty());
+        if decided {
+            LINEAGE_FORMAT
+        } else {
+            LINEAGE_FORMAT_PLAIN
+        }
+    }
+
+    /// Every decision of `[mix.adaptive]` in stream order, with its segment.
+    pub fn decisions(&self) -> impl Iterator<Item = (usize, &Decision)> {
+        (self.segments.iter().enumerate()).flat_map(|(k, s)| s.decisions.iter().map(move |d| (k, d)))
     }
 
     /// The segment in force at `step`.
@@ -166,6 +191,8 @@ impl Lineage {
                 },
             })
             .collect();
+        // `[mix.adaptive]`'s decisions are the mix's phases (the recipe has none of its own).
+        (recipe.mix.phases).extend(self.segments[k].decisions.iter().map(Decision::phase));
         recipe
     }
 
@@ -190,6 +217,13 @@ impl Lineage {
             .count();
         let replaced = next.segments.split_off(keep.max(1));
         next.abandoned.extend(replaced);
+        // Decisions for the change's step and later were the replaced course's.
+        if let Some(last) = next.segments.last_mut() {
+            let later = last.decisions.iter().position(|d| d.step >= step);
+            if let Some(at) = later {
+                last.decisions.truncate(at);
+            }
+        }
         next.segments.push(Segment {
             recipe_hash: recipe.hash(),
             recipe,
@@ -200,6 +234,7 @@ impl Lineage {
             global_batch: u64::from(world_size) * u64::from(micro_batch),
             world_size,
             micro_batch,
+            decisions: Vec::new(),
         });
         next
     }

@@ -263,13 +263,6 @@ impl<S: DocSource> Mixer<S> {
     ) -> Self {
         let mut mixer = Self::new(inputs, stopping, seed);
         let n = mixer.inputs.len();
-        let normalized = |weights: &[f64]| -> Vec<f64> {
-            let total: f64 = weights.iter().sum();
-            weights
-                .iter()
-                .map(|w| if total > 0.0 { w / total } else { 0.0 })
-                .collect()
-        };
         for (_, weights) in &phases {
             for (open, &w) in mixer.opened.iter_mut().zip(weights) {
                 *open |= w > 0.0;
@@ -278,10 +271,10 @@ impl<S: DocSource> Mixer<S> {
         let active = (0..n).filter(|&i| mixer.is_active(i)).count().max(1);
         let weights: Vec<f64> = mixer.inputs.iter().map(|i| i.weight).collect();
         mixer.unit = MixUnit::Tokens;
-        mixer.shares = normalized(&weights);
+        mixer.shares = target_shares(&weights);
         mixer.phases = phases
             .into_iter()
-            .map(|(at, weights)| (at, normalized(&weights)))
+            .map(|(at, weights)| (at, target_shares(&weights)))
             .collect();
         mixer.phase_start = vec![0; n];
         mixer.shuffles = (0..n)
@@ -327,7 +320,7 @@ impl<S: DocSource> Mixer<S> {
 
     /// Tokens unit: enter every phase whose point the stream has reached.
     fn enter_phases(&mut self) {
-        let total = self.earlier_tokens + self.emitted_tokens.iter().sum::<u64>();
+        let total = self.total_tokens();
         while self
             .phases
             .get(self.phase)
@@ -341,6 +334,23 @@ impl<S: DocSource> Mixer<S> {
     /// The phase in force (0: the `[[source]]` weights).
     pub fn phase(&self) -> usize {
         self.phase
+    }
+
+    /// Tokens unit: the stream's tokens so far, the count phases switch at.
+    pub fn total_tokens(&self) -> u64 {
+        self.earlier_tokens + self.emitted_tokens.iter().sum::<u64>()
+    }
+
+    /// Tokens unit: one more phase after the last, `weights` (one per input) from `at` tokens on:
+    /// exactly as if the mixer had been made with it (`[mix.adaptive]` decides them while the
+    /// stream runs). `at` must not be below the last phase's; an input not read (weight 0 in
+    /// every phase before) stays out.
+    pub fn push_phase(&mut self, at: u64, weights: &[f64]) {
+        debug_assert!(self.phases.last().is_none_or(|(last, _)| *last <= at));
+        let weights: Vec<f64> = (weights.iter().enumerate())
+            .map(|(i, &w)| if self.opened[i] { w } else { 0.0 })
+            .collect();
+        self.phases.push((at, target_shares(&weights)));
     }
 
     /// Input `i`'s next document, or `None` at the end of its pass. In a mix in tokens it comes

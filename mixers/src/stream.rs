@@ -92,6 +92,11 @@ impl<S: DocSource> DocStream<S> {
         &self.mixer
     }
 
+    /// The mixer, to add a phase decided while the stream runs ([`Mixer::push_phase`]).
+    pub fn mixer_mut(&mut self) -> &mut Mixer<S> {
+        &mut self.mixer
+    }
+
     pub fn state(&self) -> StreamState {
         let (mut buffered, draining): (Vec<DocPos>, bool) = match &self.draining {
             Some(rest) => (rest.iter().map(|d| d.pos).collect(), true),

@@ -1,7 +1,7 @@
 //! A daemon run that is stopped and resumed (tests/resume.rs, tests/best_fit.rs): start it with
 //! checkpoints in a state directory, and pull global batches through real `dsprep tap` ranks.
 
-use super::daemon::{Daemon, tap};
+use super::daemon::{Daemon, tap_with};
 use dsprep_client::PackedDataset;
 use std::path::{Path, PathBuf};
 
@@ -65,11 +65,23 @@ impl Run<'_> {
     /// Every rank pulls `steps` from `from`; returns the global batches they got, in step order
     /// (rank slices put back together).
     pub fn pull(&self, daemon: &Daemon, world: u32, from: u64, steps: u64) -> Vec<u8> {
+        self.pull_with(daemon, world, from, steps, &[])
+    }
+
+    /// [`Run::pull`] with more tap arguments (`--report-loss SPEC`).
+    pub fn pull_with(
+        &self,
+        daemon: &Daemon,
+        world: u32,
+        from: u64,
+        steps: u64,
+        extra: &[&str],
+    ) -> Vec<u8> {
         let outs: Vec<PathBuf> = (0..world)
             .map(|r| self.dir.join(format!("rank{r}-from{from}.bin")))
             .collect();
         let taps: Vec<_> = (0..world)
-            .map(|r| tap(&daemon.endpoint, r, world, from, steps, &outs[r as usize]))
+            .map(|r| tap_with(&daemon.endpoint, r, world, from, steps, &outs[r as usize], extra))
             .collect();
         for (r, child) in taps.into_iter().enumerate() {
             let out = child.wait_with_output().unwrap();

@@ -9,7 +9,7 @@
 
 use crate::files::{sync_dir, write_atomic};
 use anyhow::{Context, bail};
-use dsprep_mixers::lineage::{LINEAGE_FORMAT, Lineage};
+use dsprep_mixers::lineage::{LINEAGE_FORMAT, LINEAGE_FORMAT_PLAIN, Lineage};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -39,6 +39,12 @@ fn body(lineage: &Lineage) -> Vec<u8> {
 
 /// Write `lineage` to `path` atomically (a temporary file, fsync, rename, fsync of the folder).
 pub fn write(path: &Path, lineage: &Lineage) -> anyhow::Result<()> {
+    // Format 2 only once it holds decisions: a lineage without them stays readable by older
+    // dsprep.
+    let lineage = &Lineage {
+        format: lineage.needed_format(),
+        ..lineage.clone()
+    };
     let file = LineageFile {
         sha256: hash(lineage),
         lineage: serde_json::from_slice(&body(lineage)).expect("its own JSON reads back"),
@@ -75,9 +81,9 @@ pub fn read(path: &Path) -> anyhow::Result<Option<Lineage>> {
         .map_err(|e| refuse(format!("not a lineage file ({e}): torn, or edited by hand")))?;
     let lineage: Lineage = serde_json::from_value(file.lineage)
         .map_err(|e| refuse(format!("its lineage does not read ({e})")))?;
-    if lineage.format != LINEAGE_FORMAT {
+    if !(LINEAGE_FORMAT_PLAIN..=LINEAGE_FORMAT).contains(&lineage.format) {
         return Err(refuse(format!(
-            "format {} (this dsprep reads format {LINEAGE_FORMAT})",
+            "format {} (this dsprep reads formats {LINEAGE_FORMAT_PLAIN} to {LINEAGE_FORMAT})",
             lineage.format
         )));
     }

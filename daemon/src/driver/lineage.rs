@@ -174,6 +174,8 @@ impl Segments {
             };
             let config = PipelineConfig {
                 stop_after_documents: next.map(|s| s.from_documents),
+                // Decisions are made in the newest segment only; earlier ones replay theirs.
+                decider: config.decider.clone().filter(|_| next.is_none()),
                 ..config.clone()
             };
             let end = run_stream(loaded, stream, start, config, self.packer(k), sink)?;
@@ -355,6 +357,7 @@ impl Segments {
         let config = PipelineConfig {
             snapshot: None,
             shuffle_fill: None,
+            decider: None,
             ..config.clone()
         };
         self.run(k, start, None, &config, &mut finder)

@@ -71,6 +71,19 @@ pub struct PipelineConfig {
     /// over there): the run then ends with the stream's state at that point
     /// ([`Read::boundary`]), its windows not finished.
     pub stop_after_documents: Option<u64>,
+    /// `[mix.adaptive]`: decides phases of the mix as the reader reaches them (a daemon's live
+    /// run of its newest segment only; a replay takes the decisions from the lineage).
+    pub decider: Option<Arc<dyn MixDecider>>,
+}
+
+/// Decides the mix while the stream is read (`[mix.adaptive]`): the reader asks before every
+/// document it draws, and adds the phases it gets to the mixer before the draw, as a mixer made
+/// with them would have them ([`dsprep_mixers::Mixer::push_phase`]).
+pub trait MixDecider: Send + Sync {
+    /// The stream has `tokens` tokens: the phases to add now, each from which of the stream's
+    /// tokens on which weights (one per source) hold. Blocks while a decision waits for the
+    /// trainers' reports; an error stops the run.
+    fn before_draw(&self, tokens: u64) -> anyhow::Result<Vec<(u64, Vec<f64>)>>;
 }
 
 /// What the reader did: each source's counters, and the stream's state where it stopped at
@@ -91,6 +104,7 @@ impl PipelineConfig {
             chunk_text_bytes,
             snapshot_text_bytes: 0,
             stop_after_documents: None,
+            decider: None,
         }
     }
 
@@ -228,6 +242,7 @@ pub fn run<S: DocSource>(
                     config.shuffle_fill.as_deref(),
                     (config.snapshot.as_deref()).map(|asked| (asked, config.snapshot_text_bytes)),
                     config.stop_after_documents,
+                    config.decider.as_deref(),
                 )
             })
             .context("cannot start the reader thread")?;
@@ -267,6 +282,7 @@ fn read_mix_shuffle<S: DocSource>(
     // The sink's ask, and the pace (`PipelineConfig::snapshot_text_bytes`).
     snapshot: Option<(&AtomicBool, usize)>,
     stop_after_documents: Option<u64>,
+    decider: Option<&dyn MixDecider>,
 ) -> anyhow::Result<Read> {
     let mut chunker = Chunker {
         seq: 0,
@@ -293,9 +309,19 @@ fn read_mix_shuffle<S: DocSource>(
         boundary,
     };
     let more = |stream: &DocStream<S>| stop_after_documents.is_none_or(|n| stream.emitted() < n);
-    while more(&stream)
-        && let Some(doc) = stream.next_doc()?
-    {
+    let decide = |stream: &mut DocStream<S>| -> anyhow::Result<()> {
+        if let Some(decider) = decider {
+            for (at, weights) in decider.before_draw(stream.mixer().total_tokens())? {
+                stream.mixer_mut().push_phase(at, &weights);
+            }
+        }
+        Ok(())
+    };
+    while more(&stream) {
+        decide(&mut stream)?;
+        let Some(doc) = stream.next_doc()? else {
+            break;
+        };
         if let Some(fill) = shuffle_fill {
             fill.store(stream.buffered() as u64, Ordering::Relaxed);
         }

@@ -68,6 +68,8 @@ pub struct Metrics {
     /// Per (segment, source): the documents and tokens this daemon produced while that
     /// segment's recipe drew them.
     pub segment_counts: std::sync::Mutex<BTreeMap<(u64, usize), (u64, u64)>>,
+    /// The trainers' loss reports (protocol v7) and `[mix.adaptive]`'s decisions.
+    pub reports: Option<Arc<super::reports::Reports>>,
 }
 
 /// Per stream (lane; 0 without lanes), its packer's counters and pool fill as of its last chunk.
@@ -132,6 +134,7 @@ impl Metrics {
             segment: AtomicU64::new(0),
             dropped: Default::default(),
             segment_counts: Default::default(),
+            reports: None,
         }
     }
 
@@ -329,6 +332,9 @@ impl Metrics {
             scrape.fraction(metric, help, samples);
         }
         self.render_phases(&mut scrape);
+        if let Some(reports) = &self.reports {
+            reports.render(&mut scrape);
+        }
         let total_tokens: u64 = tokens.iter().sum();
         scrape.value(
             "dsprep_tokens_per_second",
@@ -530,11 +536,11 @@ impl Metrics {
 }
 
 /// A series' labels, in the order they are written.
-type Labels = Vec<(String, String)>;
+pub(super) type Labels = Vec<(String, String)>;
 /// One family's series: each one's labels and value.
 type Series = Vec<(Labels, u64)>;
 
-fn labels(pairs: &[(&str, &str)]) -> Labels {
+pub(super) fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -543,13 +549,13 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 
 /// One scrape: a registry filled with this moment's values, then encoded.
 #[derive(Default)]
-struct Scrape {
+pub(super) struct Scrape {
     registry: Registry,
 }
 
 impl Scrape {
     /// A counter family (`name` without `_total`).
-    fn counter(
+    pub(super) fn counter(
         &mut self,
         name: &str,
         help: &str,
@@ -572,7 +578,7 @@ impl Scrape {
     }
 
     /// A gauge family of fractions.
-    fn fraction(
+    pub(super) fn fraction(
         &mut self,
         name: &str,
         help: &str,

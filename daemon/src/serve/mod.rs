@@ -11,7 +11,9 @@ pub mod args;
 pub mod auth;
 mod course;
 pub mod endpoint;
+mod adaptive;
 mod metrics;
+mod reports;
 mod nodes;
 mod owners;
 mod placement;
@@ -25,8 +27,8 @@ pub use nodes::{NodeOrigin, NodePlace};
 
 use crate::checkpoint::LaneCheckpoints;
 use crate::driver::load_recipe_with;
-use crate::driver::pipeline::PipelineConfig;
-use anyhow::{Context, anyhow};
+use crate::driver::pipeline::{MixDecider, PipelineConfig};
+use anyhow::{Context, anyhow, bail};
 use dsprep_client::format::Dtype;
 use dsprep_mixers::EngineChoice;
 use metrics::Metrics;
@@ -115,6 +117,9 @@ struct Served {
     metrics: Arc<Metrics>,
     /// The lineage's earlier recipes, which trainers that pinned them are served.
     earlier_recipes: Vec<[u8; 32]>,
+    /// The trainers' loss reports, and `[mix.adaptive]`'s decider over them.
+    reports: Arc<reports::Reports>,
+    decider: Option<Arc<dyn MixDecider>>,
 }
 
 impl Served {
@@ -201,7 +206,43 @@ impl Served {
         } else {
             StepStore::new(node.local_ranks, options.prefetch)
         });
+        let adaptive = match &work {
+            Work::Single(_) => counted.mix.adaptive.clone(),
+            Work::Lanes(_) => None, // refused with [lanes] when the recipe is read
+        };
+        let reports = Arc::new(reports::Reports::new(
+            counted.sources.iter().map(|s| s.name.clone()).collect(),
+            node.local_ranks,
+            adaptive.as_ref().map(|_| 0),
+        ));
+        let decider = match (&adaptive, &work) {
+            (Some(spec), Work::Single(course)) => {
+                if spec.lag <= options.prefetch {
+                    bail!(
+                        "mix.adaptive.lag = {} must be above the daemon's prefetch (--prefetch {}): \
+                         a decision for step d uses the reports up to step d − lag, and the ranks \
+                         may be --prefetch steps behind the stream; raise lag or lower --prefetch",
+                        spec.lag,
+                        options.prefetch
+                    );
+                }
+                let Some((path, _)) = &course.kept else {
+                    bail!(
+                        "[mix.adaptive] needs --state-dir: its decisions are written to the \
+                         stream's lineage there before they take effect"
+                    );
+                };
+                reports.set_shares(&dsprep_mixers::mixer::target_shares(
+                    &(counted.sources.iter()).map(|s| s.weight).collect::<Vec<_>>(),
+                ));
+                let window_tokens = u64::from(layout.window_tokens);
+                let decider = adaptive::Decider::new(path.clone(), Arc::clone(&reports), window_tokens);
+                Some(Arc::new(decider) as Arc<dyn MixDecider>)
+            }
+            _ => None,
+        };
         let mut metrics = Metrics::new(&counted);
+        metrics.reports = Some(Arc::clone(&reports));
         metrics.node = (options.node.rank, options.node.count);
         metrics.first_rank = node.first_rank;
         metrics.auth.curve = curve.is_some();
@@ -222,6 +263,8 @@ impl Served {
             metrics,
             loaded,
             earlier_recipes,
+            reports,
+            decider,
         })
     }
 
@@ -240,6 +283,8 @@ impl Served {
             store,
             metrics,
             earlier_recipes,
+            reports,
+            decider,
         } = self;
         endpoint::prepare(&options.endpoint)?;
         let context = zmq::Context::new();
@@ -321,6 +366,7 @@ impl Served {
             let step_tokens = global_batch * u64::from(layout.window_tokens);
             let config = PipelineConfig {
                 shuffle_fill: Some(shuffle_fill),
+                decider,
                 ..PipelineConfig::for_steps(options.threads, step_tokens, 1)
             };
             std::thread::Builder::new()
@@ -429,8 +475,10 @@ impl Served {
             malformed_log: Default::default(),
             owners: owners::Owners::new(options.owner_timeout),
             earlier_recipes,
+            reports: Arc::clone(&reports),
         }
         .run();
+        reports.close();
         if let Some(authenticator) = authenticator {
             authenticator.stop();
         }

@@ -312,6 +312,15 @@ impl Owners {
         }
     }
 
+    /// Whether `owner` holds its global rank now, for data-parallel rank `rank` (a loss report is
+    /// taken only from the rank's owner; it claims nothing).
+    pub fn owns(&self, owner: Owner, rank: u32) -> bool {
+        let table = self.table.borrow();
+        table
+            .get(&Holder::Rank(owner.global_rank))
+            .is_some_and(|e| e.session == owner.session && e.rank == rank)
+    }
+
     /// `who` asked again for `rank` (a parked request answered): it is not silent.
     pub fn touch(&self, who: Claimant, rank: u32, now: Instant) {
         let mut table = self.table.borrow_mut();

@@ -5,6 +5,8 @@
 use super::metrics::Metrics;
 use super::nodes::progress::{Gate, LaneProgress};
 use super::owners::{Claimant, Owners, RefusalReason};
+use super::reports::{Refused, Reports};
+use dsprep_client::protocol::report::decode_report;
 use super::store::{Lookup, StepStore};
 use dsprep_client::protocol::{
     DecodeError, OLDEST_VERSION, PADDING_VERSION, ReplyChain, ReplyHeader, Request, RequestKind,
@@ -102,12 +104,19 @@ pub struct Server {
     /// The earlier recipes of the stream's lineage (`lineage.json`): a trainer that pinned one
     /// of them is served too, the stream it pinned being the one that changed course.
     pub earlier_recipes: Vec<[u8; 32]>,
+    /// The trainers' loss reports (v7).
+    pub reports: Arc<Reports>,
 }
 
 impl Server {
     pub fn run(self) -> anyhow::Result<()> {
         let mut parked: Vec<Parked> = Vec::new();
+        let (every, mut last_line) = (crate::progress::plain_every(), Instant::now());
         loop {
+            if last_line.elapsed() >= every.max(POLL_INTERVAL) {
+                last_line = Instant::now();
+                self.progress_line();
+            }
             let (router_ready, wake_ready) = {
                 let mut items = [
                     self.router.as_poll_item(zmq::POLLIN),
@@ -157,12 +166,24 @@ impl Server {
             return;
         }
         let identity = frames.remove(0);
+        // A loss report (v7) is a request frame and its entries; every other request is one frame.
+        let report = (frames.len() == 2)
+            .then(|| Request::decode(&frames[0]).ok())
+            .flatten()
+            .filter(|r| r.kind == RequestKind::Report);
+        if let Some(request) = report {
+            self.report(&request, &frames[1]);
+            return;
+        }
         if frames.len() != 1 {
             let id = frames
                 .first()
                 .map(|f| Request::salvage_request_id(f))
                 .unwrap_or(0);
-            let msg = format!("a request is exactly one frame, got {}", frames.len());
+            let msg = format!(
+                "a request is exactly one frame (a loss report two), got {}",
+                frames.len()
+            );
             self.send_error(&identity, id, 0, Status::Malformed, &msg);
             return;
         }
@@ -184,6 +205,11 @@ impl Server {
                 return;
             }
         };
+        if request.kind == RequestKind::Report {
+            let msg = "a loss report is two frames: the request and its entries";
+            self.malformed_log.note(Status::Malformed, msg);
+            return; // never answered
+        }
         if request.kind == RequestKind::Keepalive {
             // Keeps only a rank the session owns; never answered (the clients' keepalive
             // sockets do not read).
@@ -266,6 +292,43 @@ impl Server {
             );
         }
         self.answer(identity, request, parked);
+    }
+
+    /// The progress line of the trainers' loss (`DSPREP_PROGRESS_SECS`, 30 s by default), when
+    /// reports came since the last one.
+    fn progress_line(&self) {
+        let loss = self.reports.progress_part();
+        if !loss.is_empty() {
+            let s = self.store.snapshot();
+            let slowest = s.positions.iter().copied().min().unwrap_or(0);
+            tracing::info!(
+                "steps produced {}, slowest rank at step {slowest}{loss}",
+                s.produced
+            );
+        }
+    }
+
+    /// A loss report (v7): taken only from the rank's owner, for a step it fetched, into
+    /// [`Reports`]; never answered (a refusal is counted, and a malformed one logged).
+    fn report(&self, request: &Request, entries: &[u8]) {
+        let entries = match decode_report(entries) {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.malformed_log.note(Status::Malformed, &e.to_string());
+                return;
+            }
+        };
+        let layout = self.layout;
+        let owned = request.owner.is_some_and(|owner| self.owners.owns(owner, request.rank));
+        let fetched = request.world_size == layout.world_size
+            && layout.owns(request.rank)
+            && owned
+            && (self.store).fetched(request.rank - layout.first_rank, request.step);
+        if !fetched {
+            self.reports.refuse(Refused::NotFetched);
+            return;
+        }
+        let _ = (self.reports).accept(request.rank - layout.first_rank, request.step, &entries);
     }
 
     fn answer(&self, identity: Vec<u8>, request: Request, parked: &mut Vec<Parked>) {

@@ -404,6 +404,13 @@ impl StepStore {
         }
     }
 
+    /// Whether rank `rank` has fetched `step`: a step produced, at or below the one it asked for
+    /// last (a loss report is taken only for such a step).
+    pub fn fetched(&self, rank: u32, step: u64) -> bool {
+        let state = self.lock();
+        step < state.produced && (state.positions.get(rank as usize)).is_some_and(|&p| step <= p)
+    }
+
     /// The slowest rank's position: the lowest step a rank asked for last.
     pub fn slowest(&self) -> u64 {
         self.lock().slowest()

@@ -6,10 +6,12 @@
 //! Speed settings (threads, queue sizes, shard size) are not part of the recipe: they never change
 //! the bytes.
 
+mod adaptive;
 mod filter;
 mod location;
 mod validate;
 
+pub use adaptive::{AdaptiveSpec, Algorithm, OnMissing};
 pub use dsprep_tokenize::{TokenRef, TokenizerSpec};
 pub use filter::{CompareOp, RowFilter};
 pub use location::{DEFAULT_REVISION, HUB_SCHEME, HubLocation};
@@ -151,6 +153,10 @@ pub struct MixSpec {
     /// The `[[source]]` weights are phase 0's.
     #[serde(default, rename = "phase", skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<PhaseSpec>,
+    /// `[mix.adaptive]`: shares decided during the run from the trainers' per-source loss
+    /// (absent from the canonical form when not set, so other recipes keep their hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveSpec>,
 }
 
 /// `[[mix.phase]]`: the weights in force from `at_tokens` tokens of the stream on (BOS/EOS
@@ -501,13 +507,16 @@ impl Recipe {
     /// each `[[mix.phase]]`'s.
     pub fn phase_weights(&self) -> Vec<Vec<f64>> {
         let base = self.sources.iter().map(|s| s.weight).collect();
-        let phases = self.mix.phases.iter().map(|p| {
-            self.sources
-                .iter()
-                .map(|s| p.weights.get(&s.name).copied().unwrap_or(0.0))
-                .collect()
-        });
+        let phases = self.mix.phases.iter().map(|p| self.weights_of(p));
         std::iter::once(base).chain(phases).collect()
+    }
+
+    /// A phase's weights, source by source in recipe order (a source it does not name: 0).
+    pub fn weights_of(&self, phase: &PhaseSpec) -> Vec<f64> {
+        self.sources
+            .iter()
+            .map(|s| phase.weights.get(&s.name).copied().unwrap_or(0.0))
+            .collect()
     }
 
     /// Every phase's targets: its weights divided by their sum (see [`Recipe::phase_weights`]).

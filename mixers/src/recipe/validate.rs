@@ -171,7 +171,41 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
     for (path, message) in phase_problems(recipe) {
         fail(path, message);
     }
+    for (path, message) in adaptive_problems(recipe) {
+        fail(path, message);
+    }
     errors
+}
+
+/// `[mix.adaptive]`: its own settings, and what it needs of the rest of the recipe (a mix in
+/// tokens: its decisions are shares of tokens; no `[[mix.phase]]` or `[lanes]` beside it yet).
+fn adaptive_problems(recipe: &Recipe) -> Vec<(String, String)> {
+    let Some(spec) = &recipe.mix.adaptive else {
+        return Vec::new();
+    };
+    let sources = recipe.sources.iter().filter(|s| s.weight > 0.0).count();
+    let mut problems = super::adaptive::adaptive_problems(spec, sources);
+    if recipe.mix.unit != MixUnit::Tokens {
+        problems.push((
+            "mix.adaptive".into(),
+            "decides shares of tokens: it needs [mix] unit = \"tokens\"".into(),
+        ));
+    }
+    if !recipe.mix.phases.is_empty() {
+        problems.push((
+            "mix.adaptive".into(),
+            "cannot be combined with [[mix.phase]]: the decisions are the stream's phases".into(),
+        ));
+    }
+    if recipe.lanes.is_some() {
+        problems.push((
+            "mix.adaptive".into(),
+            "is not supported with [lanes] yet (node daemons and pack parts): serve the stream \
+             from one daemon"
+                .into(),
+        ));
+    }
+    problems
 }
 
 /// `[packing]` beyond `seq_len`: the pool of `best_fit` and what it needs (whether `pad` names

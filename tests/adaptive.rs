@@ -1,0 +1,253 @@
+//! Mixing by what the model is learning (`[mix.adaptive]`), end to end: real daemons, real
+//! `dsprep tap` ranks that report a synthetic loss per source after each step (protocol v7),
+//! SIGKILLs at pseudo-random steps and resumes (at another world size too), and `dsprep pack
+//! --lineage` of the state directory: what the ranks received equals the packed lineage of the
+//! logged decisions, window for window.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
+
+mod support;
+
+use dsprep_client::protocol::report::SourceLoss;
+use dsprep_client::{Client, ClientConfig};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::daemon::Daemon;
+use support::lineage::*;
+use support::serve_run::Run;
+use support::*;
+
+/// fineweb-edu's loss stays at 3 nats, c4's falls from 3, the others sit at 2 (source indices
+/// in the quickstart's order).
+const LOSS: &str = "0=3.0,1=3.0:-0.05,2=2.0,3=2.0,4=2.0";
+
+/// The quickstart mixed in tokens with `[mix.adaptive]` and `extra` lines in that table.
+fn adaptive_recipe(dir: &Path, name: &str, algorithm: &str, extra: &str) -> PathBuf {
+    let path = quickstart_in_tokens(dir);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&format!(
+        "\n[mix.adaptive]\nalgorithm = \"{algorithm}\"\nevery = 3\nlag = 6\nwait_seconds = 2\n\
+         max_change = 0.2\n{extra}"
+    ));
+    let out = dir.join(name);
+    std::fs::write(&out, text).unwrap();
+    out
+}
+
+/// Decisions in the state directory's lineage: (step, held) each, in order.
+fn decisions(state: &Path) -> Vec<(u64, bool)> {
+    let lineage: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("lineage.json")).unwrap()).unwrap();
+    assert_eq!(lineage["lineage"]["format"], 2, "a lineage with decisions");
+    (lineage["lineage"]["segments"].as_array().unwrap().iter())
+        .flat_map(|s| s["decisions"].as_array().cloned().unwrap_or_default())
+        .map(|d| (d["step"].as_u64().unwrap(), d.get("held").is_some()))
+        .collect()
+}
+
+/// A seed for the kill points: `DSPREP_TEST_SEED`, else the clock (printed, to rerun a failure).
+fn seed() -> u64 {
+    std::env::var("DSPREP_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+                .unwrap()
+                .as_nanos() as u64
+        })
+}
+
+/// Ranks report, the daemon is SIGKILLed at two pseudo-random steps and resumed (the second time
+/// at world size 4 with the same global batch): the stream they got is `pack --lineage`'s.
+fn killed_and_resumed_equals_pack_lineage(recipe_extra: &str, algorithm: &str, best_fit: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut recipe = adaptive_recipe(tmp.path(), "adaptive.toml", algorithm, recipe_extra);
+    if best_fit {
+        let packing = ("[packing]\n", "[packing]\nstrategy = \"best_fit\"\n");
+        recipe = recipe_variant(&recipe, tmp.path(), "best-fit.toml", &[packing]);
+    }
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &recipe,
+        state: tmp.path().join("state"),
+        every: 4,
+    };
+    let seed = seed();
+    let first = 10 + seed % 8;
+    let second = first + 8 + (seed / 8) % 8;
+    let end = 48;
+    let why = format!("DSPREP_TEST_SEED={seed}: kills at steps {first} and {second}");
+    let report = ["--report-loss", LOSS];
+    let mut got = Vec::new();
+    let daemon = run.start(8, 1, false).unwrap();
+    got.extend(run.pull_with(&daemon, 8, 0, first, &report));
+    drop(daemon); // SIGKILL
+    let daemon = run.start(8, 1, true).unwrap();
+    got.extend(run.pull_with(&daemon, 8, first, second - first, &report));
+    drop(daemon);
+    let daemon = run.start(4, 2, true).unwrap();
+    got.extend(run.pull_with(&daemon, 4, second, end - second, &report));
+    let log = daemon.log_text();
+    drop(daemon);
+
+    let decided = decisions(&run.state);
+    assert!(decided.len() >= 8, "{why}: {decided:?}\n{log}");
+    let steps: Vec<u64> = decided.iter().map(|d| d.0).collect();
+    let expected: Vec<u64> = (0..steps.len() as u64).map(|k| 9 + 3 * k).collect();
+    assert_eq!(steps, expected, "{why}: a decision every 3 steps from step 9 (lag 6)");
+    assert!(
+        decided.iter().any(|d| !d.1),
+        "{why}: some decisions come from reports: {decided:?}"
+    );
+    let data = pack_lineage(&run.state, &tmp.path().join("packed"));
+    assert_eq!(got.len(), (end * 8) as usize * 513 * 2, "{why}");
+    assert!(
+        got == windows(&data, 0..end * 8),
+        "{why}: the served stream differs from the packed lineage of its decisions"
+    );
+}
+
+#[test]
+fn exp3_decisions_survive_kills_and_a_smaller_world_and_pack_lineage_replays_them() {
+    killed_and_resumed_equals_pack_lineage("", "exp3", false);
+}
+
+#[test]
+fn softmax_decisions_with_best_fit_replay_exactly() {
+    killed_and_resumed_equals_pack_lineage("temperature = 0.5\n", "softmax", true);
+}
+
+/// Reports a daemon must not take: each refused and counted by its reason, never summed.
+#[test]
+fn bad_reports_are_refused_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = adaptive_recipe(tmp.path(), "adaptive.toml", "exp3", "");
+    let state = tmp.path().join("state");
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let daemon = Daemon::start_with(
+        &recipe,
+        &endpoint,
+        &[
+            "--world-size",
+            "2",
+            "--micro-batch",
+            "1",
+            "--prefetch",
+            "4",
+            "--metrics",
+            "127.0.0.1:0",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let client = |rank: u32, session: u64| {
+        Client::with_config(ClientConfig {
+            session: Some(session),
+            ..ClientConfig::from_env(&endpoint).map(|c| ClientConfig {
+                rank,
+                world_size: 2,
+                ..c
+            })
+            .unwrap()
+        })
+        .unwrap()
+    };
+    let mut rank0 = client(0, 11);
+    let batch = rank0.batch_at(0).unwrap().unwrap();
+    let loss = vec![2.5f32; 512];
+    let good = batch.per_source_loss(&loss).unwrap();
+    let tokens: u64 = good.iter().map(|e| e.tokens).sum();
+    assert_eq!(tokens, 512, "every label of a concat row counts");
+    let entry = |source: u16, loss_sum: f64| SourceLoss {
+        source,
+        loss_sum,
+        tokens: 1,
+    };
+    assert!(rank0.report(0, &good).unwrap());
+    assert!(rank0.report(0, &good).unwrap()); // again: duplicate
+    assert!(rank0.report(0, &[entry(5, 1.0)]).unwrap()); // the quickstart has sources 0..5
+    assert!(rank0.report(0, &[entry(0, f64::NAN)]).unwrap());
+    assert!(rank0.report(0, &[entry(0, -1.0)]).unwrap());
+    assert!(rank0.report(3, &good).unwrap()); // never fetched
+    // Rank 1's step 0 from a session that does not own rank 1.
+    let mut stranger = client(1, 12);
+    assert!(stranger.report(0, &good).unwrap());
+
+    let series = |reason: &str| format!("dsprep_loss_reports_refused_total{{reason=\"{reason}\"}}");
+    let expected = [
+        ("duplicate", 1.0),
+        ("unknown_source", 1.0),
+        ("bad_value", 2.0),
+        ("not_fetched", 2.0),
+        ("decided", 0.0),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon.metric(&series("not_fetched")) < 2.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (reason, n) in expected {
+        assert_eq!(daemon.metric(&series(reason)), n, "{reason}");
+    }
+    assert_eq!(daemon.metric("dsprep_loss_reports_total"), 1.0);
+    let tokens_of = |source: &str| {
+        daemon.metric(&format!("dsprep_source_loss_tokens{{source=\"{source}\"}}"))
+    };
+    let names = ["fineweb-edu", "c4", "zyda-2", "the-stack-v2", "finemath"];
+    let counted: f64 = names.iter().map(|n| tokens_of(n)).sum();
+    assert_eq!(counted, 512.0, "only the good report is summed");
+}
+
+/// Settings a daemon cannot honour are refused before anything is served, each by name.
+#[test]
+fn settings_that_cannot_be_met_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let state = tmp.path().join("state");
+    let start = |recipe: &Path, prefetch: &str, state_dir: bool| {
+        let mut args = vec!["--world-size", "2", "--micro-batch", "1", "--prefetch", prefetch];
+        if state_dir {
+            args.extend(["--state-dir", state.to_str().unwrap()]);
+        }
+        Daemon::start_with(recipe, &endpoint, &args).err().unwrap()
+    };
+    let recipe = adaptive_recipe(tmp.path(), "lag.toml", "exp3", "");
+    let err = start(&recipe, "6", true);
+    assert!(
+        err.contains(
+            "mix.adaptive.lag = 6 must be above the daemon's prefetch (--prefetch 6): a decision \
+             for step d uses the reports up to step d − lag"
+        ),
+        "{err}"
+    );
+    let err = start(&recipe, "4", false);
+    assert!(
+        err.contains("[mix.adaptive] needs --state-dir: its decisions are written to the stream's lineage"),
+        "{err}"
+    );
+    let unknown = adaptive_recipe(tmp.path(), "unknown.toml", "ucb", "");
+    let err = start(&unknown, "4", true);
+    assert!(
+        err.contains("unknown variant `ucb`, expected `exp3` or `softmax`"),
+        "{err}"
+    );
+    let laned = recipe_variant(
+        &recipe,
+        tmp.path(),
+        "lanes.toml",
+        &[("[mix]\n", "[lanes]\ncount = 2\nblock_windows = 1\n\n[mix]\n")],
+    );
+    let err = start(&laned, "4", true);
+    assert!(
+        err.contains(
+            "mix.adaptive: is not supported with [lanes] yet (node daemons and pack parts): \
+             serve the stream from one daemon"
+        ),
+        "{err}"
+    );
+    let in_documents = recipe_variant(&recipe, tmp.path(), "docs.toml", &[("unit = \"tokens\"\n", "")]);
+    let err = start(&in_documents, "4", true);
+    assert!(
+        err.contains("mix.adaptive: decides shares of tokens: it needs [mix] unit = \"tokens\""),
+        "{err}"
+    );
+}
