@@ -93,10 +93,35 @@ fn killed_and_resumed_equals_pack_lineage(recipe_extra: &str, algorithm: &str, b
     assert!(decided.len() >= 8, "{why}: {decided:?}\n{log}");
     let steps: Vec<u64> = decided.iter().map(|d| d.0).collect();
     let expected: Vec<u64> = (0..steps.len() as u64).map(|k| 9 + 3 * k).collect();
-    assert_eq!(steps, expected, "{why}: a decision every 3 steps from step 9 (lag 6)");
+    assert_eq!(
+        steps, expected,
+        "{why}: a decision every 3 steps from step 9 (lag 6)"
+    );
     assert!(
         decided.iter().any(|d| !d.1),
         "{why}: some decisions come from reports: {decided:?}"
+    );
+    // The decisions as `inspect` shows them: one row each, and per source a line of its shares
+    // and one of its reported loss.
+    let svg = tmp.path().join("decisions.svg");
+    let state = run.state.to_str().unwrap();
+    let table = dsprep_ok(&[
+        "inspect",
+        state,
+        "--decisions",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(table.lines().count(), 1 + decided.len() + 1, "{table}");
+    assert!(
+        table.lines().nth(1).unwrap().trim_start().starts_with("9 "),
+        "{table}"
+    );
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        drawn.matches("<polyline").count(),
+        2 * 5,
+        "two lines per source"
     );
     let data = pack_lineage(&run.state, &tmp.path().join("packed"));
     assert_eq!(got.len(), (end * 8) as usize * 513 * 2, "{why}");
@@ -143,12 +168,13 @@ fn bad_reports_are_refused_and_counted() {
     let client = |rank: u32, session: u64| {
         Client::with_config(ClientConfig {
             session: Some(session),
-            ..ClientConfig::from_env(&endpoint).map(|c| ClientConfig {
-                rank,
-                world_size: 2,
-                ..c
-            })
-            .unwrap()
+            ..ClientConfig::from_env(&endpoint)
+                .map(|c| ClientConfig {
+                    rank,
+                    world_size: 2,
+                    ..c
+                })
+                .unwrap()
         })
         .unwrap()
     };
@@ -189,9 +215,8 @@ fn bad_reports_are_refused_and_counted() {
         assert_eq!(daemon.metric(&series(reason)), n, "{reason}");
     }
     assert_eq!(daemon.metric("dsprep_loss_reports_total"), 1.0);
-    let tokens_of = |source: &str| {
-        daemon.metric(&format!("dsprep_source_loss_tokens{{source=\"{source}\"}}"))
-    };
+    let tokens_of =
+        |source: &str| daemon.metric(&format!("dsprep_source_loss_tokens{{source=\"{source}\"}}"));
     let names = ["fineweb-edu", "c4", "zyda-2", "the-stack-v2", "finemath"];
     let counted: f64 = names.iter().map(|n| tokens_of(n)).sum();
     assert_eq!(counted, 512.0, "only the good report is summed");
@@ -204,7 +229,14 @@ fn settings_that_cannot_be_met_are_refused() {
     let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
     let state = tmp.path().join("state");
     let start = |recipe: &Path, prefetch: &str, state_dir: bool| {
-        let mut args = vec!["--world-size", "2", "--micro-batch", "1", "--prefetch", prefetch];
+        let mut args = vec![
+            "--world-size",
+            "2",
+            "--micro-batch",
+            "1",
+            "--prefetch",
+            prefetch,
+        ];
         if state_dir {
             args.extend(["--state-dir", state.to_str().unwrap()]);
         }
@@ -221,7 +253,9 @@ fn settings_that_cannot_be_met_are_refused() {
     );
     let err = start(&recipe, "4", false);
     assert!(
-        err.contains("[mix.adaptive] needs --state-dir: its decisions are written to the stream's lineage"),
+        err.contains(
+            "[mix.adaptive] needs --state-dir: its decisions are written to the stream's lineage"
+        ),
         "{err}"
     );
     let unknown = adaptive_recipe(tmp.path(), "unknown.toml", "ucb", "");
@@ -234,7 +268,10 @@ fn settings_that_cannot_be_met_are_refused() {
         &recipe,
         tmp.path(),
         "lanes.toml",
-        &[("[mix]\n", "[lanes]\ncount = 2\nblock_windows = 1\n\n[mix]\n")],
+        &[(
+            "[mix]\n",
+            "[lanes]\ncount = 2\nblock_windows = 1\n\n[mix]\n",
+        )],
     );
     let err = start(&laned, "4", true);
     assert!(
@@ -244,7 +281,12 @@ fn settings_that_cannot_be_met_are_refused() {
         ),
         "{err}"
     );
-    let in_documents = recipe_variant(&recipe, tmp.path(), "docs.toml", &[("unit = \"tokens\"\n", "")]);
+    let in_documents = recipe_variant(
+        &recipe,
+        tmp.path(),
+        "docs.toml",
+        &[("unit = \"tokens\"\n", "")],
+    );
     let err = start(&in_documents, "4", true);
     assert!(
         err.contains("mix.adaptive: decides shares of tokens: it needs [mix] unit = \"tokens\""),

@@ -307,7 +307,7 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
     assert_eq!((h.status, h.request_id), (Status::UnsupportedVersion, 42));
     assert_eq!(
         m,
-        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 6)"
+        "request rejected: protocol version 9 is not supported (this side speaks versions 1 to 7)"
     );
 
     let (h, m) = raw.ask_frames(&[b"hello"]);

@@ -146,13 +146,18 @@ mod tests {
         // World 8: dp 2; ranks 0..4 are stage 0, 4..8 stage 1; tp varies fastest.
         let reporters: Vec<u32> = (0..8).filter(|&r| p.reports_loss(r, 8).unwrap()).collect();
         assert_eq!(reporters, vec![4, 6]);
-        let dp: Vec<u32> = reporters.iter().map(|&r| p.data_parallel(r, 8).unwrap().0).collect();
+        let dp: Vec<u32> = reporters
+            .iter()
+            .map(|&r| p.data_parallel(r, 8).unwrap().0)
+            .collect();
         assert_eq!(dp, vec![0, 1]);
         let older = Parallelism {
             order: RankOrder::TpCpPpDp,
             ..p
         };
-        let reporters: Vec<u32> = (0..8).filter(|&r| older.reports_loss(r, 8).unwrap()).collect();
+        let reporters: Vec<u32> = (0..8)
+            .filter(|&r| older.reports_loss(r, 8).unwrap())
+            .collect();
         assert_eq!(reporters, vec![2, 6]);
         assert!(Parallelism::default().reports_loss(3, 4).unwrap());
     }

@@ -1,4 +1,4 @@
-//! Wire protocol v6 between the daemon and trainer ranks (documented frame by frame in
+//! Wire protocol v7 between the daemon and trainer ranks (documented frame by frame in
 //! PROTOCOL.md), and v1 to v5, which the daemon still answers byte for byte as before (a daemon
 //! whose windows end in padding, `best_fit`, refuses v1 to v3: their clients would train on the
 //! padding). v5's header adds the lineage segment that produced the step ([`ReplySegment`]); v6's

@@ -13,11 +13,11 @@ use crate::curve::{CLIENT_KEY_ENV, ClientKeys, SERVER_KEY_ENV};
 use crate::keepalive::Keepalive;
 use crate::packed::TokenSlice;
 use crate::parallel::Parallelism;
+use crate::protocol::report::{MAX_REPORT_ENTRIES, SourceLoss, encode_report, per_source_loss};
 use crate::protocol::{
     DecodeError, Owner, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
     decode_doc_sources, decode_doc_starts, decode_real_tokens, ok_reply_frames,
 };
-use crate::protocol::report::{MAX_REPORT_ENTRIES, SourceLoss, encode_report, per_source_loss};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]

@@ -150,9 +150,14 @@ enum Command {
         /// Write the realized shares along the stream as CSV (needs --every).
         #[arg(long, requires = "every")]
         csv: Option<PathBuf>,
-        /// Draw the shares along the stream and each source's document lengths as SVG.
+        /// Draw the shares along the stream and each source's document lengths as SVG (with
+        /// --decisions: the decided shares and the reported loss per source along the steps).
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// DIR is a state directory (or its lineage.json): print `[mix.adaptive]`'s decisions,
+        /// each with the reports it used, per source its mean loss and its share.
+        #[arg(long, conflicts_with_all = ["mix", "csv"])]
+        decisions: bool,
     },
 }
 
@@ -332,8 +337,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             every,
             csv,
             plot,
+            decisions,
         } => {
-            if mix || csv.is_some() || plot.is_some() {
+            if decisions {
+                let decided = dsprep::inspect::Decisions::read(&dir)?;
+                print!("{}", decided.table());
+                if let Some(path) = plot {
+                    let title = format!("dsprep inspect --decisions {}", dir.display());
+                    std::fs::write(
+                        &path,
+                        dsprep::inspect::render_decisions_svg(&decided, &title),
+                    )
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                    println!(
+                        "drew {}×{} SVG of {} decisions (shares and reported loss per source) to {}",
+                        dsprep::inspect::WIDTH,
+                        dsprep::inspect::HEIGHT,
+                        decided.decisions.len(),
+                        path.display()
+                    );
+                }
+            } else if mix || csv.is_some() || plot.is_some() {
                 let every = match (every, &plot) {
                     (0, Some(_)) => dsprep::inspect::auto_every(&dir)?,
                     _ => every,

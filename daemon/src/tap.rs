@@ -152,7 +152,8 @@ fn report(
             .context("--report-loss needs the document sources (protocol v3 or later)")?;
         loss.extend(sources.iter().map(|&s| synthetic.at(s, batch.step())));
     }
-    let entries = (batch.per_source_loss(&loss)).context("the loss has one value per input token")?;
+    let entries =
+        (batch.per_source_loss(&loss)).context("the loss has one value per input token")?;
     client.report(batch.step(), &entries)?;
     Ok(())
 }

@@ -96,7 +96,9 @@ pub fn decide(
     let n = current.len();
     let part: Vec<usize> = (0..n).filter(|&i| current[i] > 0.0).collect();
     let k = part.len().max(1) as f64;
-    let mut next_state: Vec<f64> = (0..n).map(|i| state.get(i).copied().unwrap_or(0.0)).collect();
+    let mut next_state: Vec<f64> = (0..n)
+        .map(|i| state.get(i).copied().unwrap_or(0.0))
+        .collect();
     let mut target = vec![0.0; n];
     match spec.algorithm {
         Algorithm::Exp3 => {
@@ -105,8 +107,8 @@ pub fn decide(
             // which at thousands of steps all but freezes the shares: here it is `learning_rate`.
             for &i in &part {
                 if let Some(loss) = observed[i].mean() {
-                    next_state[i] = spec.smoothing * next_state[i]
-                        + (1.0 - spec.smoothing) * loss / current[i];
+                    next_state[i] =
+                        spec.smoothing * next_state[i] + (1.0 - spec.smoothing) * loss / current[i];
                 }
             }
             let logits: Vec<f64> = part

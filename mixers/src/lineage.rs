@@ -99,7 +99,8 @@ impl Lineage {
 
     /// The format this lineage is written in: [`LINEAGE_FORMAT_PLAIN`] unless it holds decisions.
     pub fn needed_format(&self) -> u32 {
-        let decided = (self.segments.iter().chain(&self.abandoned)).any(|s| !s.decisions.is_empty());
+        let decided =
+            (self.segments.iter().chain(&self.abandoned)).any(|s| !s.decisions.is_empty());
         if decided {
             LINEAGE_FORMAT
         } else {
@@ -109,7 +110,8 @@ impl Lineage {
 
     /// Every decision of `[mix.adaptive]` in stream order, with its segment.
     pub fn decisions(&self) -> impl Iterator<Item = (usize, &Decision)> {
-        (self.segments.iter().enumerate()).flat_map(|(k, s)| s.decisions.iter().map(move |d| (k, d)))
+        (self.segments.iter().enumerate())
+            .flat_map(|(k, s)| s.decisions.iter().map(move |d| (k, d)))
     }
 
     /// The segment in force at `step`.

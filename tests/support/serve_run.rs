@@ -81,7 +81,17 @@ impl Run<'_> {
             .map(|r| self.dir.join(format!("rank{r}-from{from}.bin")))
             .collect();
         let taps: Vec<_> = (0..world)
-            .map(|r| tap_with(&daemon.endpoint, r, world, from, steps, &outs[r as usize], extra))
+            .map(|r| {
+                tap_with(
+                    &daemon.endpoint,
+                    r,
+                    world,
+                    from,
+                    steps,
+                    &outs[r as usize],
+                    extra,
+                )
+            })
             .collect();
         for (r, child) in taps.into_iter().enumerate() {
             let out = child.wait_with_output().unwrap();

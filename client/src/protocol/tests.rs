@@ -49,7 +49,7 @@ fn header() -> ReplyHeader {
 fn request_round_trips_and_has_a_fixed_layout() {
     let bytes = request().encode();
     assert_eq!(&bytes[0..4], b"DSPQ");
-    assert_eq!(&bytes[4..6], &[6, 0]);
+    assert_eq!(&bytes[4..6], &[7, 0]);
     assert_eq!(&bytes[24..32], &1234u64.to_le_bytes());
     assert_eq!(bytes.len(), 88);
     assert_eq!(&bytes[68..72], &[0; 4], "reserved");
@@ -168,10 +168,10 @@ fn a_v4_header_is_what_it_was_and_carries_no_segment() {
         ..header()
     }
     .encode();
-    let mut v6 = header().encode();
-    assert_eq!(v6[4], 6);
-    v6[4] = 5;
-    assert_eq!(v6, v5, "a v6 header is v5's");
+    let mut v7 = header().encode();
+    assert_eq!(v7[4], 7);
+    v7[4] = 5;
+    assert_eq!(v7, v5, "a v6 or v7 header is v5's");
     let mut expected = v4_layout(&v4, &chain);
     expected[4] = 5;
     expected[44..48].copy_from_slice(&2u32.to_le_bytes());
@@ -274,14 +274,14 @@ fn each_malformation_has_its_error() {
         Err(DecodeError::Magic { found: *b"XSPQ" })
     );
     let mut bad = good.clone();
-    bad[4] = 7;
+    bad[4] = 8;
     assert_eq!(
         Request::decode(&bad),
-        Err(DecodeError::Version { found: 7 })
+        Err(DecodeError::Version { found: 8 })
     );
     assert_eq!(
-        DecodeError::Version { found: 7 }.to_string(),
-        "protocol version 7 is not supported (this side speaks versions 1 to 6)"
+        DecodeError::Version { found: 8 }.to_string(),
+        "protocol version 8 is not supported (this side speaks versions 1 to 7)"
     );
     bad[4] = 0;
     assert_eq!(

@@ -19,19 +19,19 @@ const PALETTE: [&str; 10] = [
 ];
 
 /// A panel's plotting area, in pixels.
-struct Area {
-    left: f64,
-    top: f64,
-    width: f64,
-    height: f64,
+pub(super) struct Area {
+    pub(super) left: f64,
+    pub(super) top: f64,
+    pub(super) width: f64,
+    pub(super) height: f64,
 }
 
 impl Area {
-    fn x(&self, fraction: f64) -> f64 {
+    pub(super) fn x(&self, fraction: f64) -> f64 {
         self.left + fraction.clamp(0.0, 1.0) * self.width
     }
 
-    fn y(&self, fraction: f64) -> f64 {
+    pub(super) fn y(&self, fraction: f64) -> f64 {
         self.top + (1.0 - fraction.clamp(0.0, 1.0)) * self.height
     }
 }
@@ -61,7 +61,7 @@ pub fn render_svg(ledger: &MixLedger, title: &str) -> String {
     out
 }
 
-fn colour(source: usize) -> &'static str {
+pub(super) fn colour(source: usize) -> &'static str {
     PALETTE[source % PALETTE.len()]
 }
 
@@ -236,7 +236,7 @@ fn fill_panel(out: &mut String, fill: &WindowFill) {
     }
 }
 
-fn axes(out: &mut String, area: &Area, label: &str) {
+pub(super) fn axes(out: &mut String, area: &Area, label: &str) {
     let (x0, y0, x1, y1) = (
         area.left,
         area.top,
@@ -276,7 +276,7 @@ fn legend(out: &mut String, ledger: &MixLedger) {
 }
 
 /// Text for SVG: `&`, `<`, `>` and quotes escaped.
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -43,7 +43,10 @@ impl Decider {
 
     fn read(&self) -> anyhow::Result<(Lineage, AdaptiveSpec)> {
         let Some(lineage) = lineage_file::read(&self.path)? else {
-            bail!("{} is gone: [mix.adaptive] writes its decisions there", self.path.display());
+            bail!(
+                "{} is gone: [mix.adaptive] writes its decisions there",
+                self.path.display()
+            );
         };
         let k = lineage.segments.len() - 1;
         let Some(spec) = lineage.effective_recipe(k).mix.adaptive else {
@@ -98,8 +101,17 @@ impl Decider {
                     "on_missing = \"hold\": after {:.1} s no report of {}",
                     spec.wait_seconds, missing.what
                 );
-                let state = if state.is_empty() { vec![0.0; names.len()] } else { state };
-                (current.clone(), state, vec![Observed::default(); names.len()], Some(why))
+                let state = if state.is_empty() {
+                    vec![0.0; names.len()]
+                } else {
+                    state
+                };
+                (
+                    current.clone(),
+                    state,
+                    vec![Observed::default(); names.len()],
+                    Some(why),
+                )
             }
         };
         let at_tokens = lineage.window_of_step(step) * self.window_tokens;
@@ -121,14 +133,26 @@ impl Decider {
         lineage_file::write(&self.path, &lineage)
             .context("writing a [mix.adaptive] decision to the lineage")?;
         self.reports.decided(&shares, held.is_some());
-        log_decision(step, from, to, &names, &current, &shares, &seen, held.as_deref());
+        log_decision(
+            step,
+            from,
+            to,
+            &names,
+            &current,
+            &shares,
+            &seen,
+            held.as_deref(),
+        );
         Ok((at_tokens, recipe.weights_of(&phase)))
     }
 }
 
 /// Per name in `names`, its value in `map` (0 when absent).
 fn by_name(names: &[String], map: &BTreeMap<String, f64>) -> Vec<f64> {
-    names.iter().map(|n| map.get(n).copied().unwrap_or(0.0)).collect()
+    names
+        .iter()
+        .map(|n| map.get(n).copied().unwrap_or(0.0))
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)] // one log line of a decision's parts
@@ -145,7 +169,9 @@ fn log_decision(
     let parts: Vec<String> = (0..names.len())
         .filter(|&i| before[i] > 0.0 || after[i] > 0.0)
         .map(|i| {
-            let loss = seen[i].mean().map_or(String::new(), |l| format!(" (loss {l:.3})"));
+            let loss = seen[i]
+                .mean()
+                .map_or(String::new(), |l| format!(" (loss {l:.3})"));
             format!("{} {:.4} → {:.4}{loss}", names[i], before[i], after[i])
         })
         .collect();

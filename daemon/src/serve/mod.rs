@@ -7,17 +7,17 @@
 //! thread answers `/metrics`; with CURVE, a ZAP handler thread admits the allowed clients
 //! (`auth.rs`). Graceful shutdown on SIGINT/SIGTERM.
 
+mod adaptive;
 pub mod args;
 pub mod auth;
 mod course;
 pub mod endpoint;
-mod adaptive;
 mod metrics;
-mod reports;
 mod nodes;
 mod owners;
 mod placement;
 mod producer;
+mod reports;
 mod server;
 pub mod store;
 
@@ -233,10 +233,13 @@ impl Served {
                     );
                 };
                 reports.set_shares(&dsprep_mixers::mixer::target_shares(
-                    &(counted.sources.iter()).map(|s| s.weight).collect::<Vec<_>>(),
+                    &(counted.sources.iter())
+                        .map(|s| s.weight)
+                        .collect::<Vec<_>>(),
                 ));
                 let window_tokens = u64::from(layout.window_tokens);
-                let decider = adaptive::Decider::new(path.clone(), Arc::clone(&reports), window_tokens);
+                let decider =
+                    adaptive::Decider::new(path.clone(), Arc::clone(&reports), window_tokens);
                 Some(Arc::new(decider) as Arc<dyn MixDecider>)
             }
             _ => None,

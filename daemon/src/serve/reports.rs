@@ -156,7 +156,10 @@ impl Reports {
         step: u64,
         entries: &[SourceLoss],
     ) -> Result<(), Refused> {
-        if entries.iter().any(|e| usize::from(e.source) >= self.names.len()) {
+        if entries
+            .iter()
+            .any(|e| usize::from(e.source) >= self.names.len())
+        {
             return Err(Refused::Source);
         }
         if (entries.iter()).any(|e| !(e.loss_sum.is_finite() && e.loss_sum >= 0.0)) {
@@ -173,7 +176,10 @@ impl Reports {
             reported: vec![false; ranks],
             sums: vec![Observed::default(); n],
         });
-        let slot = kept.reported.get_mut(rank as usize).ok_or(Refused::NotFetched)?;
+        let slot = kept
+            .reported
+            .get_mut(rank as usize)
+            .ok_or(Refused::NotFetched)?;
         if std::mem::replace(slot, true) {
             return Err(Refused::Duplicate);
         }
@@ -192,9 +198,8 @@ impl Reports {
         let deadline = Instant::now() + wait;
         let mut book = self.lock();
         loop {
-            let complete = (from..to).all(|step| {
-                (book.steps.get(&step)).is_some_and(|s| s.reported.iter().all(|&r| r))
-            });
+            let complete = (from..to)
+                .all(|step| (book.steps.get(&step)).is_some_and(|s| s.reported.iter().all(|&r| r)));
             let now = Instant::now();
             if complete || now >= deadline || self.closed.load(Relaxed) {
                 let result = match complete {
@@ -227,7 +232,9 @@ impl Reports {
         for step in from..to {
             let absent: Vec<u32> = match book.steps.get(&step) {
                 None => (0..self.ranks).collect(),
-                Some(s) => (0..self.ranks).filter(|&r| !s.reported[r as usize]).collect(),
+                Some(s) => (0..self.ranks)
+                    .filter(|&r| !s.reported[r as usize])
+                    .collect(),
             };
             if absent.is_empty() {
                 continue;
@@ -285,7 +292,10 @@ impl Reports {
     /// (empty when none came).
     pub fn progress_part(&self) -> String {
         let mut book = self.lock();
-        let since = std::mem::replace(&mut book.since_line, vec![Observed::default(); self.names.len()]);
+        let since = std::mem::replace(
+            &mut book.since_line,
+            vec![Observed::default(); self.names.len()],
+        );
         let parts: Vec<String> = (self.names.iter().zip(&since))
             .filter_map(|(name, o)| Some(format!("{name} {:.3}", o.mean()?)))
             .collect();

@@ -6,8 +6,8 @@ use super::metrics::Metrics;
 use super::nodes::progress::{Gate, LaneProgress};
 use super::owners::{Claimant, Owners, RefusalReason};
 use super::reports::{Refused, Reports};
-use dsprep_client::protocol::report::decode_report;
 use super::store::{Lookup, StepStore};
+use dsprep_client::protocol::report::decode_report;
 use dsprep_client::protocol::{
     DecodeError, OLDEST_VERSION, PADDING_VERSION, ReplyChain, ReplyHeader, Request, RequestKind,
     Status, encode_doc_sources, encode_doc_starts, encode_real_tokens, ok_reply_frames,
@@ -319,7 +319,9 @@ impl Server {
             }
         };
         let layout = self.layout;
-        let owned = request.owner.is_some_and(|owner| self.owners.owns(owner, request.rank));
+        let owned = request
+            .owner
+            .is_some_and(|owner| self.owners.owns(owner, request.rank));
         let fetched = request.world_size == layout.world_size
             && layout.owns(request.rank)
             && owned

@@ -1,5 +1,5 @@
-"""Python trainer client of dsprep: `Client` speaks wire protocol v6 to `dsprep serve` (one rank,
-checking the stream chain of every step), `PackedDataset` reads a `dsprep pack` directory (format
+"""Python trainer client of dsprep: `Client` speaks wire protocol v7 to `dsprep serve` (one rank,
+checking the stream chain of every step, and reporting its loss per source: `per_source_loss`), `PackedDataset` reads a `dsprep pack` directory (format
 v5) with the same batch API, and `DsprepIterableDataset` wraps either for torch (imported lazily:
 torch is optional). A `Batch`'s labels carry `IGNORE_INDEX` (-100) where the next token is padding.
 """
@@ -53,6 +53,7 @@ __all__ = [
     "StepGone",
     "Superseded",
     "UnsupportedVersion",
+    "per_source_loss",
 ]
 
 
@@ -61,4 +62,8 @@ def __getattr__(name: str) -> Any:
         from .torch_dataset import DsprepIterableDataset
 
         return DsprepIterableDataset
+    if name == "per_source_loss":  # imports torch when called
+        from .loss import per_source_loss
+
+        return per_source_loss
     raise AttributeError(f"module 'dsprep_client' has no attribute {name!r}")

@@ -23,14 +23,16 @@ from .batch import Batch
 from . import chain
 from .curve import CLIENT_KEY_ENV, SERVER_KEY_ENV, HandshakeWatch, load_keys
 from .errors import ChainMismatch, ConfigError, DaemonGone, ProtocolError, RankOwned, StepAhead, Unauthorized
-from .parallel import data_parallel, parallel_from_env
+from .parallel import data_parallel, parallel_from_env, reports_loss
 from .protocol import (
     KEEPALIVE_INTERVAL_S,
     KIND_KEEPALIVE,
     KIND_RELEASE,
+    KIND_REPORT,
     UNKNOWN_STEPS,
     ReplyHeader,
     decode_header,
+    encode_report,
     decode_reply,
     encode_request,
 )
@@ -217,6 +219,8 @@ class Client:
         self.rank, self.world_size = layout_from_env(rank, world_size)
         tp, cp, pp, order = parallel_from_env(tensor_parallel, context_parallel, pipeline_parallel, rank_order)
         self.dp_rank, self.dp_size = data_parallel(self.rank, self.world_size, tp, cp, pp, order)
+        #: Whether this rank sends its loss reports: one rank per model-parallel group.
+        self.reports_loss = reports_loss(self.rank, self.world_size, tp, cp, pp, order)
         self._expected_hash = parse_recipe_hash(recipe_hash)
         self.timeout = float(timeout)
         self.attempts = max(1, int(attempts))
@@ -344,6 +348,26 @@ class Client:
                 "stream (other inputs, another --state-dir, or a resume that went wrong); nothing from it was used"
             )
         self.stream_chain = (batch.step + 1, c.step_end)
+
+    def report(self, step: int, losses: Dict[int, Tuple[float, int]]) -> bool:
+        """Report this rank's loss per source for `step` (protocol v7): `losses` maps a source
+        index to (summed per-token loss, counted tokens), as `per_source_loss` makes it. What
+        `[mix.adaptive]` decides from and `/metrics` shows. Never waits: the daemon does not answer.
+        Returns whether it was sent: only one rank of a model-parallel group reports
+        (`reports_loss`: the last pipeline stage, tensor rank 0), and a full queue drops it."""
+        if not self.reports_loss:
+            return False
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        frame = encode_request(
+            request_id, self.dp_rank, self.dp_size, step, self._expected_hash, owner=self._owner(), kind=KIND_REPORT
+        )
+        entries = [(source, loss, tokens) for source, (loss, tokens) in sorted(losses.items())]
+        try:
+            self._socket.send_multipart([frame, encode_report(entries)], zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
 
     def close(self) -> None:
         """Stop the keepalive, release the rank at the daemon (a clean exit: the next trainer may

@@ -54,3 +54,15 @@ def parallel_from_env(
 
     order = order or os.environ.get("DSPREP_RANK_ORDER", "tp-cp-dp-pp").strip()
     return read(tensor, "DSPREP_TP"), read(context, "DSPREP_CP"), read(pipeline, "DSPREP_PP"), order
+
+
+def reports_loss(
+    rank: int, world_size: int, tensor: int = 1, context: int = 1, pipeline: int = 1, order: str = "tp-cp-dp-pp"
+) -> bool:
+    """Whether global `rank` reports its data-parallel rank's loss per source (protocol v7): one
+    rank per model-parallel group, the last pipeline stage's (it holds the loss) with tensor and
+    context rank 0, as the Rust client decides (`Parallelism::reports_loss`)."""
+    _, dp_size = data_parallel(rank, world_size, tensor, context, pipeline, order)
+    inner = tensor * context
+    stage = rank // (inner * dp_size) if order == "tp-cp-dp-pp" else (rank // inner) % pipeline
+    return rank % inner == 0 and stage + 1 == pipeline

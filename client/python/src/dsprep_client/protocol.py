@@ -1,4 +1,4 @@
-"""Wire protocol v6 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
+"""Wire protocol v7 between `dsprep serve` and a trainer rank, frame by frame as PROTOCOL.md
 describes it (the Rust side is client/src/protocol.rs). Encoding and decoding only: no sockets.
 
 A request is one frame (64 bytes in v1 and v2, 80 in v3 to v5, 88 in v6, which adds the
@@ -23,8 +23,11 @@ from .batch import Batch
 from .errors import STATUS_ERRORS, ProtocolError, UnsupportedVersion
 
 #: The version this client sends: 3 adds the document-source frame, 4 the real-token frame, 5
-#: the lineage segment in the header, 6 the session's start time and the keepalive.
-PROTOCOL_VERSION = 6
+#: the lineage segment in the header, 6 the session's start time and the keepalive, 7 the loss
+#: report.
+PROTOCOL_VERSION = 7
+#: The oldest version that may send a loss report (`KIND_REPORT`).
+REPORT_VERSION = 7
 #: The oldest version whose requests carry the session's start time, and may be keepalives.
 STARTED_VERSION = 6
 #: The oldest version whose header names the lineage segment that produced the step.
@@ -43,6 +46,13 @@ KIND_BATCH = 1
 KIND_RELEASE = 2
 #: Version 6: the trainer process is alive and keeps its rank (never answered; it claims nothing).
 KIND_KEEPALIVE = 3
+#: Version 7: the rank's loss per source for a step it trained on, in a second frame
+#: (`encode_report`); never answered.
+KIND_REPORT = 4
+#: A report entry: u32 source, u32 reserved (zero), f64 summed loss, u64 counted tokens.
+_REPORT_ENTRY = struct.Struct("<IIdQ")
+#: The most entries one report holds (its frame stays within the daemon's 4096-byte limit).
+MAX_REPORT_ENTRIES = 4096 // _REPORT_ENTRY.size
 #: How often the client's keepalive thread sends one (seconds): a quarter of the shortest owner
 #: timeout the daemon accepts (`serve --owner-timeout 1`).
 KEEPALIVE_INTERVAL_S = 0.25
@@ -124,6 +134,14 @@ def encode_request(
         if version >= STARTED_VERSION:
             frame += _STARTED.pack(started)
     return frame
+
+
+def encode_report(entries: Sequence[Tuple[int, float, int]]) -> bytes:
+    """A loss report's second frame (PROTOCOL.md "Loss reports"): per source, (source index,
+    summed loss, counted tokens), each source once."""
+    if len(entries) > MAX_REPORT_ENTRIES:
+        raise ValueError(f"a loss report holds at most {MAX_REPORT_ENTRIES} sources, got {len(entries)}")
+    return b"".join(_REPORT_ENTRY.pack(int(s), 0, float(loss), int(tokens)) for s, loss, tokens in entries)
 
 
 def frame_view(frame: Any) -> memoryview:

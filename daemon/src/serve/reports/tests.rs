@@ -11,18 +11,53 @@ fn entry(source: u16, loss_sum: f64, tokens: u64) -> SourceLoss {
 #[test]
 fn bad_reports_are_refused_counted_and_never_summed() {
     let reports = Reports::new(vec!["a".into(), "b".into()], 2, Some(4));
-    assert_eq!(reports.accept(0, 4, &[entry(2, 1.0, 1)]), Err(Refused::Source));
-    assert_eq!(reports.accept(0, 4, &[entry(0, f64::NAN, 1)]), Err(Refused::Value));
-    assert_eq!(reports.accept(0, 4, &[entry(0, -1.0, 1)]), Err(Refused::Value));
-    assert_eq!(reports.accept(0, 3, &[entry(0, 1.0, 1)]), Err(Refused::Decided));
+    assert_eq!(
+        reports.accept(0, 4, &[entry(2, 1.0, 1)]),
+        Err(Refused::Source)
+    );
+    assert_eq!(
+        reports.accept(0, 4, &[entry(0, f64::NAN, 1)]),
+        Err(Refused::Value)
+    );
+    assert_eq!(
+        reports.accept(0, 4, &[entry(0, -1.0, 1)]),
+        Err(Refused::Value)
+    );
+    assert_eq!(
+        reports.accept(0, 3, &[entry(0, 1.0, 1)]),
+        Err(Refused::Decided)
+    );
     assert_eq!(reports.accept(0, 4, &[entry(0, 6.0, 3)]), Ok(()));
-    assert_eq!(reports.accept(0, 4, &[entry(0, 6.0, 3)]), Err(Refused::Duplicate));
-    assert_eq!(reports.accept(1, 4, &[entry(1, 2.0, 1), entry(0, 1.0, 1)]), Ok(()));
-    let sums = reports.wait_for(4, 5, Duration::ZERO).unwrap_or_else(|m| panic!("{}", m.what));
-    assert_eq!(sums[0], Observed { loss_sum: 7.0, tokens: 4 });
-    assert_eq!(sums[1], Observed { loss_sum: 2.0, tokens: 1 });
+    assert_eq!(
+        reports.accept(0, 4, &[entry(0, 6.0, 3)]),
+        Err(Refused::Duplicate)
+    );
+    assert_eq!(
+        reports.accept(1, 4, &[entry(1, 2.0, 1), entry(0, 1.0, 1)]),
+        Ok(())
+    );
+    let sums = reports
+        .wait_for(4, 5, Duration::ZERO)
+        .unwrap_or_else(|m| panic!("{}", m.what));
+    assert_eq!(
+        sums[0],
+        Observed {
+            loss_sum: 7.0,
+            tokens: 4
+        }
+    );
+    assert_eq!(
+        sums[1],
+        Observed {
+            loss_sum: 2.0,
+            tokens: 1
+        }
+    );
     // Decided from then on.
-    assert_eq!(reports.accept(0, 4, &[entry(0, 1.0, 1)]), Err(Refused::Decided));
+    assert_eq!(
+        reports.accept(0, 4, &[entry(0, 1.0, 1)]),
+        Err(Refused::Decided)
+    );
     let book = reports.lock();
     assert_eq!(book.accepted, 2);
     assert_eq!(book.refused.get(&Refused::Value), Some(&2));
@@ -34,7 +69,10 @@ fn a_decision_names_the_reports_it_did_not_get() {
     let reports = Reports::new(vec!["a".into()], 3, Some(0));
     reports.accept(0, 0, &[entry(0, 1.0, 1)]).unwrap();
     reports.accept(1, 1, &[entry(0, 1.0, 1)]).unwrap();
-    let missing = reports.wait_for(0, 3, Duration::from_millis(50)).err().unwrap();
+    let missing = reports
+        .wait_for(0, 3, Duration::from_millis(50))
+        .err()
+        .unwrap();
     assert_eq!(
         missing.what,
         "step 0 from ranks [1, 2], step 1 from ranks [0, 2], step 2 from every rank"
@@ -49,7 +87,9 @@ fn a_waiting_decision_gets_the_report_that_arrives() {
         std::thread::sleep(Duration::from_millis(50));
         late.accept(0, 0, &[entry(0, 3.0, 2)]).unwrap();
     });
-    let sums = reports.wait_for(0, 1, Duration::from_secs(30)).unwrap_or_else(|m| panic!("{}", m.what));
+    let sums = reports
+        .wait_for(0, 1, Duration::from_secs(30))
+        .unwrap_or_else(|m| panic!("{}", m.what));
     assert_eq!(sums[0].tokens, 2);
     sender.join().unwrap();
 }
