@@ -112,7 +112,11 @@ fn a_rank_stays_its_trainers_through_steps_slower_than_the_owner_timeout() {
         std::thread::sleep(Duration::from_secs(3)); // the step: 3 owner timeouts
         let position = daemon.metric("dsprep_rank_step{rank=\"0\"}");
         let (h, m) = peer.ask(&batch(PROTOCOL_VERSION, 0, step + 3, 0x30, started));
-        assert_eq!((h.version, h.status), (6, Status::RankOwned), "{m}");
+        assert_eq!(
+            (h.version, h.status),
+            (PROTOCOL_VERSION, Status::RankOwned),
+            "{m}"
+        );
         assert!(
             m.starts_with(
                 "rank 0 (data-parallel rank 0) belongs to another trainer process (session \
@@ -124,7 +128,11 @@ fn a_rank_stays_its_trainers_through_steps_slower_than_the_owner_timeout() {
         assert_eq!((h.version, h.status), (5, Status::RankOwned), "{m}");
         let zombie = started - EARLIER_NS;
         let (h, m) = peer.ask(&batch(PROTOCOL_VERSION, 0, step + 3, 0x20, zombie));
-        assert_eq!((h.version, h.status), (6, Status::Superseded), "{m}");
+        assert_eq!(
+            (h.version, h.status),
+            (PROTOCOL_VERSION, Status::Superseded),
+            "{m}"
+        );
         let prefix = format!(
             "rank 0 (data-parallel rank 0) belongs to session 00000000000000a1, started at \
              {started} ns since the Unix epoch (it asked 0."

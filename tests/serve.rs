@@ -316,7 +316,10 @@ fn every_protocol_error_is_typed_and_the_daemon_keeps_serving() {
 
     let (h, m) = raw.ask_frames(&[&request(0, 2, 0).encode(), b"extra"]);
     assert_eq!(h.status, Status::Malformed);
-    assert_eq!(m, "a request is exactly one frame, got 2");
+    assert_eq!(
+        m,
+        "a request is exactly one frame (a loss report two), got 2"
+    );
 
     let mut garbage = [0xffu8; 64];
     garbage[8..16].copy_from_slice(&7u64.to_le_bytes());

@@ -13,7 +13,7 @@ use crate::curve::{CLIENT_KEY_ENV, ClientKeys, SERVER_KEY_ENV};
 use crate::keepalive::Keepalive;
 use crate::packed::TokenSlice;
 use crate::parallel::Parallelism;
-use crate::protocol::report::{MAX_REPORT_ENTRIES, SourceLoss, encode_report, per_source_loss};
+use crate::protocol::report::{MAX_REPORT_ENTRIES, SourceLoss, SourceSums, encode_report};
 use crate::protocol::{
     DecodeError, Owner, PROTOCOL_VERSION, ReplyChain, ReplyHeader, Request, RequestKind, Status,
     decode_doc_sources, decode_doc_starts, decode_real_tokens, ok_reply_frames,
@@ -289,7 +289,7 @@ impl ServedBatch {
 
     /// Per source, the summed loss and counted tokens of this batch's rows (protocol v3 sources):
     /// `loss` is the per-token loss, `rows × seq_len` row-major (position `t` predicts token
-    /// `t + 1` and is the source of input token `t`'s); a position counts when its label is not
+    /// `t + 1` and counts for input token `t`'s source); a position counts when its label is not
     /// padding. What [`Client::report`] sends. `None` without document sources (protocol < 3),
     /// or when `loss` is not `rows × seq_len` long.
     pub fn per_source_loss(&self, loss: &[f32]) -> Option<Vec<SourceLoss>> {
@@ -297,13 +297,22 @@ impl ServedBatch {
         if loss.len() != self.rows() * seq_len {
             return None;
         }
-        let (mut counts, mut sources) = (Vec::with_capacity(loss.len()), Vec::new());
-        for i in 0..self.rows() {
-            sources.extend(self.input_sources(i)?);
-            let real = self.real_tokens(i) as usize;
-            counts.extend((0..seq_len).map(|t| t + 1 < real));
+        let mut sums = SourceSums::default();
+        for (i, row) in loss.chunks_exact(seq_len.max(1)).enumerate() {
+            // Positions whose label is a real token: below real_tokens − 1.
+            let counted = (self.real_tokens(i) as usize)
+                .saturating_sub(1)
+                .min(seq_len);
+            let (starts, sources) = (self.doc_starts(i), self.doc_sources(i)?);
+            let (mut from, mut source) = (0, self.lead_source(i)?);
+            for (&start, &next) in starts.iter().zip(sources) {
+                let start = (start as usize).min(counted);
+                sums.add(source, &row[from.min(start)..start]);
+                (from, source) = (start, next);
+            }
+            sums.add(source, &row[from.min(counted)..counted]);
         }
-        Some(per_source_loss(loss, &counts, &sources))
+        Some(sums.entries())
     }
 
     /// Row `i`'s tokens before its padding (`best_fit`, protocol v4); the whole row otherwise.

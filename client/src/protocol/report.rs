@@ -70,28 +70,39 @@ pub fn decode_report(bytes: &[u8]) -> Result<Vec<SourceLoss>, DecodeError> {
     Ok(entries)
 }
 
-/// Per source, the summed loss and the counted tokens of one rank's rows: `loss[i]` is the loss
-/// of predicting token `i + 1` of its row from tokens `..= i` (row-major, `rows × (window − 1)`),
-/// `counts[i]` whether it counts (its label is not masked), and `sources[i]` the source of the
-/// document token `i + 1` belongs to. Sources in increasing order, those without counted tokens
-/// left out.
-pub fn per_source_loss(loss: &[f32], counts: &[bool], sources: &[u16]) -> Vec<SourceLoss> {
-    let mut by_source: std::collections::BTreeMap<u16, (f64, u64)> = Default::default();
-    for ((&l, &counted), &source) in loss.iter().zip(counts).zip(sources) {
-        if counted {
-            let entry = by_source.entry(source).or_default();
-            entry.0 += f64::from(l);
-            entry.1 += 1;
+/// Per source, the summed loss and the counted tokens, added a run of one source's tokens at a
+/// time (a row's documents are runs): what a report says.
+#[derive(Clone, Debug, Default)]
+pub struct SourceSums {
+    sums: Vec<(f64, u64)>,
+}
+
+impl SourceSums {
+    /// Add `loss`, the per-token loss of consecutive counted tokens of `source`.
+    pub fn add(&mut self, source: u16, loss: &[f32]) {
+        if loss.is_empty() {
+            return;
         }
+        let i = usize::from(source);
+        if i >= self.sums.len() {
+            self.sums.resize(i + 1, (0.0, 0));
+        }
+        let sum: f64 = loss.iter().map(|&l| f64::from(l)).sum();
+        self.sums[i].0 += sum;
+        self.sums[i].1 += loss.len() as u64;
     }
-    by_source
-        .into_iter()
-        .map(|(source, (loss_sum, tokens))| SourceLoss {
-            source,
-            loss_sum,
-            tokens,
-        })
-        .collect()
+
+    /// The entries of a report: sources in increasing order, those without tokens left out.
+    pub fn entries(&self) -> Vec<SourceLoss> {
+        (self.sums.iter().enumerate())
+            .filter(|(_, (_, tokens))| *tokens > 0)
+            .map(|(source, &(loss_sum, tokens))| SourceLoss {
+                source: source as u16,
+                loss_sum,
+                tokens,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -137,12 +148,14 @@ mod tests {
     }
 
     #[test]
-    fn per_source_loss_sums_the_counted_tokens_of_each_source() {
-        let loss = [1.0, 2.0, 4.0, 8.0, 16.0];
-        let counts = [true, true, false, true, true];
-        let sources = [2, 0, 0, 2, 2];
+    fn runs_add_up_per_source_in_source_order() {
+        let mut sums = SourceSums::default();
+        sums.add(2, &[1.0, 8.0]);
+        sums.add(0, &[2.0]);
+        sums.add(2, &[16.0]);
+        sums.add(1, &[]);
         assert_eq!(
-            per_source_loss(&loss, &counts, &sources),
+            sums.entries(),
             vec![
                 SourceLoss {
                     source: 0,

@@ -6,6 +6,7 @@
 //! another document: every byte served under it can be replayed from the lineage.
 
 use super::reports::Reports;
+use super::store::StepStore;
 use crate::checkpoint::lineage as lineage_file;
 use crate::driver::pipeline::MixDecider;
 use anyhow::{Context, bail};
@@ -24,6 +25,8 @@ pub struct Decider {
     /// The state directory's lineage file: read at each decision, written with it.
     path: PathBuf,
     reports: Arc<Reports>,
+    /// Where the trainers resumed: reports of earlier steps will not come.
+    store: Arc<StepStore>,
     window_tokens: u64,
     /// The token point of the next decision (0 before the first call).
     next_at: AtomicU64,
@@ -31,10 +34,16 @@ pub struct Decider {
 }
 
 impl Decider {
-    pub fn new(path: PathBuf, reports: Arc<Reports>, window_tokens: u64) -> Decider {
+    pub fn new(
+        path: PathBuf,
+        reports: Arc<Reports>,
+        store: Arc<StepStore>,
+        window_tokens: u64,
+    ) -> Decider {
         Decider {
             path,
             reports,
+            store,
             window_tokens,
             next_at: AtomicU64::new(0),
             next_step: Mutex::new(None),
@@ -58,8 +67,14 @@ impl Decider {
     /// The step the next decision governs, after the lineage's last one, and its token point;
     /// the reports of steps it does not use are ignored from then on.
     fn plan_next(&self, lineage: &Lineage, spec: &AdaptiveSpec) -> u64 {
-        let segment = &lineage.segments[lineage.segments.len() - 1];
+        let k = lineage.segments.len() - 1;
+        let segment = &lineage.segments[k];
         let after = (segment.decisions.last()).map_or(segment.from_step, |d| d.step);
+        if let Some(last) = segment.decisions.last() {
+            let recipe = lineage.effective_recipe(k);
+            let names: Vec<String> = recipe.sources.iter().map(|s| s.name.clone()).collect();
+            self.reports.set_shares(&by_name(&names, &last.shares));
+        }
         let step = next_decision_step(spec, after);
         if let Some((from, _)) = reported_steps(spec, step) {
             self.reports.keep_from(from);
@@ -74,7 +89,7 @@ impl Decider {
         let (_, spec) = self.read()?;
         let (from, to) = reported_steps(&spec, step).context("a decision step has reports")?;
         let wait = Duration::from_secs_f64(spec.wait_seconds);
-        let observed = self.reports.wait_for(from, to, wait);
+        let observed = (self.reports).wait_for(from, to, wait, || self.store.placed_at());
         if self.reports.is_closed() {
             bail!("the daemon is stopping: the decision for step {step} is not made");
         }

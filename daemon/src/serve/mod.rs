@@ -238,8 +238,12 @@ impl Served {
                         .collect::<Vec<_>>(),
                 ));
                 let window_tokens = u64::from(layout.window_tokens);
-                let decider =
-                    adaptive::Decider::new(path.clone(), Arc::clone(&reports), window_tokens);
+                let decider = adaptive::Decider::new(
+                    path.clone(),
+                    Arc::clone(&reports),
+                    Arc::clone(&store),
+                    window_tokens,
+                );
                 Some(Arc::new(decider) as Arc<dyn MixDecider>)
             }
             _ => None,

@@ -174,6 +174,8 @@ struct State {
     last_request_at: Option<Instant>,
     /// Per rank, whether it has asked before placement.
     asked: Vec<bool>,
+    /// The step the ranks asked for first when the store was placed.
+    placed_at: u64,
 }
 
 impl State {
@@ -224,6 +226,7 @@ impl StepStore {
             first_request_at: None,
             last_request_at: None,
             asked: vec![false; world_size as usize],
+            placed_at: 0,
         };
         Self {
             state: Mutex::new(state),
@@ -287,6 +290,7 @@ impl StepStore {
         state.produced = first;
         state.positions.iter_mut().for_each(|p| *p = at);
         state.placed = true;
+        state.placed_at = at;
         self.room.notify_all();
     }
 
@@ -402,6 +406,12 @@ impl StepStore {
             Some(message) => Lookup::Failed(message.clone()),
             None => Lookup::NotYet,
         }
+    }
+
+    /// The step the ranks asked for first (a resumed daemon's trainers resume there: they report
+    /// no step below it again); 0 before placement.
+    pub fn placed_at(&self) -> u64 {
+        self.lock().placed_at
     }
 
     /// Whether rank `rank` has fetched `step`: a step produced, at or below the one it asked for

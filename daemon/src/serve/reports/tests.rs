@@ -93,3 +93,19 @@ fn a_waiting_decision_gets_the_report_that_arrives() {
     assert_eq!(sums[0].tokens, 2);
     sender.join().unwrap();
 }
+
+#[test]
+fn steps_below_where_the_trainers_resumed_are_not_waited_for() {
+    let reports = Reports::new(vec!["a".into()], 1, Some(0));
+    reports.accept(0, 5, &[entry(0, 1.0, 1)]).unwrap();
+    let started = Instant::now();
+    let missing = reports
+        .wait_for(2, 6, Duration::from_secs(30), || 5)
+        .err()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "not waited for");
+    assert_eq!(
+        missing.what,
+        "step 2 from every rank, step 3 from every rank, step 4 from every rank"
+    );
+}
