@@ -7,6 +7,8 @@
 
 #[path = "hub/bench.rs"]
 mod bench;
+#[path = "hub/bench_verify.rs"]
+mod bench_verify;
 #[path = "hub/fake_hub.rs"]
 mod fake_hub;
 #[path = "hub/fake_routes.rs"]

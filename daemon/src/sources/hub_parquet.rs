@@ -2,17 +2,17 @@
 //! 64 KiB, a second only if the metadata is larger), then, row group after row group, only the
 //! column chunks of the projected leaves (coalesced into one request per row group when close).
 //!
-//! By default a file is read so only when its first page carries a CRC ([`hub_verify`]); one
-//! without is downloaded whole into the spool and checked against its sha256 instead
+//! By default a file is read by ranges only when its first page carries a CRC ([`hub_verify`]);
+//! one without is downloaded whole into the spool and checked against its sha256 instead
 //! ([`SpooledParquet`]), chosen in the background as the shard opens.
 //!
 //! The decoding is parquet's async reader over [`HubReader`] (an `AsyncFileReader`), polled with
 //! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. Each
 //! prefetched row group's page headers are checked there too, before the decoder sees them, and
 //! the pages' CRCs as the source's `verify` says ([`Crc`]; a mismatch downloads the row group
-//! again). A
-//! prefetch task fetches the next `readahead` row groups into a bounded channel, whole or not at
-//! all (each range is re-fetched until complete), so the tokenizer does not wait on the network.
+//! again). A prefetch task fetches the next `readahead` row groups into a bounded channel, whole
+//! or not at all (each range is re-fetched until complete), so the tokenizer does not wait on
+//! the network.
 
 use super::hub_spool::{SpooledParquet, SpooledRead};
 use super::hub_verify::{self, Check};
@@ -338,7 +338,7 @@ type Stream = ParquetRecordBatchStream<HubReader>;
 /// How a shard is read once its check is chosen.
 enum Opened {
     Ranges(Box<Stream>),
-    Whole(SpooledParquet),
+    Whole(Box<SpooledParquet>),
 }
 
 /// Open a Hub shard in the background: the check (`check`), then, read by ranges, the footer,
@@ -360,9 +360,9 @@ async fn open(
                 let expected = expected.ok_or_else(|| hub_verify::NO_HASH.to_string())?;
                 let io = tokio::runtime::Handle::current();
                 let spooled = SpooledRead::start(io, download, expected);
-                return Ok(Opened::Whole(SpooledParquet::new(
+                return Ok(Opened::Whole(Box::new(SpooledParquet::new(
                     label, spooled, &spec, batch_rows,
-                )));
+                ))));
             }
         }
         Check::Pages => Crc::WherePresent,

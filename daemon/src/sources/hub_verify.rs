@@ -12,8 +12,8 @@
 use super::page_check::{HeaderError, parse_header};
 use crate::hub::{Download, ExpectedHash};
 
-/// Bytes of the first page header read by the probe: a header without statistics is tens of
-/// bytes, and pyarrow keeps a data page's statistics under 4 KiB per value.
+/// Bytes of the first page header read by the probe: a header is tens of bytes, more only with
+/// long statistics; one longer than this reads the file whole.
 pub(crate) const PROBE_BYTES: u64 = 16 << 10;
 
 /// Where the first page header of a parquet file starts (after the `PAR1` magic).
