@@ -524,3 +524,67 @@ fn lanes_record_what_they_verified_and_parts_finish_to_the_bytes_of_one_pack() {
         "parts + finish wrote other bytes than one pack"
     );
 }
+
+/// Unmounts a tmpfs the test mounted, however the test ends.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A full spool folder (a 64 KiB tmpfs: the 104 KB file does not fit): one error naming the
+/// file, the folder, the disk's answer and the setting; nothing packed. Mounting needs root:
+/// where the test may not mount, it says so and checks nothing.
+#[test]
+fn a_full_spool_dir_is_named_with_its_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tmp.path().join("tiny");
+    std::fs::create_dir(&tiny).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&tiny)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (not root)");
+        return;
+    }
+    let _unmount = Mounted(tiny.clone());
+    let file = sample("fineweb-edu/sample/10BT/000_00000.parquet");
+    assert!(file.len() > 64 << 10);
+    let path = "data/000_00000.parquet";
+    let hub = hub_with("full-spool", path, &file);
+    let (out, ok, stderr) = pack_env(
+        tmp.path(),
+        "full-spool",
+        &source(
+            "hf://datasets/test/full-spool/data/*.parquet",
+            "parquet",
+            "",
+        ),
+        Some(&hub),
+        &[("DSPREP_SPOOL_DIR", tiny.display().to_string())],
+    );
+    assert!(!ok);
+    let location = format!(
+        "hf://datasets/test/full-spool@{}/{path}",
+        sha_of("test/full-spool")
+    );
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(
+        errors,
+        vec![format!(
+            "error: source \"s\": shard {location}: cannot read: {location}: cannot write its \
+             spool file in {} (No space left on device (os error 28)): set DSPREP_SPOOL_DIR to \
+             a writable local folder with room for two of the source's files",
+            tiny.display()
+        )]
+    );
+    assert!(!out.exists() && !tmp.path().join("out-full-spool.partial").exists());
+}
