@@ -7,6 +7,8 @@
 
 #[path = "hub/bench.rs"]
 mod bench;
+#[path = "hub/bench_verify.rs"]
+mod bench_verify;
 #[path = "hub/fake_hub.rs"]
 mod fake_hub;
 #[path = "hub/fake_routes.rs"]
@@ -222,6 +224,13 @@ fn packing_through_the_hub_equals_packing_the_same_files_locally() {
         .collect();
     assert_eq!(local_sums, hub_sums, "the same bytes, by checksum");
 
+    // Verified by default: the samples carry no page CRCs, so every file, parquet or JSON
+    // lines, was read whole and checked against its sha256.
+    let verified: Vec<Option<&str>> = (m_hub.inputs.iter())
+        .map(|i| i.verified.as_deref())
+        .collect();
+    assert_eq!(verified, vec![Some("sha256"); 10]);
+
     // One revision lookup per repo, one listing per source (one page each), one resolve per file.
     let log = hub.log();
     assert_eq!(count(&log, |l| l.target.contains("/revision/")), 5);
@@ -337,10 +346,16 @@ fn range_read_and_listing_faults_lose_and_duplicate_nothing() {
         1,
         Fault::CutMidBody,
     );
+    // Read by ranges (`verify = "pages"`: the samples carry no page CRCs, so the default would
+    // read them whole).
+    let by_ranges = sources(&chosen, Some(&hub), &root, "repository").replace(
+        "format = \"parquet\"\n",
+        "format = \"parquet\"\nverify = \"pages\"\n",
+    );
     let (remote, stderr) = pack(
         tmp.path(),
         "hub",
-        &sources(&chosen, Some(&hub), &root, "repository"),
+        &by_ranges,
         &[
             endpoint(&hub),
             ("DSPREP_HUB_READ_TIMEOUT_MS", "400".into()),
@@ -451,9 +466,11 @@ fn streamed_body_and_blob_faults_lose_and_duplicate_nothing() {
     );
 }
 
-/// A parquet file on the Hub whose page claims 2 GiB: its page headers are checked in the
-/// prefetched row group, before the decoder sees it, as a local file's are (tests/hostile.rs),
-/// and the pack stops naming the Hub file, the row group, the column and the sizes.
+/// A parquet file on the Hub whose page claims 2 GiB: read by ranges (`verify = "pages"`), its
+/// page headers are checked in the prefetched row group, before the decoder sees it; read whole
+/// (the default, for a file without page CRCs), in the checked local copy, as a local file's
+/// are (tests/hostile.rs). Either way the pack stops naming the Hub file, the row group, the
+/// column and the sizes.
 #[test]
 fn a_hub_parquet_page_claiming_2_gib_is_refused_before_it_is_decoded() {
     let hub = FakeHub::start();
@@ -478,31 +495,35 @@ fn a_hub_parquet_page_claiming_2_gib_is_refused_before_it_is_decoded() {
         ..Repo::default()
     };
     hub.add_repo("hostile/pages", repo);
-    let recipe = tmp.path().join("hostile.toml");
-    let source = "[[source]]\nname = \"fw\"\nfiles = [\"hf://datasets/hostile/pages/data/*.parquet\"]\n\
-                  format = \"parquet\"\n";
-    std::fs::write(&recipe, support::recipe(16, 0, "first_exhausted", source)).unwrap();
-    let out = tmp.path().join("out");
-    let output = dsprep_env(
-        &[
-            "pack",
-            "--recipe",
-            recipe.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ],
-        &[endpoint(&hub)],
-    );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "shard hf://datasets/hostile/pages@{}/data/000_00000.parquet row 0: row group 0 \
-             column \"text\": page 0 at byte 4 claims 2147483647 bytes uncompressed from ",
-            sha_of("hostile/pages")
-        )) && stderr.contains("a decompression bomb or a corrupt file"),
-        "{stderr}"
-    );
-    assert!(!out.exists() && !tmp.path().join("out.partial").exists());
+    for (verify, at) in [("pages", " row 0"), ("auto", "")] {
+        let recipe = tmp.path().join(format!("hostile-{verify}.toml"));
+        let source = format!(
+            "[[source]]\nname = \"fw\"\nfiles = [\"hf://datasets/hostile/pages/data/*.parquet\"]\n\
+             format = \"parquet\"\nverify = \"{verify}\"\n"
+        );
+        std::fs::write(&recipe, support::recipe(16, 0, "first_exhausted", &source)).unwrap();
+        let out = tmp.path().join(format!("out-{verify}"));
+        let output = dsprep_env(
+            &[
+                "pack",
+                "--recipe",
+                recipe.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--quiet",
+            ],
+            &[endpoint(&hub)],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "shard hf://datasets/hostile/pages@{}/data/000_00000.parquet{at}: row group 0 \
+                 column \"text\": page 0 at byte 4 claims 2147483647 bytes uncompressed from ",
+                sha_of("hostile/pages")
+            )) && stderr.contains("a decompression bomb or a corrupt file"),
+            "{stderr}"
+        );
+        assert!(!out.exists() && !tmp.path().join(format!("out-{verify}.partial")).exists());
+    }
 }

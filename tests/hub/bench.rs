@@ -2,6 +2,70 @@
 
 use super::*;
 
+/// The five sources of the benchmark corpus: name, weight, files, format, text column.
+pub(super) const MIX: [(&str, f64, &str, &str, &str); 5] = [
+    (
+        "fineweb-edu",
+        0.40,
+        "fineweb-edu/*.parquet",
+        "parquet",
+        "text",
+    ),
+    ("c4", 0.15, "c4-json/en/*.json.gz", "jsonl.gz", "text"),
+    ("zyda-2", 0.30, "zyda-2/*.parquet", "parquet", "text"),
+    (
+        "the-stack-v2",
+        0.10,
+        "the-stack-v2/*.parquet",
+        "parquet",
+        "content",
+    ),
+    ("finemath", 0.05, "finemath/*.parquet", "parquet", "text"),
+];
+
+/// The corpus at `DSPREP_BENCH_CORPUS` as one repo of the fake Hub: the repo, its bytes.
+pub(super) fn corpus_repo(corpus: &Path) -> (Repo, u64) {
+    let mut repo = Repo {
+        sha: sha_of("bench"),
+        ..Repo::default()
+    };
+    let mut corpus_bytes = 0u64;
+    for (_, _, pattern, _, _) in &MIX {
+        let dir = corpus.join(Path::new(pattern).parent().unwrap());
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(corpus)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string();
+            let bytes = std::fs::read(&path).unwrap();
+            corpus_bytes += bytes.len() as u64;
+            repo.files.insert(rel, Arc::new(bytes));
+        }
+    }
+    (repo, corpus_bytes)
+}
+
+/// The benchmark recipe over the corpus, from disk or (`remote`) from `bench/corpus` on the
+/// fake Hub, each source with `extra` lines (e.g. `verify = "pages"`).
+pub(super) fn bench_recipe(corpus: &Path, remote: bool, extra: &str) -> String {
+    let mut text = format!(
+        "version = 1\n[tokenizer]\npath = {:?}\neos = \"<|endoftext|>\"\n[packing]\nseq_len = 2048\n[shuffle]\nseed = 0\nbuffer_size = 10000\n[mix]\nstopping = \"first_exhausted\"\n",
+        support::gpt2_tokenizer().display().to_string()
+    );
+    for (name, weight, pattern, format, column) in &MIX {
+        let files = if remote {
+            format!("hf://datasets/bench/corpus/{pattern}")
+        } else {
+            corpus.join(pattern).display().to_string()
+        };
+        text.push_str(&format!("[[source]]\nname = \"{name}\"\nweight = {weight}\nfiles = [{files:?}]\nformat = \"{format}\"\ntext = \"{column}\"\n{extra}"));
+    }
+    text
+}
+
 /// The benchmark behind BENCHMARKS.md "Hub streaming": `dsprep pack` of a corpus made
 /// by ../shared/bench/peer/make_corpus.py, read locally and through the fake Hub, alternately.
 ///
@@ -16,66 +80,14 @@ fn bench_hub_streaming_against_local() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(2);
-    let mix = [
-        (
-            "fineweb-edu",
-            0.40,
-            "fineweb-edu/*.parquet",
-            "parquet",
-            "text",
-        ),
-        ("c4", 0.15, "c4-json/en/*.json.gz", "jsonl.gz", "text"),
-        ("zyda-2", 0.30, "zyda-2/*.parquet", "parquet", "text"),
-        (
-            "the-stack-v2",
-            0.10,
-            "the-stack-v2/*.parquet",
-            "parquet",
-            "content",
-        ),
-        ("finemath", 0.05, "finemath/*.parquet", "parquet", "text"),
-    ];
     let hub = FakeHub::start();
-    let mut repo = Repo {
-        sha: sha_of("bench"),
-        ..Repo::default()
-    };
-    let mut corpus_bytes = 0u64;
-    for (_, _, pattern, _, _) in &mix {
-        let dir = corpus.join(Path::new(pattern).parent().unwrap());
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let rel = path
-                .strip_prefix(&corpus)
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            let bytes = std::fs::read(&path).unwrap();
-            corpus_bytes += bytes.len() as u64;
-            repo.files.insert(rel, Arc::new(bytes));
-        }
-    }
+    let (repo, corpus_bytes) = corpus_repo(&corpus);
     let num_files = repo.files.len();
     let bin = std::env::var("DSPREP_BENCH_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_dsprep").to_string());
     hub.add_repo("bench/corpus", repo);
     let tmp = tempfile::tempdir().unwrap();
-    let recipe = |remote: bool| {
-        let mut text = format!(
-            "version = 1\n[tokenizer]\npath = {:?}\neos = \"<|endoftext|>\"\n[packing]\nseq_len = 2048\n[shuffle]\nseed = 0\nbuffer_size = 10000\n[mix]\nstopping = \"first_exhausted\"\n",
-            support::gpt2_tokenizer().display().to_string()
-        );
-        for (name, weight, pattern, format, column) in &mix {
-            let files = if remote {
-                format!("hf://datasets/bench/corpus/{pattern}")
-            } else {
-                corpus.join(pattern).display().to_string()
-            };
-            text.push_str(&format!("[[source]]\nname = \"{name}\"\nweight = {weight}\nfiles = [{files:?}]\nformat = \"{format}\"\ntext = \"{column}\"\n"));
-        }
-        text
-    };
+    let recipe = |remote: bool| bench_recipe(&corpus, remote, "");
     println!("corpus: {corpus_bytes} bytes in {num_files} files");
     let mut outputs = Vec::new();
     for round in 0..rounds {

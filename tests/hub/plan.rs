@@ -338,7 +338,7 @@ fn node_daemons_with_a_plan_list_nothing_and_serve_the_packed_stream() {
                 "--state-dir".into(),
                 state.to_str().unwrap().into(),
                 "--metrics".into(),
-                "off".into(),
+                if node == 0 { "127.0.0.1:0" } else { "off" }.into(),
                 "--threads".into(),
                 "1".into(),
                 "--plan".into(),
@@ -354,6 +354,35 @@ fn node_daemons_with_a_plan_list_nothing_and_serve_the_packed_stream() {
         let want = expected_rank_bytes(&whole, u64::from(world), u64::from(mb), u64::from(rank));
         assert!(std::fs::read(&out).unwrap() == want, "rank {rank}");
     }
+    // Verified by default, and said so per Hub file in /metrics and in the log.
+    let body = support::daemon::http_get(daemons[0].metrics.as_ref().unwrap());
+    let series: Vec<&str> = (body.lines())
+        .filter(|l| l.starts_with("dsprep_hub_input_verified{"))
+        .collect();
+    assert!(!series.is_empty(), "{body}");
+    for line in &series {
+        let file = line
+            .split("file=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(
+            *line,
+            format!("dsprep_hub_input_verified{{file=\"{file}\",verified=\"sha256\"}} 1"),
+        );
+        assert!(
+            daemons[0]
+                .log_text()
+                .contains(&format!("hub input {file}: verified sha256")),
+            "{}",
+            daemons[0].log_text()
+        );
+    }
+    let logged = |d: &Daemon| d.log_text().matches("hub input hf://").count();
+    assert_eq!(logged(&daemons[0]), series.len());
+    assert_eq!(logged(&daemons[0]) + logged(&daemons[1]), 10);
     drop(daemons);
     let served = requests(&hub.log());
     assert_eq!((served.revisions, served.trees), (0, 0), "{served:?}");

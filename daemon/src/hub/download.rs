@@ -52,9 +52,12 @@ impl Download {
 
     /// Note what this file's bytes were checked against (the manifest's `verified` field).
     pub fn record(&self, verified: super::Verified) {
-        self.hub
-            .verification
-            .record(&self.file.location(), verified);
+        super::VerificationLog::process().record(&self.file.location(), verified);
+    }
+
+    /// How the Hub is read (the spool folder, read-ahead, retries).
+    pub fn config(&self) -> &super::HubConfig {
+        &self.hub.config
     }
 
     fn what(&self) -> String {

@@ -38,6 +38,9 @@ pub enum HubError {
     /// A response that is not what the Hub API documents (bad JSON, bad Content-Range, …).
     #[error("{what}: {message}")]
     Protocol { what: String, message: String },
+    /// The spool folder (`DSPREP_SPOOL_DIR`) cannot take a file: missing, not writable, full.
+    #[error("{0}")]
+    Spool(String),
     /// A file's bytes did not hash to what the Hub says, on every download tried.
     #[error("{0}")]
     Corrupt(Box<HashMismatch>),
@@ -59,6 +62,7 @@ impl HubError {
             | HubError::Denied(_)
             | HubError::NotFound(_)
             | HubError::Protocol { .. }
+            | HubError::Spool(_)
             | HubError::Corrupt(_)
             | HubError::GaveUp { .. } => false,
         }

@@ -150,8 +150,6 @@ pub struct HubInner {
     http: reqwest::Client,
     /// (repo, revision) → commit sha: every revision is resolved once per process.
     revisions: Mutex<HashMap<(String, String), String>>,
-    /// What each file read was checked against, for the manifest.
-    pub verification: VerificationLog,
 }
 
 /// The Hub client of one process: its runtime and its shared state.
@@ -213,7 +211,6 @@ impl HubClient {
                 endpoint,
                 http,
                 revisions: Mutex::new(HashMap::new()),
-                verification: VerificationLog::default(),
             }),
         })
     }
@@ -233,10 +230,7 @@ impl HubClient {
             let (Some(repo), Some(commit)) = (&input.repo, &input.commit) else {
                 continue;
             };
-            let read = self
-                .inner
-                .verification
-                .get(&location(repo, commit, &input.path));
+            let read = VerificationLog::process().get(&location(repo, commit, &input.path));
             input.verified = Some(read.map_or_else(|| "not-read".to_string(), |v| v.describe()));
         }
     }
@@ -257,6 +251,11 @@ impl HubClient {
                 Err(panic) => std::panic::resume_unwind(panic),
             },
         )
+    }
+
+    /// The IO runtime's handle, for starting tasks from threads that hold no client.
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.runtime.handle().clone()
     }
 
     /// Start an IO task on the runtime.

@@ -138,20 +138,50 @@ impl Verified {
 }
 
 /// Per file location (`hf://datasets/…`), what its reads were checked against: one per
-/// process, kept by the Hub client, read when the manifest is written.
+/// process ([`VerificationLog::process`]), whichever Hub client read the file, read when a
+/// manifest is written and by `serve`'s `/metrics`.
 #[derive(Default)]
 pub struct VerificationLog {
     files: Mutex<BTreeMap<String, Verified>>,
 }
 
+/// The process's log (see [`VerificationLog::process`]).
+static PROCESS_LOG: VerificationLog = VerificationLog {
+    files: Mutex::new(BTreeMap::new()),
+};
+
 impl VerificationLog {
+    /// The log of this process: every Hub client records there.
+    pub fn process() -> &'static VerificationLog {
+        &PROCESS_LOG
+    }
+
+    /// Note a read of `location`. The first read of a file is logged with the manifest's word
+    /// for it (a warning when nothing was checked).
     pub fn record(&self, location: &str, verified: Verified) {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         let merged = match files.get(location) {
             Some(before) => before.merge(verified),
-            None => verified,
+            None => {
+                match verified.describe().as_str() {
+                    "none" => {
+                        tracing::warn!("hub input {location}: verified none (read unchecked)")
+                    }
+                    word => tracing::info!("hub input {location}: verified {word}"),
+                }
+                verified
+            }
         };
         files.insert(location.to_string(), merged);
+    }
+
+    /// Every file read so far with what it was checked against (the manifest's words), in
+    /// location order.
+    pub fn all(&self) -> Vec<(String, String)> {
+        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        (files.iter())
+            .map(|(location, v)| (location.clone(), v.describe()))
+            .collect()
     }
 
     /// What the reads of `location` were checked against; none when it was never read.

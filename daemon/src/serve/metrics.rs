@@ -2,12 +2,13 @@
 //! (`/metrics`): documents and
 //! tokens per source (and split rows' pieces), realized vs target mix (per phase too),
 //! shuffle-buffer fill, steps produced and held, per-rank step and lag, requests by outcome,
-//! CURVE clients admitted and refused. Loopback unless asked; beyond loopback it needs a bearer
+//! CURVE clients admitted and refused, and per Hub file read what it was checked against. Loopback unless asked; beyond loopback it needs a bearer
 //! token (`--metrics-token-file`, compared in constant time; 401 without) or `--insecure-metrics`.
 
 use super::owners::RefusalReason;
 use super::store::StepStore;
 use crate::driver::pipeline::ProducedDoc;
+use crate::hub::VerificationLog;
 use dsprep_mixers::ledger::{Counts, PhasePoints, share_lines};
 use dsprep_mixers::mixer::share;
 use dsprep_mixers::packer::PackingCounters;
@@ -240,6 +241,16 @@ impl Metrics {
             "dsprep_input_bytes_assigned",
             "Bytes of the input units dealt to this node's lanes (0 without [lanes])",
             [(Labels::new(), self.input_bytes_assigned as i64)],
+        );
+        let verified: Vec<(Labels, i64)> = (VerificationLog::process().all().iter())
+            .map(|(file, word)| (labels(&[("file", file), ("verified", word)]), 1))
+            .collect();
+        scrape.gauge(
+            "dsprep_hub_input_verified",
+            "Hub files read so far, one series each, labelled with what their bytes were checked \
+             against, as the manifest's inputs say it (sha256, git-blob-sha1, page-crc, page-crc \
+             M/N, none)",
+            verified,
         );
         scrape.gauge(
             "dsprep_lineage_segment",

@@ -2,14 +2,21 @@
 //! 64 KiB, a second only if the metadata is larger), then, row group after row group, only the
 //! column chunks of the projected leaves (coalesced into one request per row group when close).
 //!
+//! By default a file is read by ranges only when its first page carries a CRC ([`hub_verify`]);
+//! one without is downloaded whole into the spool and checked against its sha256 instead
+//! ([`SpooledParquet`]), chosen in the background as the shard opens.
+//!
 //! The decoding is parquet's async reader over [`HubReader`] (an `AsyncFileReader`), polled with
 //! `block_on` on the source's reader thread, so decoding never runs on the IO runtime. Each
 //! prefetched row group's page headers are checked there too, before the decoder sees them, and
-//! each page that carries a CRC against its bytes (a mismatch downloads the row group again). A
-//! prefetch task fetches the next `readahead` row groups into a bounded channel, whole or not at
-//! all (each range is re-fetched until complete), so the tokenizer does not wait on the network.
+//! the pages' CRCs as the source's `verify` says ([`Crc`]; a mismatch downloads the row group
+//! again). A prefetch task fetches the next `readahead` row groups into a bounded channel, whole
+//! or not at all (each range is re-fetched until complete), so the tokenizer does not wait on
+//! the network.
 
-use super::page_check::{PageFault, ReadAt};
+use super::hub_spool::{SpooledParquet, SpooledRead};
+use super::hub_verify::{self, Check};
+use super::page_check::{Crc, PageFault, ReadAt};
 use super::parquet::{BatchSource, check_pages, projection, with_string_views};
 use super::{ShardError, hub_error};
 use crate::hub::{Download, HubClient, HubError, RangeBytes, VERIFY_DOWNLOADS, Verified};
@@ -53,6 +60,8 @@ pub(crate) struct HubReader {
     next_group: usize,
     /// Per row group, the ranges of its projected column chunks (to download one again).
     groups: Vec<Vec<Range<u64>>>,
+    /// Which page CRCs are checked.
+    crc: Crc,
 }
 
 /// A row group refused by [`check_pages`], as the decoder's error.
@@ -98,7 +107,7 @@ impl HubReader {
         };
         let mut attempt = 1;
         loop {
-            let fault = match check_pages(metadata, group, mask, &mut Buffers(&buffers), true) {
+            let fault = match check_pages(metadata, group, mask, &mut Buffers(&buffers), self.crc) {
                 Ok(pages) => {
                     self.download.record(Verified::Pages {
                         read: pages.pages,
@@ -113,6 +122,10 @@ impl HubReader {
                     PageFault::Crc(why) => format!(
                         "{why}, on {VERIFY_DOWNLOADS} downloads: the bytes change on the way \
                          (a proxy or cache between here and the Hub?) or the file is corrupt"
+                    ),
+                    PageFault::NoCrc(why) => format!(
+                        "{why} where the file's first page carries one, on {VERIFY_DOWNLOADS} \
+                         downloads: read this file with verify = \"full\""
                     ),
                     PageFault::Refused(why) => why,
                 };
@@ -322,14 +335,39 @@ fn plan(metadata: &ParquetMetaData, mask: &ProjectionMask) -> Vec<Vec<Range<u64>
 
 type Stream = ParquetRecordBatchStream<HubReader>;
 
-/// Open a Hub shard in the background: footer, projection, then the prefetch task. The stream
-/// comes back through `opened` once the footer is read.
+/// How a shard is read once its check is chosen.
+enum Opened {
+    Ranges(Box<Stream>),
+    Whole(Box<SpooledParquet>),
+}
+
+/// Open a Hub shard in the background: the check (`check`), then, read by ranges, the footer,
+/// projection and the prefetch task; read whole, the spool. The shard comes back through
+/// `opened` once its footer is read or its spool started.
 async fn open(
     download: Arc<Download>,
     spec: SourceSpec,
     readahead: usize,
     batch_rows: usize,
-) -> Result<Stream, String> {
+    check: Check,
+) -> Result<Opened, String> {
+    let crc = match check {
+        Check::Auto(expected) => {
+            if hub_verify::first_page_has_crc(&download).await {
+                Crc::Required
+            } else {
+                let label = PathBuf::from(download.file().location());
+                let expected = expected.ok_or_else(|| hub_verify::NO_HASH.to_string())?;
+                let io = tokio::runtime::Handle::current();
+                let spooled = SpooledRead::start(io, download, expected);
+                return Ok(Opened::Whole(Box::new(SpooledParquet::new(
+                    label, spooled, &spec, batch_rows,
+                ))));
+            }
+        }
+        Check::Pages => Crc::WherePresent,
+        Check::None => Crc::Off,
+    };
     let (metadata, tail) = load_metadata(&download).await?;
     let mask = projection(metadata.schema(), metadata.parquet_schema(), &spec)?;
     let plan = plan(metadata.metadata(), &mask);
@@ -358,20 +396,23 @@ async fn open(
         mask: Some(mask.clone()),
         next_group: 0,
         groups,
+        crc,
     };
     ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
         .with_projection(mask)
         .with_batch_size(batch_rows)
         .build()
+        .map(|stream| Opened::Ranges(Box::new(stream)))
         .map_err(|e| format!("cannot read: {e}"))
 }
 
 enum State {
-    Opening(oneshot::Receiver<Result<Stream, String>>),
-    Open(Box<Stream>),
+    Opening(oneshot::Receiver<Result<Opened, String>>),
+    Open(Opened),
 }
 
-/// Batches of a Hub parquet shard; opening starts at once in the background.
+/// Batches of a Hub parquet shard, checked as `check` says; opening starts at once in the
+/// background.
 pub(crate) struct HubBatches {
     label: PathBuf,
     client: Arc<HubClient>,
@@ -384,13 +425,14 @@ impl HubBatches {
         download: Arc<Download>,
         spec: &SourceSpec,
         batch_rows: usize,
+        check: Check,
     ) -> HubBatches {
         let label = PathBuf::from(download.file().location());
         let (tx, rx) = oneshot::channel();
         let readahead = client.config().readahead_row_groups;
         let spec = spec.clone();
         client.spawn(async move {
-            let _ = tx.send(open(download, spec, readahead, batch_rows).await);
+            let _ = tx.send(open(download, spec, readahead, batch_rows, check).await);
         });
         HubBatches {
             label,
@@ -407,11 +449,13 @@ impl BatchSource for HubBatches {
                 .client
                 .block_on(rx)
                 .map_err(|_| ShardError::new(&self.label, None, "the opening task stopped"))?;
-            let stream = opened.map_err(|message| ShardError::new(&self.label, None, message))?;
-            self.state = State::Open(Box::new(stream));
+            let opened = opened.map_err(|message| ShardError::new(&self.label, None, message))?;
+            self.state = State::Open(opened);
         }
-        let State::Open(stream) = &mut self.state else {
-            unreachable!("opened above");
+        let stream = match &mut self.state {
+            State::Open(Opened::Ranges(stream)) => stream,
+            State::Open(Opened::Whole(spooled)) => return spooled.next_batch(next_row),
+            State::Opening(_) => unreachable!("opened above"),
         };
         let next = self.client.block_on(stream.next());
         next.transpose().map_err(|e| {

@@ -1,4 +1,5 @@
-//! Hub files read whole (JSON lines, C4's `.json.gz`, and parquet with `verify = "full"`):
+//! Hub files read whole (JSON lines, C4's `.json.gz`, parquet with `verify = "full"`, and by
+//! default parquet without page CRCs):
 //! downloaded into a spool file on local disk while hashed, checked against the hash the Hub
 //! gives ([`ExpectedHash`]), and only then read. A file whose bytes do not match is downloaded
 //! again, [`VERIFY_DOWNLOADS`] times in all, then stops the run naming the file and both
@@ -8,15 +9,14 @@
 //! The spool file is anonymous (unlinked at once: a killed process leaves nothing behind) in
 //! `DSPREP_SPOOL_DIR` (default: the system's temporary folder). A plain thread per file writes
 //! and hashes it, so hashing stays off the IO runtime; the download streams into the same bounded
-//! channel as a streamed file's ([`ChannelRead`]). A shard opened ahead of its turn spools while the one before it is read,
-//! so at most two files per source are on disk at once.
+//! channel as a streamed file's ([`ChannelRead`]). A shard opened ahead of its turn spools while
+//! the one before it is read, so at most two files per source are on disk at once: the spool's
+//! bound is the two largest files of each source read whole.
 
 use super::ShardError;
 use super::hub_stream::ChannelRead;
 use super::parquet::{BatchSource, LocalBatches};
-use crate::hub::{
-    Download, ExpectedHash, HashMismatch, HubClient, HubError, VERIFY_DOWNLOADS, Verified,
-};
+use crate::hub::{Download, ExpectedHash, HashMismatch, HubError, VERIFY_DOWNLOADS, Verified};
 use arrow_array::RecordBatch;
 use dsprep_mixers::recipe::SourceSpec;
 use std::fs::File;
@@ -33,19 +33,19 @@ pub(crate) struct Spool {
 }
 
 impl Spool {
-    /// Start downloading `download` into a spool file now.
+    /// Start downloading `download` into a spool file now, through the IO runtime `io`.
     pub(crate) fn start(
-        client: &Arc<HubClient>,
+        io: tokio::runtime::Handle,
         download: Arc<Download>,
         expected: ExpectedHash,
     ) -> Spool {
         let (tx, done) = crossbeam_channel::bounded(1);
         let cancel = Arc::new(AtomicBool::new(false));
-        let (client, stop) = (client.clone(), cancel.clone());
+        let stop = cancel.clone();
         let spawned = std::thread::Builder::new()
             .name("dsprep-spool".into())
             .spawn(move || {
-                let _ = tx.send(spool(&client, &download, &expected, &stop));
+                let _ = tx.send(spool(&io, &download, &expected, &stop));
             });
         if let Err(e) = spawned {
             let (tx, rx) = crossbeam_channel::bounded(1);
@@ -73,17 +73,17 @@ impl Drop for Spool {
 
 /// Download, hash and check, up to [`VERIFY_DOWNLOADS`] times.
 fn spool(
-    client: &HubClient,
+    io: &tokio::runtime::Handle,
     download: &Arc<Download>,
     expected: &ExpectedHash,
     cancel: &AtomicBool,
 ) -> Result<File, HubError> {
     let what = download.file().location();
-    let dir = &client.config().spool_dir;
+    let dir = &download.config().spool_dir;
     let local = |action: &str, e: io::Error| {
-        HubError::Config(format!(
-            "{what}: cannot {action} its spool file in {} ({e}); set DSPREP_SPOOL_DIR to a \
-             local folder with room for two of the source's files",
+        HubError::Spool(format!(
+            "{what}: cannot {action} its spool file in {} ({e}): set DSPREP_SPOOL_DIR to a \
+             writable local folder with room for two of the source's files",
             dir.display()
         ))
     };
@@ -91,7 +91,7 @@ fn spool(
     for attempt in 1..=VERIFY_DOWNLOADS {
         let mut file = tempfile::tempfile_in(dir).map_err(|e| local("create", e))?;
         let mut hasher = expected.hasher(download.file().size);
-        let mut body = ChannelRead::start(client, download.clone());
+        let mut body = ChannelRead::start(io, download.clone());
         {
             let mut out = BufWriter::with_capacity(1 << 20, &mut file);
             while let Some(chunk) = body.next_chunk() {
@@ -136,12 +136,12 @@ pub(crate) struct SpooledRead {
 
 impl SpooledRead {
     pub(crate) fn start(
-        client: &Arc<HubClient>,
+        io: tokio::runtime::Handle,
         download: Arc<Download>,
         expected: ExpectedHash,
     ) -> SpooledRead {
         SpooledRead {
-            spool: Spool::start(client, download, expected),
+            spool: Spool::start(io, download, expected),
             file: None,
         }
     }
@@ -159,7 +159,8 @@ impl Read for SpooledRead {
     }
 }
 
-/// A Hub parquet file with `verify = "full"`: spooled whole, checked, then read as a local file.
+/// A Hub parquet file read whole (`verify = "full"`, or by default when its pages carry no
+/// CRCs): spooled, checked, then read as a local file.
 pub(crate) struct SpooledParquet {
     label: PathBuf,
     spool: Option<SpooledRead>,

@@ -3,7 +3,7 @@
 //! plain `Read` and feeds it through gzip into the JSON-lines reader. No shard is downloaded
 //! whole first: at most [`CHUNKS_AHEAD`] chunks wait in memory.
 
-use crate::hub::{Download, HubClient, HubError};
+use crate::hub::{Download, HubError};
 use bytes::{Buf, Bytes};
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -20,10 +20,11 @@ pub(crate) struct ChannelRead {
 }
 
 impl ChannelRead {
-    /// Start streaming `download` now (it fills the channel while earlier shards are read).
-    pub(crate) fn start(client: &HubClient, download: Arc<Download>) -> ChannelRead {
+    /// Start streaming `download` on the IO runtime `io` now (it fills the channel while
+    /// earlier shards are read).
+    pub(crate) fn start(io: &tokio::runtime::Handle, download: Arc<Download>) -> ChannelRead {
         let (tx, rx) = mpsc::channel(CHUNKS_AHEAD);
-        client.spawn(download.stream_into(tx));
+        io.spawn(download.stream_into(tx));
         ChannelRead {
             chunks: rx,
             current: Bytes::new(),

@@ -11,6 +11,7 @@ mod content;
 mod hub_parquet;
 mod hub_spool;
 mod hub_stream;
+mod hub_verify;
 mod jsonl;
 mod listing;
 mod page_check;
@@ -28,6 +29,7 @@ use content::{BlobShard, CONTENT_BATCH_ROWS, ContentResolver};
 use dsprep_mixers::doc::{Doc, DocPos, DocSource, SourceCounters, SourceCursor, SourceError};
 use dsprep_mixers::recipe::{Format, MAX_SPLIT_READ_BYTES, Oversize, SourceSpec, Verify};
 use dsprep_mixers::split::{self, SplitDoc};
+use hub_verify::Check;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -177,26 +179,45 @@ fn open_shard(
             };
             let download = download.clone();
             let expected = ExpectedHash::of(file);
-            if spec.format == Format::Parquet && spec.verify == Verify::Pages {
-                let batches =
-                    hub_parquet::HubBatches::start(client.clone(), download, spec, batch_rows);
-                return Ok(parquet_reader(Box::new(batches), label, 0));
+            let io = client.handle();
+            let by_ranges = |check| {
+                let batches = hub_parquet::HubBatches::start(
+                    client.clone(),
+                    download.clone(),
+                    spec,
+                    batch_rows,
+                    check,
+                );
+                Ok(parquet_reader(Box::new(batches), label.clone(), 0))
+            };
+            match (spec.format, spec.verify) {
+                (Format::Parquet, Verify::Auto) => return by_ranges(Check::Auto(expected)),
+                (Format::Parquet, Verify::Pages) => return by_ranges(Check::Pages),
+                (Format::Parquet, Verify::None) => return by_ranges(Check::None),
+                (Format::Parquet, Verify::Full) | (Format::Jsonl | Format::JsonlGz, _) => {}
             }
-            let Some(expected) = expected else {
-                if spec.verify == Verify::Full {
+            let expected = match (expected, spec.verify) {
+                (Some(expected), Verify::Auto | Verify::Pages | Verify::Full) => expected,
+                (None, Verify::Auto | Verify::Full) => {
                     return Err(ShardError::new(
                         &label,
                         None,
-                        "verify = \"full\" needs the Hub's sha256 of the file, and its listing \
-                         gave none: remove `verify` from the source to read it unchecked",
+                        format!(
+                            "the Hub's listing gives no sha256 or git blob id for it, so its \
+                             bytes cannot be checked (verify = \"{}\"): set verify = \"none\" \
+                             on its source to read it unchecked",
+                            verify_name(spec.verify)
+                        ),
                     ));
                 }
-                // Nothing to check against: streamed as it arrives.
-                download.record(Verified::Nothing);
-                let stream = hub_stream::ChannelRead::start(client, download);
-                return Ok(whole_file_reader(label, Box::new(stream), spec));
+                // Nothing to check against, or asked not to: streamed as it arrives.
+                (_, Verify::Pages | Verify::None) => {
+                    download.record(Verified::Nothing);
+                    let stream = hub_stream::ChannelRead::start(&io, download);
+                    return Ok(whole_file_reader(label, Box::new(stream), spec));
+                }
             };
-            let spooled = hub_spool::SpooledRead::start(client, download, expected);
+            let spooled = hub_spool::SpooledRead::start(io, download, expected);
             Ok(match spec.format {
                 Format::Parquet => parquet_reader(
                     Box::new(hub_spool::SpooledParquet::new(
@@ -213,6 +234,16 @@ fn open_shard(
                 }
             })
         }
+    }
+}
+
+/// `verify`'s value as a recipe writes it.
+fn verify_name(verify: Verify) -> &'static str {
+    match verify {
+        Verify::Auto => "auto",
+        Verify::Pages => "pages",
+        Verify::Full => "full",
+        Verify::None => "none",
     }
 }
 

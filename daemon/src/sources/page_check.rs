@@ -12,10 +12,11 @@
 //! What is left to the reader is bounded by the claim: a zstd or snappy page that inflates to
 //! more than it claims fails in the decoder without writing past the claimed buffer.
 //!
-//! Where asked (Hub range reads: bytes that crossed a network), a page whose header carries a
-//! CRC (parquet-format `PageHeader.crc`: CRC-32 of the page's bytes after its header, as written
-//! by pyarrow's `write_page_checksum`) has its bytes checked against it; a mismatch is a
-//! [`PageFault::Crc`], which the Hub reader answers by downloading the row group again.
+//! Where asked ([`Crc`]; Hub range reads: bytes that crossed a network), a page whose header
+//! carries a CRC (parquet-format `PageHeader.crc`: CRC-32 of the page's bytes after its header,
+//! as written by pyarrow's `write_page_checksum`) has its bytes checked against it; a mismatch
+//! is a [`PageFault::Crc`], and with [`Crc::Required`] a page without one is a
+//! [`PageFault::NoCrc`]: the Hub reader answers both by downloading the row group again.
 //!
 //! The header is Thrift's compact protocol (parquet-format `PageHeader`); only the sizes, the
 //! page type and the value count are read, everything else is skipped.
@@ -229,6 +230,18 @@ impl ReadAt for std::fs::File {
     }
 }
 
+/// Which page CRCs [`check_chunk`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Crc {
+    /// None (a local file; `verify = "none"`).
+    Off,
+    /// Each page that carries one (`verify = "pages"`).
+    WherePresent,
+    /// Every page's: one without a CRC is a fault (the default, for a file whose first page
+    /// carries one).
+    Required,
+}
+
 /// Pages walked, and how many of them had their bytes checked against a CRC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PagesChecked {
@@ -250,24 +263,28 @@ pub(crate) enum PageFault {
     Refused(String),
     /// The page's bytes do not match its header's CRC: changed on the way, worth reading again.
     Crc(String),
+    /// A page without a CRC where every page must carry one ([`Crc::Required`]).
+    NoCrc(String),
 }
 
 impl std::fmt::Display for PageFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PageFault::Refused(why) | PageFault::Crc(why) => f.write_str(why),
+            PageFault::Refused(why) | PageFault::Crc(why) | PageFault::NoCrc(why) => {
+                f.write_str(why)
+            }
         }
     }
 }
 
 /// Walk every page header of the column chunk at `start..start + len` and refuse it if a page
-/// is out of its bounds or a bomb (see the module doc); with `crc`, check each page that carries
-/// a CRC against its bytes. `Err` is the reason, naming the page.
+/// is out of its bounds or a bomb (see the module doc), and check page CRCs as `crc` says.
+/// `Err` is the reason, naming the page.
 pub(crate) fn check_chunk(
     bytes: &mut dyn ReadAt,
     start: u64,
     len: u64,
-    crc: bool,
+    crc: Crc,
 ) -> Result<PagesChecked, PageFault> {
     let end = start.saturating_add(len);
     let (mut at, mut page) = (start, 0u64);
@@ -297,18 +314,26 @@ pub(crate) fn check_chunk(
                 BOMB_FLOOR_BYTES >> 20
             )));
         }
-        if let (true, Some(expected)) = (crc, header.crc) {
-            let got = bytes.crc32_at(body, c as usize).map_err(|e| {
-                PageFault::Refused(format!("page {page}: cannot read its bytes at {body}: {e}"))
-            })?;
-            if got != Some(expected) {
-                return Err(PageFault::Crc(format!(
-                    "page {page} at byte {at}: its bytes give CRC {} where its header says \
-                     {expected:08x}",
-                    got.map_or("(bytes missing)".to_string(), |g| format!("{g:08x}"))
+        match (crc, header.crc) {
+            (Crc::Off, _) | (Crc::WherePresent, None) => {}
+            (Crc::Required, None) => {
+                return Err(PageFault::NoCrc(format!(
+                    "page {page} at byte {at} carries no CRC"
                 )));
             }
-            checked.with_crc += 1;
+            (_, Some(expected)) => {
+                let got = bytes.crc32_at(body, c as usize).map_err(|e| {
+                    PageFault::Refused(format!("page {page}: cannot read its bytes at {body}: {e}"))
+                })?;
+                if got != Some(expected) {
+                    return Err(PageFault::Crc(format!(
+                        "page {page} at byte {at}: its bytes give CRC {} where its header says \
+                     {expected:08x}",
+                        got.map_or("(bytes missing)".to_string(), |g| format!("{g:08x}"))
+                    )));
+                }
+                checked.with_crc += 1;
+            }
         }
         checked.pages += 1;
         at = body + c;
@@ -426,7 +451,7 @@ mod tests {
         let honest = chunk(&[(3000, 1000, 5), (64 << 20, 1, 0), (1 << 30, 20 << 20, 0)]);
         let len = honest.len() as u64;
         assert_eq!(
-            check_chunk(&mut Mem(honest), 0, len, true),
+            check_chunk(&mut Mem(honest), 0, len, Crc::WherePresent),
             Ok(PagesChecked {
                 pages: 3,
                 with_crc: 0
@@ -437,7 +462,7 @@ mod tests {
         let at = header(0, 3000, 1000, 5).len() + 1000;
         let len = bomb.len() as u64;
         assert_eq!(
-            check_chunk(&mut Mem(bomb), 0, len, true)
+            check_chunk(&mut Mem(bomb), 0, len, Crc::WherePresent)
                 .unwrap_err()
                 .to_string(),
             format!(
@@ -451,7 +476,7 @@ mod tests {
     fn pages_past_their_chunk_and_negative_sizes_are_named() {
         let short = chunk(&[(3000, 1000, 5)]);
         let len = short.len() as u64 - 1;
-        let err = check_chunk(&mut Mem(short), 0, len, true)
+        let err = check_chunk(&mut Mem(short), 0, len, Crc::WherePresent)
             .unwrap_err()
             .to_string();
         assert!(
@@ -461,7 +486,7 @@ mod tests {
         let negative = chunk(&[(-5, 10, 0)]);
         let len = negative.len() as u64;
         assert_eq!(
-            check_chunk(&mut Mem(negative), 0, len, true)
+            check_chunk(&mut Mem(negative), 0, len, Crc::WherePresent)
                 .unwrap_err()
                 .to_string(),
             "page 0 at byte 0 has a negative size (compressed 10, uncompressed -5)"
@@ -472,8 +497,8 @@ mod tests {
     fn a_long_header_is_read_in_full_and_one_past_the_chunk_is_refused() {
         let long = chunk(&[(3000, 1000, 100_000)]);
         let len = long.len() as u64;
-        assert!(check_chunk(&mut Mem(long.clone()), 0, len, true).is_ok());
-        let err = check_chunk(&mut Mem(long), 0, 50_000, true)
+        assert!(check_chunk(&mut Mem(long.clone()), 0, len, Crc::WherePresent).is_ok());
+        let err = check_chunk(&mut Mem(long), 0, 50_000, Crc::WherePresent)
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -522,7 +547,7 @@ mod tests {
         bytes.extend(chunk(&[(10, 10, 0)])); // a second page, without a CRC
         let len = bytes.len() as u64;
         assert_eq!(
-            check_chunk(&mut Mem(bytes.clone()), 0, len, true),
+            check_chunk(&mut Mem(bytes.clone()), 0, len, Crc::WherePresent),
             Ok(PagesChecked {
                 pages: 2,
                 with_crc: 1
@@ -530,7 +555,7 @@ mod tests {
         );
         let at = page_with_crc(&body, crc32fast::hash(&body)).len() - body.len() + 4;
         bytes[at] ^= 0x01;
-        let err = check_chunk(&mut Mem(bytes.clone()), 0, len, true).unwrap_err();
+        let err = check_chunk(&mut Mem(bytes.clone()), 0, len, Crc::WherePresent).unwrap_err();
         let flipped = {
             let mut b = body.clone();
             b[4] ^= 0x01;
@@ -543,9 +568,28 @@ mod tests {
                 crc32fast::hash(&body)
             ))
         );
+        // Required: a page without a CRC is named (the second one here).
+        let second = page_with_crc(&body, crc32fast::hash(&body)).len();
+        let mut honest = page_with_crc(&body, crc32fast::hash(&body));
+        honest.extend(chunk(&[(10, 10, 0)]));
+        assert_eq!(
+            check_chunk(&mut Mem(honest), 0, len, Crc::Required),
+            Err(PageFault::NoCrc(format!(
+                "page 1 at byte {second} carries no CRC"
+            )))
+        );
+        let only_crc = page_with_crc(&body, crc32fast::hash(&body));
+        let only_len = only_crc.len() as u64;
+        assert_eq!(
+            check_chunk(&mut Mem(only_crc), 0, only_len, Crc::Required),
+            Ok(PagesChecked {
+                pages: 1,
+                with_crc: 1
+            })
+        );
         // Not asked (a local file): the CRC is not read.
         assert_eq!(
-            check_chunk(&mut Mem(bytes), 0, len, false),
+            check_chunk(&mut Mem(bytes), 0, len, Crc::Off),
             Ok(PagesChecked {
                 pages: 2,
                 with_crc: 0

@@ -7,7 +7,7 @@
 //! file, or range reads from the Hub (`hub_parquet.rs`) — is a [`BatchSource`]; turning rows into
 //! documents is shared.
 
-use super::page_check::{PageFault, PagesChecked, ReadAt, check_chunk};
+use super::page_check::{Crc, PageFault, PagesChecked, ReadAt, check_chunk};
 use super::{RowText, ShardError, ShardReader};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
@@ -105,7 +105,7 @@ impl LocalBatches {
             ))
         })?;
         for &g in &groups {
-            check_pages(builder.metadata(), g, &mask, &mut pages, false)
+            check_pages(builder.metadata(), g, &mask, &mut pages, Crc::Off)
                 .map_err(|fault| fail(fault.to_string()))?;
         }
         let reader = builder
@@ -205,13 +205,13 @@ fn string_views(field: &Field) -> Field {
 }
 
 /// Check the page headers ([`check_chunk`]) of every projected column chunk of row group
-/// `group`, reading them from `file`; with `crc`, each page's bytes against its CRC too.
+/// `group`, reading them from `file`, and their CRCs as `crc` says.
 pub(crate) fn check_pages(
     metadata: &ParquetMetaData,
     group: usize,
     mask: &ProjectionMask,
     file: &mut dyn ReadAt,
-    crc: bool,
+    crc: Crc,
 ) -> Result<PagesChecked, PageFault> {
     let mut checked = PagesChecked::default();
     let Some(row_group) = metadata.row_groups().get(group) else {
@@ -225,6 +225,7 @@ pub(crate) fn check_pages(
             let pages = check_chunk(file, start, len, crc).map_err(|fault| match fault {
                 PageFault::Refused(why) => PageFault::Refused(named(why)),
                 PageFault::Crc(why) => PageFault::Crc(named(why)),
+                PageFault::NoCrc(why) => PageFault::NoCrc(named(why)),
             })?;
             checked.add(pages);
         }

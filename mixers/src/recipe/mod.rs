@@ -242,24 +242,30 @@ pub struct SourceSpec {
     /// What a larger document does (`error` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oversize: Option<Oversize>,
-    /// How Hub parquet files are checked against what the Hub says (files read whole, JSON
-    /// lines, are always checked against the Hub's sha256). A safety setting: it never changes
-    /// the bytes, so it is not part of the canonical form (nor of the recipe hash).
+    /// How Hub files are checked against what the Hub says ([`Verify`]). A safety setting: it
+    /// never changes the bytes, so it is not part of the canonical form (nor of the recipe hash).
     #[serde(default, skip_serializing)]
     pub verify: Verify,
 }
 
-/// `verify`: how a Hub parquet file's bytes are checked.
+/// `verify`: how a Hub file's bytes are checked before any token is made from them.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Verify {
-    /// Read by ranges (only the columns the recipe needs); each page that carries a CRC is
-    /// checked against it. Files written without page CRCs (most on the Hub) are not checked.
+    /// The default: every byte checked. A parquet file whose pages carry CRCs is read by ranges
+    /// (only the columns the recipe needs), each page checked against its CRC; one without is
+    /// downloaded whole and checked against the Hub's sha256 before it is read. JSON lines are
+    /// always checked whole.
     #[default]
+    Auto,
+    /// Parquet by ranges, each page that carries a CRC checked against it: the fast opt-in.
+    /// Files written without page CRCs (most on the Hub) are read unchecked.
     Pages,
-    /// Download each file whole once, check its sha256 against the Hub's, then read the local
-    /// copy: every byte checked, at the cost of downloading the columns the recipe skips.
+    /// Download each file whole, check its sha256 against the Hub's, then read the local copy,
+    /// page CRCs or not.
     Full,
+    /// Nothing checked: parquet read by ranges, JSON lines streamed as they arrive.
+    None,
 }
 
 /// The largest document text a source takes unless it says otherwise: 64 MiB. Repository-level
