@@ -213,14 +213,33 @@ fn resubmit(parts: Option<u32>) -> anyhow::Result<Resubmit> {
     })
 }
 
-/// The cluster's `MaxArraySize`, from `scontrol show config` where it runs.
+/// The cluster's `MaxArraySize`, from `scontrol show config` where it answers within a second
+/// (without its controller, `scontrol` retries for about 9 s: then Slurm's default is used).
 fn scontrol_max_array_size() -> Option<u32> {
-    let out = std::process::Command::new("scontrol")
+    use std::io::Read;
+    let mut child = std::process::Command::new("scontrol")
         .args(["show", "config"])
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
-        .output()
+        .spawn()
         .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    // The whole configuration (about 10 KiB) fits the pipe: it was written before the exit.
+    let mut text = String::new();
+    child.stdout.take()?.read_to_string(&mut text).ok()?;
     text.lines().find_map(|line| {
         let (key, value) = line.split_once('=')?;
         (key.trim() == "MaxArraySize").then(|| value.trim().parse().ok())?

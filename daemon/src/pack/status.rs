@@ -340,7 +340,7 @@ mod tests {
                 for lane in part_lanes(part, parts, lanes) {
                     assert_eq!(
                         u64::from(lane) * u64::from(parts) / u64::from(lanes),
-                        part.into()
+                        u64::from(part)
                     );
                     all.push(lane);
                 }
@@ -372,7 +372,7 @@ mod tests {
                  PART_OFFSET=0 -o log-%A_%a.out pack-part.sbatch r.toml 'my out' p.json",
                 "sbatch --array=0 --export=ALL,PARTS=4096,PARTS_PER_TASK=1,PART_OFFSET=1001 \
                  -o log-%A_%a.out pack-part.sbatch r.toml 'my out' p.json",
-                "sbatch --array=1091 --export=ALL,PARTS=4096,PARTS_PER_TASK=1,PART_OFFSET=3003 \
+                "sbatch --array=91 --export=ALL,PARTS=4096,PARTS_PER_TASK=1,PART_OFFSET=4004 \
                  -o log-%A_%a.out pack-part.sbatch r.toml 'my out' p.json",
             ]
         );
