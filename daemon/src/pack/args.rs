@@ -77,9 +77,9 @@ pub struct PackArgs {
     pub finish: bool,
     /// Say where each part of OUT stands (complete, running, failed with its error, stale: its
     /// task killed, missing) and print the sbatch commands that resubmit only the parts to run
-    /// again, each array below MaxArraySize (DSPREP_MAX_ARRAY_SIZE, default 1001), with the part
-    /// script DSPREP_PART_SCRIPT (default config/slurm/pack-part.sbatch) and the sbatch flags
-    /// DSPREP_SBATCH_FLAGS.
+    /// again, each array below MaxArraySize (DSPREP_MAX_ARRAY_SIZE, else `scontrol show config`'s,
+    /// else 1001), with the part script DSPREP_PART_SCRIPT (default
+    /// config/slurm/pack-part.sbatch) and the sbatch flags DSPREP_SBATCH_FLAGS.
     #[arg(long, conflicts_with_all = ["part", "parts_per_task", "part_offset", "finish"])]
     pub status: bool,
     /// A frozen plan of this recipe (`dsprep plan --out`): list nothing, read the files it
