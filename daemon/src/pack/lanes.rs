@@ -524,37 +524,6 @@ pub fn finish(
     finish_dealt(options, loaded, &inputs, None, started, resubmit)
 }
 
-/// Why the finish cannot run: the lanes `missing`, and, with `resubmit`, the parts to run again.
-fn not_finished(
-    options: &PackOptions,
-    loaded: &LoadedRecipe,
-    spec: LanesSpec,
-    missing: &[u32],
-    resubmit: Option<&Resubmit>,
-) -> anyhow::Error {
-    let dir = lanes_dir(&options.out).unwrap_or_default();
-    let head = format!(
-        "cannot finish {}: lane(s) {} of {} are not packed in {} (or belong to another recipe)",
-        options.out.display(),
-        super::part_list::compress(missing),
-        spec.count,
-        dir.display()
-    );
-    let job = status::Job {
-        recipe: &options.recipe,
-        out: &options.out,
-        plan: options.plan.as_deref(),
-        recipe_hash: &loaded.recipe.hash(),
-        lanes: spec.count,
-    };
-    let left = resubmit.map(|r| status::status(&job, r).map(|s| s.what_is_left()));
-    match left {
-        Some(Ok(left)) if !left.is_empty() => anyhow!("{head}:\n{}", left.trim_end()),
-        Some(Err(e)) => e.context(head),
-        _ => anyhow!("{head}; run the parts that pack them (dsprep pack --part I --parts P)"),
-    }
-}
-
 /// [`finish`] of input already dealt; packing a lineage (`lineage`), the manifest carries its
 /// segments with the lanes' ledgers summed.
 fn finish_dealt(
@@ -578,7 +547,14 @@ fn finish_dealt(
         }
     }
     if !missing.is_empty() {
-        return Err(not_finished(options, loaded, spec, &missing, resubmit));
+        let job = status::Job {
+            recipe: &options.recipe,
+            out: &options.out,
+            plan: options.plan.as_deref(),
+            recipe_hash: &loaded.recipe.hash(),
+            lanes: spec.count,
+        };
+        return Err(status::not_finished(&job, &dir, &missing, resubmit));
     }
     let (dtype, per_shard) = output_layout(loaded, options);
     let k = u64::from(spec.block_windows);

@@ -12,7 +12,7 @@
 use super::output;
 use super::part_list;
 use super::records::{self, Ended};
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -241,6 +241,28 @@ fn shell_word(word: &str) -> String {
     match !word.is_empty() && word.chars().all(plain) {
         true => word.to_string(),
         false => format!("'{}'", word.replace('\'', r"'\''")),
+    }
+}
+
+/// Why the finish of `job` cannot run: the lanes `missing` from `lanes_dir` on the first line,
+/// then, with `resubmit`, the parts to run again and their resubmission, as `--status` says them.
+pub fn not_finished(
+    job: &Job,
+    lanes_dir: &Path,
+    missing: &[u32],
+    resubmit: Option<&Resubmit>,
+) -> anyhow::Error {
+    let head = format!(
+        "cannot finish {}: lane(s) {} of {} are not packed in {} (or belong to another recipe)",
+        job.out.display(),
+        part_list::compress(missing),
+        job.lanes,
+        lanes_dir.display()
+    );
+    match resubmit.map(|r| status(job, r).map(|s| s.what_is_left())) {
+        Some(Ok(left)) if !left.is_empty() => anyhow!("{head}:\n{}", left.trim_end()),
+        Some(Err(e)) => e.context(head),
+        _ => anyhow!("{head}; run the parts that pack them (dsprep pack --part I --parts P)"),
     }
 }
 
