@@ -26,7 +26,8 @@ pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
 pub struct Resubmit {
     /// `--parts`: the job's part count (default: one part per lane).
     pub parts: Option<u32>,
-    /// `DSPREP_MAX_ARRAY_SIZE`, else [`DEFAULT_MAX_ARRAY_SIZE`].
+    /// `DSPREP_MAX_ARRAY_SIZE`, else `MaxArraySize` of `scontrol show config`, else
+    /// [`DEFAULT_MAX_ARRAY_SIZE`].
     pub max_array_size: u32,
     /// `DSPREP_PART_SCRIPT`, else `config/slurm/pack-part.sbatch`.
     pub script: String,
