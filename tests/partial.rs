@@ -2,7 +2,9 @@
 //! unless it holds a checkpoint to continue from, a lane part's `OUT.lanes` is kept while it
 //! holds complete lanes, and the error's last line says which. The paths here are the ones the
 //! other tests do not reach: a writer that fails to start (plain pack, lane, finish), and a
-//! pack that fails to continue from its checkpoint.
+//! pack that fails to continue from its checkpoint. Then what a job of parts leaves for
+//! `dsprep pack --status` and the finish (each part's state, the resubmission below
+//! `MaxArraySize`, many parts per Slurm task), and bad input to them, each with its one error.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
 
 mod support;
