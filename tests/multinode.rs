@@ -41,7 +41,7 @@ fn array_task_parts_and_a_finish_equal_one_pack_even_after_a_killed_part() {
     }
     let early = dsprep_fails(&pack_args(out_s, &["--finish"]));
     assert!(
-        early.contains("lane(s) [4, 5] of 8 are not packed"),
+        early.contains("lane(s) 4-5 of 8 are not packed"),
         "the finish names the missing lanes: {early}"
     );
     // Part 2 as a Slurm array task (id 12 of 10..13): it packs lanes 4 and 5, then is "killed"

@@ -180,7 +180,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pack(args) => match pack::command(&PackCommand::try_from(args)?)? {
             pack::Packed::Whole(report) => pack::print_summary(&report),
-            pack::Packed::Part(report) => pack::print_part(&report),
+            pack::Packed::Parts(reports) => reports.iter().for_each(pack::print_part),
+            pack::Packed::Status(status) => print!("{}", status.report()),
         },
         Command::Serve(args) => {
             let options = ServeOptions::try_from(args)?;

@@ -33,6 +33,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
+# Low, as some sites set it (1001 is Slurm's default): tests/slurm/run.sh packs 8 parts in arrays
+# that must stay below it.
+MaxArraySize=5
 NodeName=n[1-$NODES] NodeHostname=$host Port=17001-1700$NODES CPUs=2 RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF

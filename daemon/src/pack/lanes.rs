@@ -5,7 +5,8 @@
 //!   another, each with every tokenizer thread, each into its own packed directory
 //!   `OUT.lanes/lane-NNNNN/` (format v1, written under a temporary name and renamed when
 //!   complete, plus `lane.json`). A rerun skips the lanes already complete, so a killed task
-//!   continues at its first unfinished lane.
+//!   continues at its first unfinished lane. One process may pack several parts in turn (a
+//!   Slurm task's); each leaves a record of how it ended (`super::records`) for the status.
 //! - The **finish** (`--finish`) checks that every lane is there and belongs to this recipe,
 //!   interleaves their windows block by block (`dsprep_mixers::lanes`), and writes `OUT`: the
 //!   same bytes, manifest included, that one `dsprep pack` of the recipe writes (which is a
@@ -18,6 +19,8 @@ use super::failure::{self, failed};
 use super::ledger::PackLedger;
 use super::lineage::{self as ledger_of, SegmentCounts};
 use super::output::{self, PackWriter};
+use super::records;
+use super::status::{self, Resubmit};
 use super::{
     PackOptions, PackReport, hash_inputs, join_hashing, new_manifest, output_layout, source_stats,
     with_packing,
@@ -52,11 +55,7 @@ pub struct Parts {
 impl Parts {
     /// The lanes this part packs.
     fn lanes(&self, spec: &LanesSpec) -> Vec<u32> {
-        (0..spec.count)
-            .filter(|&l| {
-                u64::from(l) * u64::from(self.parts) / u64::from(spec.count) == u64::from(self.part)
-            })
-            .collect()
+        status::part_lanes(self.part, self.parts, spec.count).collect()
     }
 }
 
@@ -116,7 +115,7 @@ fn lane_dir(lanes_dir: &Path, lane: u32) -> PathBuf {
     lanes_dir.join(format!("lane-{lane:05}"))
 }
 
-fn spec_of(loaded: &LoadedRecipe) -> anyhow::Result<LanesSpec> {
+pub(super) fn spec_of(loaded: &LoadedRecipe) -> anyhow::Result<LanesSpec> {
     loaded.recipe.lanes.ok_or_else(|| {
         anyhow!(
             "--part/--parts and --finish need a recipe with [lanes] (the recipe's stream is one \
@@ -175,28 +174,42 @@ fn verified_from_lanes(inputs: &mut [InputFile], lanes: &[PackedDataset]) {
     }
 }
 
-/// Pack one part's lanes into `OUT.lanes/`.
-pub fn pack_part(
+/// Pack the lanes of each of `list`'s parts into `OUT.lanes/`, one part after another (the
+/// input listed once), each part's end recorded beside its lanes; stops at the first that fails.
+pub fn pack_parts(
     options: &PackOptions,
     loaded: &LoadedRecipe,
-    parts: Parts,
-) -> anyhow::Result<PartReport> {
-    let started = Instant::now();
-    check_parts(spec_of(loaded)?, parts)?;
+    list: &[Parts],
+) -> anyhow::Result<Vec<PartReport>> {
+    let spec = spec_of(loaded)?;
+    for &parts in list {
+        check_parts(spec, parts)?;
+    }
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
     for warning in inputs.warnings(&loaded.recipe) {
         tracing::warn!("{warning}");
     }
-    pack_dealt_part(options, loaded, &inputs, parts, None, started)
+    let mut reports = Vec::with_capacity(list.len());
+    for &parts in list {
+        let started = Instant::now();
+        let report = pack_dealt_part(options, loaded, &inputs, parts, None, started, true)?;
+        reports.push(report);
+    }
+    if list.is_empty() {
+        tracing::info!("this task has no parts to pack");
+    }
+    Ok(reports)
 }
 
 /// A part's failure, with what `OUT.lanes` holds said last: kept with the lanes complete there
-/// (a rerun keeps them), or removed when it holds nothing at all.
+/// (a rerun keeps them) or with the part's record of the failure (`recorded`), or removed when
+/// it holds nothing at all.
 fn lanes_left(
     dir: &Path,
     loaded: &LoadedRecipe,
     inputs: &LaneInputs,
     lineage: Option<&str>,
+    recorded: Option<&Path>,
     cause: anyhow::Error,
 ) -> anyhow::Error {
     let complete: Vec<u32> = (0..inputs.spec.count)
@@ -206,14 +219,25 @@ fn lanes_left(
         })
         .collect();
     let shown = dir.display();
-    let outcome = match complete.len() {
-        0 => match std::fs::remove_dir(dir) {
+    let outcome = match (complete.len(), recorded) {
+        (0, Some(record)) => format!(
+            "kept {shown}: no lane is complete there; the failure is recorded in {} (`dsprep \
+             pack --status` shows it)",
+            record.display()
+        ),
+        (n, Some(record)) => format!(
+            "kept {shown}: {n} of {} lanes are complete there ({complete:?}); the same command \
+             keeps them and packs the rest; the failure is recorded in {}",
+            inputs.spec.count,
+            record.display()
+        ),
+        (0, None) => match std::fs::remove_dir(dir) {
             Ok(()) => format!("removed {shown}: no lane was complete"),
             Err(_) => format!(
                 "kept {shown}: no lane is complete, but it is not empty (other parts write there)"
             ),
         },
-        n => format!(
+        (n, None) => format!(
             "kept {shown}: {n} of {} lanes are complete there ({complete:?}); the same command \
              keeps them and packs the rest",
             inputs.spec.count
@@ -244,7 +268,8 @@ fn check_parts(spec: LanesSpec, parts: Parts) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// [`pack_part`] of input already dealt.
+/// One part of input already dealt ([`pack_parts`]); with `record`, the part's end is recorded
+/// in `OUT.lanes/` for the status.
 fn pack_dealt_part(
     options: &PackOptions,
     loaded: &LoadedRecipe,
@@ -252,11 +277,16 @@ fn pack_dealt_part(
     parts: Parts,
     lineage: Option<(&str, &[Segments])>,
     started: Instant,
+    record: bool,
 ) -> anyhow::Result<PartReport> {
     let stream = lineage.map(|(hash, _)| hash);
     let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let recipe_hash = loaded.recipe.hash();
+    if record {
+        records::clear(&dir, parts.part, parts.parts)?;
+    }
     let mut report = PartReport {
         parts,
         lanes_dir: dir.clone(),
@@ -277,12 +307,40 @@ fn pack_dealt_part(
             report.kept.push(lane);
             continue;
         }
+        // A lane another task is packing (the part submitted twice) is left to it, unrecorded.
+        let partial = output::partial_dir(&out)?;
+        if output::partial_held(&partial)? {
+            bail!(
+                "part {} of {}: lane {lane}'s {} is locked by another running task (this part \
+                 runs twice?): left to it, nothing removed; `dsprep pack --status` shows the \
+                 part as running",
+                parts.part,
+                parts.parts,
+                partial.display()
+            );
+        }
         let segments = lineage.and_then(|(_, l)| l.get(lane as usize));
         if let Err(e) = pack_lane(options, loaded, inputs, &info, segments, &out) {
             let e = e.context(format!("lane {lane} of {}", spec.count));
-            return Err(lanes_left(&dir, loaded, inputs, stream, e));
+            let recorded = match record {
+                true => records::write(&dir, parts.part, parts.parts, &recipe_hash, Some(&e))
+                    .map_err(|r| tracing::warn!("{r:#}"))
+                    .ok(),
+                false => None,
+            };
+            return Err(lanes_left(
+                &dir,
+                loaded,
+                inputs,
+                stream,
+                recorded.as_deref(),
+                e,
+            ));
         }
         report.packed.push(lane);
+    }
+    if record {
+        records::write(&dir, parts.part, parts.parts, &recipe_hash, None)?;
     }
     report.wall = started.elapsed();
     Ok(report)
@@ -452,13 +510,18 @@ fn columns_of(loaded: &LoadedRecipe, lineage: Option<&Segments>) -> output::Colu
     }
 }
 
-/// Put every lane of `OUT.lanes/` together into `OUT`.
-pub fn finish(options: &PackOptions, loaded: &LoadedRecipe) -> anyhow::Result<PackReport> {
+/// Put every lane of `OUT.lanes/` together into `OUT`; with `resubmit`, one that finds lanes
+/// missing names the parts to run again as `--status` does.
+pub fn finish(
+    options: &PackOptions,
+    loaded: &LoadedRecipe,
+    resubmit: Option<&Resubmit>,
+) -> anyhow::Result<PackReport> {
     let started = Instant::now();
     spec_of(loaded)?;
     output::refuse_existing(&options.out, options.force)?;
     let inputs = deal_inputs(loaded, hub_client(loaded)?)?;
-    finish_dealt(options, loaded, &inputs, None, started)
+    finish_dealt(options, loaded, &inputs, None, started, resubmit)
 }
 
 /// [`finish`] of input already dealt; packing a lineage (`lineage`), the manifest carries its
@@ -469,6 +532,7 @@ fn finish_dealt(
     inputs: &LaneInputs,
     lineage: Option<&Segments>,
     started: Instant,
+    resubmit: Option<&Resubmit>,
 ) -> anyhow::Result<PackReport> {
     let spec = inputs.spec;
     let dir = lanes_dir(&options.out)?;
@@ -483,13 +547,14 @@ fn finish_dealt(
         }
     }
     if !missing.is_empty() {
-        bail!(
-            "cannot finish {}: lane(s) {missing:?} of {} are not packed in {} (or belong to \
-             another recipe); run the parts that pack them (dsprep pack --part I --parts P)",
-            options.out.display(),
-            spec.count,
-            dir.display()
-        );
+        let job = status::Job {
+            recipe: &options.recipe,
+            out: &options.out,
+            plan: options.plan.as_deref(),
+            recipe_hash: &loaded.recipe.hash(),
+            lanes: spec.count,
+        };
+        return Err(status::not_finished(&job, &dir, &missing, resubmit));
     }
     let (dtype, per_shard) = output_layout(loaded, options);
     let k = u64::from(spec.block_windows);
@@ -662,8 +727,9 @@ pub fn pack_all(
         Parts { part: 0, parts: 1 },
         None,
         started,
+        false,
     )?;
-    let mut report = finish_dealt(options, loaded, &inputs, None, started)?;
+    let mut report = finish_dealt(options, loaded, &inputs, None, started, None)?;
     report.wall = started.elapsed();
     Ok(report)
 }
@@ -727,8 +793,9 @@ pub fn pack_lineage(
         Parts { part: 0, parts: 1 },
         Some((&stream, &lanes)),
         started,
+        false,
     )?;
-    let mut report = finish_dealt(options, last, dealt, Some(segments), started)?;
+    let mut report = finish_dealt(options, last, dealt, Some(segments), started, None)?;
     report.wall = started.elapsed();
     Ok(report)
 }

@@ -7,12 +7,15 @@ mod lanes;
 mod ledger;
 mod lineage;
 mod output;
+mod part_list;
+mod records;
 mod resume;
+pub mod status;
 mod summary;
 mod token_shards;
 
 pub use args::{PackArgs, PackCommand};
-pub use lanes::{PartReport, Parts, finish, pack_part};
+pub use lanes::{PartReport, Parts, finish, pack_parts};
 pub use summary::{mix_unit_line, print_part, print_summary};
 
 use crate::checkpoint::lineage as lineage_file;
@@ -83,22 +86,39 @@ pub struct PackReport {
 pub enum Packed {
     /// The whole recipe, or the finish of its lanes.
     Whole(Box<PackReport>),
-    /// A part of its lanes.
-    Part(PartReport),
+    /// Parts of its lanes, one after another.
+    Parts(Vec<PartReport>),
+    /// `--status`: where each part stands.
+    Status(Box<status::Status>),
 }
 
-/// Run `dsprep pack` as asked: the whole recipe, a part of its lanes, or the finish. An array
-/// task's environment makes a part only of a recipe with lanes.
+/// Run `dsprep pack` as asked: the whole recipe, parts of its lanes, the finish or the status.
+/// An array task's environment makes a part only of a recipe with lanes.
 pub fn command(command: &PackCommand) -> anyhow::Result<Packed> {
     let options = &command.options;
-    if command.finish || command.parts.is_some() || command.slurm.is_some() {
+    let split = command.finish || command.status || command.parts.is_some();
+    if split || command.slurm.is_some() {
         let loaded = load_recipe_with(&options.recipe, options.engine, options.plan.as_deref())?;
-        if command.finish {
-            return Ok(Packed::Whole(Box::new(finish(options, &loaded)?)));
+        if let (true, Some(resubmit)) = (command.status, &command.resubmit) {
+            let spec = lanes::spec_of(&loaded)?;
+            let job = status::Job {
+                recipe: &options.recipe,
+                out: &options.out,
+                plan: options.plan.as_deref(),
+                recipe_hash: &loaded.recipe.hash(),
+                lanes: spec.count,
+            };
+            return Ok(Packed::Status(Box::new(status::status(&job, resubmit)?)));
         }
-        let from_slurm = command.slurm.filter(|_| loaded.recipe.lanes.is_some());
-        if let Some(parts) = command.parts.or(from_slurm) {
-            return Ok(Packed::Part(pack_part(options, &loaded, parts)?));
+        if command.finish {
+            let report = finish(options, &loaded, command.resubmit.as_ref())?;
+            return Ok(Packed::Whole(Box::new(report)));
+        }
+        if let Some(list) = &command.parts {
+            return Ok(Packed::Parts(pack_parts(options, &loaded, list)?));
+        }
+        if let Some(parts) = command.slurm.filter(|_| loaded.recipe.lanes.is_some()) {
+            return Ok(Packed::Parts(pack_parts(options, &loaded, &[parts])?));
         }
     }
     Ok(Packed::Whole(Box::new(pack(options)?)))

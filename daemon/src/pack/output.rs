@@ -609,11 +609,41 @@ impl PackWriter {
     }
 }
 
-/// Create `tmp` if needed and take its lock, or say which pack holds it.
+/// Whether a live process holds the lock of the partial directory `tmp` (a pack writing it),
+/// asked without creating anything: a directory without its lock file is held by no one. The
+/// lock is taken and let go at once when free, so a pack starting that instant may be refused.
+pub fn partial_held(tmp: &Path) -> anyhow::Result<bool> {
+    let path = tmp.join(LOCK_FILE);
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot probe the lock {}", path.display()))
+        }
+    }
+}
+
+/// Create `tmp` if needed and take its lock, or say which pack holds it. A lock held for less
+/// than 250 ms (a [`partial_held`] probe) is waited for.
 fn lock_partial(tmp: &Path) -> anyhow::Result<std::fs::File> {
     std::fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let path = tmp.join(LOCK_FILE);
-    match try_lock_file(&path) {
+    let mut tries = 0;
+    let taken = loop {
+        match try_lock_file(&path) {
+            Err(LockError::Held) if tries < 5 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            taken => break taken,
+        }
+    };
+    match taken {
         Ok(file) => Ok(file),
         Err(LockError::Held) => bail!(
             "another dsprep pack is writing {} (it holds {})",
