@@ -293,3 +293,74 @@ fn settings_that_cannot_be_met_are_refused() {
         "{err}"
     );
 }
+
+/// A rank that never reports: each decision waits `wait_seconds`, keeps the shares, and says
+/// which reports it lacked; the ranks get every step (no hang), and the replay is exact.
+#[test]
+fn a_silent_rank_makes_decisions_hold_and_they_replay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = adaptive_recipe(tmp.path(), "adaptive.toml", "softmax", "");
+    let recipe = recipe_variant(
+        &recipe,
+        tmp.path(),
+        "quick.toml",
+        &[("wait_seconds = 2", "wait_seconds = 0.5")],
+    );
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &recipe,
+        state: tmp.path().join("state"),
+        every: 4,
+    };
+    let daemon = run.start(2, 2, false).unwrap();
+    let endpoint = daemon.endpoint.clone();
+    let reporter = support::daemon::tap_with(
+        &endpoint,
+        0,
+        2,
+        0,
+        24,
+        &tmp.path().join("r0.bin"),
+        &["--report-loss", LOSS],
+    );
+    let silent = support::daemon::tap(&endpoint, 1, 2, 0, 24, &tmp.path().join("r1.bin"));
+    for child in [reporter, silent] {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let log = daemon.log_text();
+    drop(daemon);
+    let decided = decisions(&run.state);
+    assert!(decided.len() >= 4, "{decided:?}");
+    assert!(
+        decided.iter().all(|d| d.1),
+        "every decision held: {decided:?}"
+    );
+    assert!(
+        log.contains(
+            "mix decision for step 9 holds the shares: on_missing = \"hold\": after 0.5 s no \
+             report of step 0 from ranks [1], step 1 from ranks [1], step 2 from ranks [1]"
+        ),
+        "{log}"
+    );
+    let ranks: Vec<Vec<u8>> = (0..2)
+        .map(|r| std::fs::read(tmp.path().join(format!("r{r}.bin"))).unwrap())
+        .collect();
+    let slice = 2 * 513 * 2;
+    let got: Vec<u8> = (0..24)
+        .flat_map(|s| {
+            ranks
+                .iter()
+                .flat_map(move |b| b[s * slice..(s + 1) * slice].to_vec())
+        })
+        .collect();
+    let data = pack_lineage(&run.state, &tmp.path().join("packed"));
+    assert!(
+        got == windows(&data, 0..24 * 4),
+        "the held decisions replay exactly"
+    );
+}
