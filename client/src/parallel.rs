@@ -127,7 +127,7 @@ impl Parallelism {
             RankOrder::TpCpDpPp => rank / (inner * dp_size),
             RankOrder::TpCpPpDp => (rank / inner) % self.pipeline,
         };
-        Ok(rank % inner == 0 && stage + 1 == self.pipeline)
+        Ok(rank.is_multiple_of(inner) && stage + 1 == self.pipeline)
     }
 }
 

@@ -64,7 +64,7 @@ impl Decision {
 /// The steps whose reports the decision for `step` uses, `from..to`: the `every` steps that end
 /// `lag` steps before it (`None`: `step` is not a decision step, or has no steps to use).
 pub fn reported_steps(spec: &AdaptiveSpec, step: u64) -> Option<(u64, u64)> {
-    if spec.every == 0 || step == 0 || step % spec.every != 0 || step <= spec.lag {
+    if spec.every == 0 || step == 0 || !step.is_multiple_of(spec.every) || step <= spec.lag {
         return None;
     }
     let to = step - spec.lag;

@@ -36,7 +36,7 @@ pub fn encode_report(entries: &[SourceLoss]) -> Vec<u8> {
 /// once and below 65535. The values themselves (finite, not negative) are the daemon's to judge.
 pub fn decode_report(bytes: &[u8]) -> Result<Vec<SourceLoss>, DecodeError> {
     let bad = |why: String| Err(DecodeError::Frames(format!("loss report: {why}")));
-    if bytes.len() % REPORT_ENTRY_LEN != 0 {
+    if !bytes.len().is_multiple_of(REPORT_ENTRY_LEN) {
         return bad(format!(
             "{} bytes is not a whole number of {REPORT_ENTRY_LEN}-byte entries",
             bytes.len()

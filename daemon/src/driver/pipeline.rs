@@ -234,16 +234,7 @@ pub fn run<S: DocSource>(
         let reader = std::thread::Builder::new()
             .name("dsprep-reader".into())
             .spawn_scoped(scope, move || {
-                read_mix_shuffle(
-                    stream,
-                    config.chunk_text_bytes,
-                    doc_tx,
-                    permit_rx,
-                    config.shuffle_fill.as_deref(),
-                    (config.snapshot.as_deref()).map(|asked| (asked, config.snapshot_text_bytes)),
-                    config.stop_after_documents,
-                    config.decider.as_deref(),
-                )
+                read_mix_shuffle(stream, doc_tx, permit_rx, config)
             })
             .context("cannot start the reader thread")?;
         for k in 0..threads {
@@ -273,17 +264,21 @@ pub fn run<S: DocSource>(
     })
 }
 
+/// The reader thread: draws documents from the stream (asking `config.decider` before each),
+/// groups them into chunks for the tokenizers, and attaches the stream's state where a snapshot
+/// is asked for or due.
 fn read_mix_shuffle<S: DocSource>(
     mut stream: DocStream<S>,
-    chunk_text_bytes: usize,
     doc_tx: Sender<DocChunk>,
     permits: Receiver<()>,
-    shuffle_fill: Option<&AtomicU64>,
-    // The sink's ask, and the pace (`PipelineConfig::snapshot_text_bytes`).
-    snapshot: Option<(&AtomicBool, usize)>,
-    stop_after_documents: Option<u64>,
-    decider: Option<&dyn MixDecider>,
+    config: &PipelineConfig,
 ) -> anyhow::Result<Read> {
+    let (chunk_text_bytes, shuffle_fill) =
+        (config.chunk_text_bytes, config.shuffle_fill.as_deref());
+    // The sink's ask, and the pace (`PipelineConfig::snapshot_text_bytes`).
+    let snapshot: Option<(&AtomicBool, usize)> =
+        (config.snapshot.as_deref()).map(|asked| (asked, config.snapshot_text_bytes));
+    let (stop_after_documents, decider) = (config.stop_after_documents, config.decider.as_deref());
     let mut chunker = Chunker {
         seq: 0,
         docs: Vec::with_capacity(CHUNK_DOCS),
