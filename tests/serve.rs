@@ -902,3 +902,38 @@ fn a_non_loopback_tcp_endpoint_needs_curve_or_insecure_tcp() {
         daemon.log_text()
     );
 }
+
+/// A rank waiting for the step past the last when the data ends hears so at once, also while the
+/// daemon keeps writing checkpoints for the ranks still reading (it used to hear only at its
+/// client's timeout).
+#[test]
+fn a_rank_parked_past_the_end_hears_the_end_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let args = [
+        "--world-size",
+        "1",
+        "--micro-batch",
+        "64",
+        "--prefetch",
+        "8",
+        "--metrics",
+        "off",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--checkpoint-every",
+        "2",
+    ];
+    let daemon = Daemon::start_with(&quickstart(), &endpoint, &args).unwrap();
+    let raw = RawRank::connect(&daemon.endpoint);
+    let asked = std::time::Instant::now();
+    let (h, m) = raw.ask(&request(0, 1, 1000)); // parked: world 1 is never ahead
+    assert_eq!(h.status, Status::EndOfData, "{m}");
+    assert!(h.num_steps < 1000);
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(5),
+        "heard after {:?}",
+        asked.elapsed()
+    );
+}

@@ -251,6 +251,9 @@ impl Producer<'_> {
             );
         }
         self.store.finish();
+        // Requests parked for the step past the last are answered now (end of data), not when
+        // the drain below ends.
+        let _ = self.wake.send(&b""[..], zmq::DONTWAIT);
         // The ranks still have the prefetched steps to read: the checkpoints due meanwhile, and
         // on shutdown, are written from what is held.
         if let Some(c) = &sink.checkpoints {
