@@ -165,7 +165,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DSPREP_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                // HF tokenizers' encoder logs how it built its tables at info: not the user's news.
+                .unwrap_or_else(|_| "info,tk_encode=warn".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

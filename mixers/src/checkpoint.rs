@@ -377,6 +377,7 @@ mod tests {
                     }],
                     phase: 1,
                     phase_start: vec![3_000],
+                    owed: Vec::new(),
                     earlier_tokens: 1_000,
                 },
                 shuffle_rng_word_pos: 40,

@@ -85,6 +85,11 @@ pub struct MixerState {
     pub phase: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phase_start: Vec<u64>,
+    /// Tokens unit, a mix whose phases carry their deficits (`[mix.adaptive]`): per input, the
+    /// tokens it was owed (target minus realized, rounded) when the current phase began; empty
+    /// when none is owed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owed: Vec<i64>,
     /// Tokens unit: the tokens the stream emitted before it mixed in tokens (a change of course
     /// from a mix in documents, which counts none per input; `crate::lineage::transplant`).
     /// Phases count the stream's tokens from its start, these included.
@@ -179,6 +184,11 @@ pub struct Mixer<S: DocSource> {
     phases: Vec<(u64, Vec<f64>)>,
     phase: usize,
     phase_start: Vec<u64>,
+    /// Tokens unit: whether a phase begins owing each input what the one before left unmet
+    /// (`[mix.adaptive]`'s decisions: shares held over any span), and what it owes; else each
+    /// phase counts from zero (`[[mix.phase]]`).
+    carry: bool,
+    owed: Vec<i64>,
     /// Tokens unit: the stream's tokens before it mixed in tokens
     /// ([`MixerState::earlier_tokens`]).
     earlier_tokens: u64,
@@ -246,6 +256,8 @@ impl<S: DocSource> Mixer<S> {
             phases: Vec::new(),
             phase: 0,
             phase_start: Vec::new(),
+            carry: false,
+            owed: Vec::new(),
             earlier_tokens: 0,
         }
     }
@@ -277,6 +289,7 @@ impl<S: DocSource> Mixer<S> {
             .map(|(at, weights)| (at, target_shares(&weights)))
             .collect();
         mixer.phase_start = vec![0; n];
+        mixer.owed = vec![0; n];
         mixer.shuffles = (0..n)
             .map(|i| SourceShuffle {
                 buffer: Shuffler::with_label(
@@ -326,9 +339,30 @@ impl<S: DocSource> Mixer<S> {
             .get(self.phase)
             .is_some_and(|&(at, _)| total >= at)
         {
+            if self.carry {
+                self.owed = (0..self.inputs.len())
+                    .map(|i| self.deficit(i).round() as i64)
+                    .collect();
+            }
             self.phase += 1;
             self.phase_start = self.emitted_tokens.clone();
         }
+    }
+
+    /// Tokens unit: a mix whose phases carry their deficits (`[mix.adaptive]`): a phase begins
+    /// owing each input what the phases before left unmet, so the shares hold over any span of
+    /// the stream, not only within each phase.
+    pub fn carry_deficits(&mut self) {
+        self.carry = true;
+    }
+
+    /// Tokens unit: how far input `i` is below its share since the phase began (plus what it
+    /// was owed then), in tokens.
+    fn deficit(&self, i: usize) -> f64 {
+        let since = |i: usize| self.emitted_tokens[i] - self.phase_start[i];
+        let total = (0..self.inputs.len()).map(since).sum::<u64>() as f64;
+        let owed = self.owed.get(i).copied().unwrap_or(0) as f64;
+        self.current_shares()[i] * total - since(i) as f64 + owed
     }
 
     /// The phase in force (0: the `[[source]]` weights).
@@ -470,12 +504,10 @@ impl<S: DocSource> Mixer<S> {
     /// (counted since the phase began), the first on ties.
     fn furthest_below_share(&mut self) -> usize {
         self.enter_phases();
-        let since = |i: usize| self.emitted_tokens[i] - self.phase_start[i];
-        let total = (0..self.inputs.len()).map(since).sum::<u64>() as f64;
         let shares = self.current_shares();
         let mut best: Option<(usize, f64)> = None;
         for i in (0..self.inputs.len()).filter(|&i| shares[i] > 0.0) {
-            let deficit = shares[i] * total - since(i) as f64;
+            let deficit = self.deficit(i);
             if best.is_none_or(|(_, d)| deficit > d) {
                 best = Some((i, deficit));
             }
@@ -633,6 +665,10 @@ impl<S: DocSource> Mixer<S> {
                 .collect(),
             phase: self.phase,
             phase_start: self.phase_start.clone(),
+            owed: match self.owed.iter().all(|&o| o == 0) {
+                true => Vec::new(),
+                false => self.owed.clone(),
+            },
             earlier_tokens: self.earlier_tokens,
         }
     }
@@ -720,6 +756,10 @@ impl<S: DocSource> Mixer<S> {
         self.emitted = state.emitted.clone();
         self.emitted_tokens = state.emitted_tokens.clone();
         self.phase_start = state.phase_start.clone();
+        self.owed = match state.owed.len() {
+            0 => vec![0; self.phase_start.len()],
+            _ => state.owed.clone(),
+        };
         self.phase = state.phase;
         self.earlier_tokens = state.earlier_tokens;
         self.started = state.started;

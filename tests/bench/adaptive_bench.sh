@@ -50,37 +50,43 @@ for mode in fetch report fetch report; do
 done
 stop_daemon
 
-# 2. Tokens/s with adaptive mixing off and on.
+# 2. Tokens/s with adaptive mixing off and on: the daemon's production time, from "serving recipe"
+# to "end of data" in its log (the taps connect within that, alike in both), its tokens from its
+# shutdown line. Four rounds, alternating.
 peer_recipe 2048 10000 > "$WORK/off.toml"
 { cat "$WORK/off.toml"; adaptive 20 16; } > "$WORK/on.toml"
-for round in 1 2; do
+stamp() { date -d "$(grep -m1 "$1" "$WORK/daemon.log" | cut -d' ' -f1)" +%s.%N; }
+for round in 1 2 3 4; do
   for mode in off on; do
     rm -rf "$WORK/state"
     start_daemon "$WORK/$mode.toml" 8 4 8 --state-dir "$WORK/state"
-    start=$(date +%s.%N)
+    pids=()
     for r in $(seq 0 7); do
       "$T/dsprep" tap --endpoint "ipc://$WORK/d.sock" --rank "$r" --world-size 8 --steps 100000 \
         --out "$WORK/tap$r.bin" --report-loss "$LOSS" > /dev/null &
+      pids+=($!)
     done
-    wait $(jobs -p | grep -v "^$DAEMON\$")
-    end=$(date +%s.%N)
-    bytes=$(cat "$WORK"/tap?.bin | wc -c)
+    wait "${pids[@]}"
     decisions=$(metric 'dsprep_mix_adaptive_decisions_total{outcome="decided"}')
     held=$(metric 'dsprep_mix_adaptive_decisions_total{outcome="held"}')
     stop_daemon
-    printf '{"bench": "served", "adaptive": "%s", "round": %s, "tokens": %s, "seconds": %.2f, "tokens_per_s": %.0f, "decisions": "%s", "held": "%s"}\n' \
-      "$mode" "$round" "$((bytes / 2))" "$(echo "$end - $start" | bc)" "$(echo "$bytes / 2 / ($end - $start)" | bc -l)" "${decisions:-0}" "${held:-0}" >> "$RESULTS"
+    seconds=$(echo "$(stamp 'end of data') - $(stamp 'serving recipe')" | bc -l)
+    tokens=$(grep -o 'documents, [0-9]* tokens' "$WORK/daemon.log" | grep -o '[0-9]*')
+    printf '{"bench": "served", "adaptive": "%s", "round": %s, "tokens": %s, "seconds": %.3f, "tokens_per_s": %.0f, "decisions": "%s", "held": "%s"}\n' \
+      "$mode" "$round" "$tokens" "$seconds" "$(echo "$tokens / $seconds" | bc -l)" "${decisions:-0}" "${held:-0}" >> "$RESULTS"
   done
 done
 
 # 3. The trajectory and the realized shares (world 8 × micro batch 1: 4× the decisions).
 rm -rf "$WORK/state"
 start_daemon "$WORK/on.toml" 8 1 8 --state-dir "$WORK/state"
+pids=()
 for r in $(seq 0 7); do
   "$T/dsprep" tap --endpoint "ipc://$WORK/d.sock" --rank "$r" --world-size 8 --steps 100000 \
     --out "$WORK/tap$r.bin" --report-loss "$LOSS" > /dev/null &
+  pids+=($!)
 done
-wait $(jobs -p | grep -v "^$DAEMON\$")
+wait "${pids[@]}"
 stop_daemon
 "$T/dsprep" inspect "$WORK/state" --decisions --plot "$PLOT" > "$WORK/decisions.txt"
 "$T/dsprep" pack --lineage "$WORK/state" --out "$WORK/packed" --quiet

@@ -242,10 +242,13 @@ pub fn mix_stream(
             Mixer::new(inputs, mix.stopping, seed),
             Shuffler::new(buffer_size, seed),
         ),
-        MixUnit::Tokens => DocStream::new(
-            Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size, phases),
-            Shuffler::new(0, seed),
-        ),
+        MixUnit::Tokens => {
+            let mut mixer = Mixer::by_tokens(inputs, mix.stopping, seed, buffer_size, phases);
+            if mix.adaptive.is_some() {
+                mixer.carry_deficits(); // its decisions' shares hold over any span
+            }
+            DocStream::new(mixer, Shuffler::new(0, seed))
+        }
     })
 }
 

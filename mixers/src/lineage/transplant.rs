@@ -165,6 +165,8 @@ pub fn transplant(
                 .filter(|p| p.at_tokens <= tokens)
                 .count();
             mixer.phase_start = mixer.emitted_tokens.clone();
+            // The new recipe owes nothing: its shares count from the change.
+            mixer.owed.clear();
             global.extend(
                 own.drain(..)
                     .flat_map(|b| b.held.into_iter().chain(b.ready)),
@@ -185,6 +187,7 @@ fn into_documents(mixer: &mut MixerState) {
     mixer.shuffles.clear();
     mixer.phase = 0;
     mixer.phase_start.clear();
+    mixer.owed.clear();
     mixer.earlier_tokens = 0;
 }
 

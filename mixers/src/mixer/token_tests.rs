@@ -391,3 +391,82 @@ fn a_restored_mix_in_tokens_is_in_the_state_of_one_never_stopped() {
         }
     }
 }
+
+/// Many short phases of one mix, source 1's documents 10× longer: each phase that starts from
+/// zero lets the long source's overshoot stand, while phases that carry their deficits
+/// (`[mix.adaptive]`) hold the shares over the whole stream.
+#[test]
+fn phases_that_carry_their_deficits_hold_the_shares_over_the_whole_stream() {
+    let lengths = vec![
+        (0..4_000).map(|k| 5 + k % 20).collect(),
+        (0..1_000).map(|k| 100 + k % 200).collect(),
+    ];
+    let phases: Vec<(u64, Vec<f64>)> = (1..60).map(|k| (k * 1_000, vec![0.7, 0.3])).collect();
+    let run = |carry: bool| {
+        let mut s = phased(
+            &lengths,
+            &[0.7, 0.3],
+            &phases,
+            Stopping::FirstExhausted,
+            16,
+            4,
+        );
+        if carry {
+            s.mixer_mut().carry_deficits();
+        }
+        let docs = drain(&mut s);
+        let at_60k: Vec<Doc> = {
+            let mut t = 0;
+            docs.into_iter()
+                .take_while(|d| {
+                    t += tokens(d);
+                    t <= 60_000
+                })
+                .collect()
+        };
+        worst_gap(&at_60k, &[0.7, 0.3])
+    };
+    let (reset, carried) = (run(false), run(true));
+    assert!(carried < 320.0, "within about one long document: {carried}");
+    assert!(
+        reset > 4.0 * carried,
+        "phases from zero drift: {reset} against {carried}"
+    );
+}
+
+#[test]
+fn a_restored_mix_that_carries_its_deficits_is_in_the_state_of_one_never_stopped() {
+    let lengths = vec![(0..600).map(|k| 3 + k % 40).collect(), vec![60; 300]];
+    let phases: Vec<(u64, Vec<f64>)> = (1..20).map(|k| (k * 700, vec![0.6, 0.4])).collect();
+    let make = || {
+        let mut s = phased(
+            &lengths,
+            &[0.6, 0.4],
+            &phases,
+            Stopping::AllExhausted,
+            32,
+            5,
+        );
+        s.mixer_mut().carry_deficits();
+        s
+    };
+    let mut whole = make();
+    let states: Vec<_> = (0..400)
+        .map(|_| {
+            whole.next_doc().unwrap().unwrap();
+            whole.state()
+        })
+        .collect();
+    assert!(
+        states.iter().any(|s| !s.mixer.owed.is_empty()),
+        "something owed"
+    );
+    for stop in [1, 64, 150, 290] {
+        let mut resumed = make();
+        resumed.restore(&states[stop - 1]).unwrap();
+        for (k, state) in states.iter().enumerate().skip(stop) {
+            resumed.next_doc().unwrap().unwrap();
+            assert_eq!(&resumed.state(), state, "stopped after {stop}, at {k}");
+        }
+    }
+}
