@@ -40,6 +40,15 @@ adaptive() {  # every lag → the [mix.adaptive] table
   printf '[mix.adaptive]\nalgorithm = "exp3"\nevery = %s\nlag = %s\nmin_weight = 0.02\nmax_change = 0.05\n' "$1" "$2"
 }
 LOSS="0=3.0,1=3.0:-0.004,2=3.0:-0.004,3=3.0:-0.004,4=3.0:-0.004"
+taps() {  # 8 `dsprep tap` ranks pulling every step and reporting $LOSS; waits for them
+  local pids=() r
+  for r in $(seq 0 7); do
+    "$T/dsprep" tap --endpoint "ipc://$WORK/d.sock" --rank "$r" --world-size 8 --steps 100000 \
+      --out "$WORK/tap$r.bin" --report-loss "$LOSS" > /dev/null &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
 
 # 1. Reporting's cost to the trainer.
 peer_recipe 8191 1000 > "$WORK/r8k.toml"
@@ -60,13 +69,7 @@ for round in 1 2 3 4; do
   for mode in off on; do
     rm -rf "$WORK/state"
     start_daemon "$WORK/$mode.toml" 8 4 8 --state-dir "$WORK/state"
-    pids=()
-    for r in $(seq 0 7); do
-      "$T/dsprep" tap --endpoint "ipc://$WORK/d.sock" --rank "$r" --world-size 8 --steps 100000 \
-        --out "$WORK/tap$r.bin" --report-loss "$LOSS" > /dev/null &
-      pids+=($!)
-    done
-    wait "${pids[@]}"
+    taps
     decisions=$(metric 'dsprep_mix_adaptive_decisions_total{outcome="decided"}')
     held=$(metric 'dsprep_mix_adaptive_decisions_total{outcome="held"}')
     stop_daemon
@@ -80,13 +83,7 @@ done
 # 3. The trajectory and the realized shares (world 8 × micro batch 1: 4× the decisions).
 rm -rf "$WORK/state"
 start_daemon "$WORK/on.toml" 8 1 8 --state-dir "$WORK/state"
-pids=()
-for r in $(seq 0 7); do
-  "$T/dsprep" tap --endpoint "ipc://$WORK/d.sock" --rank "$r" --world-size 8 --steps 100000 \
-    --out "$WORK/tap$r.bin" --report-loss "$LOSS" > /dev/null &
-  pids+=($!)
-done
-wait "${pids[@]}"
+taps
 stop_daemon
 "$T/dsprep" inspect "$WORK/state" --decisions --plot "$PLOT" > "$WORK/decisions.txt"
 "$T/dsprep" pack --lineage "$WORK/state" --out "$WORK/packed" --quiet

@@ -3,8 +3,7 @@
 //! loss and its share) and as a picture: top, each source's share along the steps (a step line,
 //! as decided); bottom, each source's mean reported loss at each decision.
 
-use super::plot::{Area, axes, colour, escape};
-use super::{HEIGHT, WIDTH};
+use super::plot::{Area, axes, colour, escape, svg_page};
 use crate::checkpoint::lineage as lineage_file;
 use anyhow::{Context, bail};
 use dsprep_mixers::adaptive::Decision;
@@ -78,20 +77,7 @@ impl Decisions {
 
 /// The shares and the reported loss per source along the steps, as SVG.
 pub fn render_decisions_svg(decisions: &Decisions, title: &str) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(
-        out,
-        r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="16" y="22" font-size="15">{}</text>"#,
-        escape(title)
-    );
+    let mut out = svg_page(title);
     let last = decisions.decisions.last().map_or(1, |d| d.step).max(1);
     let end = (last + last / 20).max(1) as f64;
     let x = |area: &Area, step: u64| area.x(step as f64 / end);

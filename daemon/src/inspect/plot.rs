@@ -36,7 +36,8 @@ impl Area {
     }
 }
 
-pub fn render_svg(ledger: &MixLedger, title: &str) -> String {
+/// An SVG page of [`WIDTH`] × [`HEIGHT`] on white, `title` at its top (closed by the caller).
+pub(super) fn svg_page(title: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -51,6 +52,11 @@ pub fn render_svg(ledger: &MixLedger, title: &str) -> String {
         r#"<text x="16" y="22" font-size="15">{}</text>"#,
         escape(title)
     );
+    out
+}
+
+pub fn render_svg(ledger: &MixLedger, title: &str) -> String {
+    let mut out = svg_page(title);
     shares_panel(&mut out, ledger);
     lengths_panel(&mut out, ledger);
     legend(&mut out, ledger);
