@@ -1,19 +1,19 @@
 //! What loss reports (protocol v7) cost a trainer: `--ranks` client threads re-request the steps
 //! a warm daemon holds, round-robin (as fetch_bench does), and with `report` after each fetch
 //! compute the batch's loss per source (`ServedBatch::per_source_loss` over a per-token loss of
-//! `rows × seq_len` values) and send it (`Client::report`). Times every fetch, every helper call
-//! and every send; prints one JSON line. The daemon answers a step's second report as a
+//! `rows × seq_len` values) and send it (`Client::report`); with `send`, send the first batch's
+//! report after each fetch (the wire and the daemon's part alone, no helper on these cores).
+//! Times every fetch, every helper call and every send; prints one JSON line. The daemon answers a step's second report as a
 //! duplicate: the same path, decoded, checked and counted.
 //!
-//!   cargo run --release -p dsprep-client --example report_bench -- ENDPOINT WORLD_SIZE RANKS HELD_STEPS REQUESTS_PER_RANK fetch|report
+//!   cargo run --release -p dsprep-client --example report_bench -- ENDPOINT WORLD_SIZE RANKS HELD_STEPS REQUESTS_PER_RANK fetch|report|send
 
 use dsprep_client::{Client, ClientConfig};
 use std::time::{Duration, Instant};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage =
-        "usage: report_bench ENDPOINT WORLD_SIZE RANKS HELD_STEPS REQUESTS_PER_RANK fetch|report";
+    let usage = "usage: report_bench ENDPOINT WORLD_SIZE RANKS HELD_STEPS REQUESTS_PER_RANK fetch|report|send";
     let [endpoint, world, ranks, held, requests, mode] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -28,9 +28,11 @@ fn main() {
         number(held),
         number(requests),
     );
-    let report = match mode.as_str() {
-        "fetch" => false,
-        "report" => true,
+    // (report after each fetch, compute the report each time)
+    let (report, compute) = match mode.as_str() {
+        "fetch" => (false, false),
+        "report" => (true, true),
+        "send" => (true, false),
         other => panic!("{usage}: {other:?}"),
     };
     type Times = (Vec<Duration>, Vec<Duration>, Vec<Duration>);
@@ -52,7 +54,7 @@ fn main() {
                     };
                     let mut client = Client::with_config(config).expect("connect");
                     let (mut fetch, mut helper, mut send) = (Vec::new(), Vec::new(), Vec::new());
-                    let mut loss = Vec::new();
+                    let (mut loss, mut first) = (Vec::new(), None);
                     for i in 0..requests {
                         let t = Instant::now();
                         let batch = client
@@ -63,9 +65,17 @@ fn main() {
                         if report {
                             let seq_len = batch.header.window_tokens as usize - 1;
                             loss.resize(batch.rows() * seq_len, 2.5f32);
-                            let t = Instant::now();
-                            let entries = batch.per_source_loss(&loss).expect("document sources");
-                            helper.push(t.elapsed());
+                            let entries = match (&first, compute) {
+                                (Some(entries), false) => Vec::clone(entries),
+                                _ => {
+                                    let t = Instant::now();
+                                    let entries =
+                                        batch.per_source_loss(&loss).expect("document sources");
+                                    helper.push(t.elapsed());
+                                    entries
+                                }
+                            };
+                            first.get_or_insert_with(|| entries.clone());
                             let t = Instant::now();
                             assert!(client.report(batch.step(), &entries).expect("report"));
                             send.push(t.elapsed());
