@@ -364,3 +364,24 @@ fn a_silent_rank_makes_decisions_hold_and_they_replay() {
         "the held decisions replay exactly"
     );
 }
+
+/// `inspect --decisions` of a stream that made none says so, by its file.
+#[test]
+fn inspecting_a_lineage_without_decisions_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let args = ["--world-size", "1", "--micro-batch", "1", "--state-dir"];
+    let mut args = args.to_vec();
+    args.push(state.to_str().unwrap());
+    drop(Daemon::start_with(&quickstart(), &endpoint, &args).unwrap());
+    let out = dsprep(&["inspect", state.to_str().unwrap(), "--decisions"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: {} holds no [mix.adaptive] decisions (its lineage has 1 segments)",
+            state.display()
+        )
+    );
+}

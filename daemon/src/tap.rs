@@ -157,3 +157,25 @@ fn report(
     client.report(batch.step(), &entries)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_synthetic_loss_reads_its_spec_and_names_a_bad_part() {
+        let loss = SyntheticLoss::parse("0=3.0, 2=2.0:-0.5").unwrap();
+        assert_eq!(loss.at(0, 100), 3.0);
+        assert_eq!(loss.at(2, 2), 1.0);
+        assert_eq!(loss.at(2, 100), 0.01, "at least 0.01");
+        assert_eq!(loss.at(1, 7), 1.0, "a source not named");
+        assert_eq!(
+            SyntheticLoss::parse("0=3,x=1").unwrap_err().to_string(),
+            "--report-loss \"x=1\" is not SOURCE=START[:SLOPE]"
+        );
+        assert_eq!(
+            SyntheticLoss::parse("0:3").unwrap_err().to_string(),
+            "--report-loss \"0:3\" is not SOURCE=START[:SLOPE]"
+        );
+    }
+}

@@ -84,18 +84,16 @@ impl Decider {
         step
     }
 
-    /// Make the decision for `step`, write it, and give its phase.
-    fn decide(&self, step: u64) -> anyhow::Result<(u64, Vec<f64>)> {
-        let (_, spec) = self.read()?;
+    /// Make the decision for `step`, write it, and give its phase and the lineage with it (the
+    /// daemon is the lineage's one writer while it runs: read once per decision, then written).
+    fn decide(&self, step: u64) -> anyhow::Result<((u64, Vec<f64>), Lineage, AdaptiveSpec)> {
+        let (mut lineage, spec) = self.read()?;
         let (from, to) = reported_steps(&spec, step).context("a decision step has reports")?;
         let wait = Duration::from_secs_f64(spec.wait_seconds);
         let observed = (self.reports).wait_for(from, to, wait, || self.store.placed_at());
         if self.reports.is_closed() {
             bail!("the daemon is stopping: the decision for step {step} is not made");
         }
-        // Read again: nothing else writes the lineage while the daemon runs, but the decision is
-        // appended to what is on disk.
-        let (mut lineage, spec) = self.read()?;
         let k = lineage.segments.len() - 1;
         let recipe = lineage.effective_recipe(k);
         let names: Vec<String> = recipe.sources.iter().map(|s| s.name.clone()).collect();
@@ -158,7 +156,7 @@ impl Decider {
             &seen,
             held.as_deref(),
         );
-        Ok((at_tokens, recipe.weights_of(&phase)))
+        Ok(((at_tokens, recipe.weights_of(&phase)), lineage, spec))
     }
 }
 
@@ -215,8 +213,8 @@ impl MixDecider for Decider {
         };
         let mut phases = Vec::new();
         while tokens >= self.next_at.load(Relaxed) {
-            phases.push(self.decide(step)?);
-            let (lineage, spec) = self.read()?;
+            let (phase, lineage, spec) = self.decide(step)?;
+            phases.push(phase);
             step = self.plan_next(&lineage, &spec);
         }
         *next = Some(step);

@@ -284,9 +284,7 @@ impl Reports {
 
     /// A decision was made (`held`: it kept the shares), giving `shares` (per source).
     pub fn decided(&self, shares: &[f64], held: bool) {
-        for (gauge, &share) in self.shares.iter().zip(shares) {
-            gauge.store(share.to_bits(), Relaxed);
-        }
+        self.set_shares(shares);
         self.decisions.fetch_add(1, Relaxed);
         if held {
             self.held.fetch_add(1, Relaxed);
