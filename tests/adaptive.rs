@@ -11,49 +11,20 @@ use dsprep_client::protocol::report::SourceLoss;
 use dsprep_client::{Client, ClientConfig};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use support::adaptive::*;
 use support::daemon::Daemon;
 use support::lineage::*;
 use support::serve_run::Run;
 use support::*;
 
-/// fineweb-edu's loss stays at 3 nats, c4's falls from 3, the others sit at 2 (source indices
-/// in the quickstart's order).
-const LOSS: &str = "0=3.0,1=3.0:-0.05,2=2.0,3=2.0,4=2.0";
-
 /// The quickstart mixed in tokens with `[mix.adaptive]` and `extra` lines in that table.
 fn adaptive_recipe(dir: &Path, name: &str, algorithm: &str, extra: &str) -> PathBuf {
     let path = quickstart_in_tokens(dir);
     let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push_str(&format!(
-        "\n[mix.adaptive]\nalgorithm = \"{algorithm}\"\nevery = 3\nlag = 6\nwait_seconds = 2\n\
-         max_change = 0.2\n{extra}"
-    ));
+    text.push_str(&adaptive_table(algorithm, extra));
     let out = dir.join(name);
     std::fs::write(&out, text).unwrap();
     out
-}
-
-/// Decisions in the state directory's lineage: (step, held) each, in order.
-fn decisions(state: &Path) -> Vec<(u64, bool)> {
-    let lineage: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state.join("lineage.json")).unwrap()).unwrap();
-    assert_eq!(lineage["lineage"]["format"], 2, "a lineage with decisions");
-    (lineage["lineage"]["segments"].as_array().unwrap().iter())
-        .flat_map(|s| s["decisions"].as_array().cloned().unwrap_or_default())
-        .map(|d| (d["step"].as_u64().unwrap(), d.get("held").is_some()))
-        .collect()
-}
-
-/// A seed for the kill points: `DSPREP_TEST_SEED`, else the clock (printed, to rerun a failure).
-fn seed() -> u64 {
-    std::env::var("DSPREP_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
-                .unwrap()
-                .as_nanos() as u64
-        })
 }
 
 /// Ranks report, the daemon is SIGKILLed at two pseudo-random steps and resumed (the second time
@@ -222,6 +193,52 @@ fn bad_reports_are_refused_and_counted() {
     assert_eq!(counted, 512.0, "only the good report is summed");
 }
 
+/// Without `[mix.adaptive]`, reports are still counted: in `/metrics` per source, and per segment
+/// of the lineage and phase of its recipe (a `[[mix.phase]]` from step 2's first token): a step's
+/// reports count in the phase in force at its first token.
+#[test]
+fn loss_is_counted_per_segment_and_phase() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = quickstart_with_a_phase(tmp.path(), 2 * 513);
+    let endpoint = format!("ipc://{}", tmp.path().join("d.sock").display());
+    let args = [
+        "--world-size",
+        "1",
+        "--micro-batch",
+        "1",
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    let daemon = Daemon::start_with(&recipe, &endpoint, &args).unwrap();
+    let mut client = Client::with_config(ClientConfig::from_env(&endpoint).unwrap()).unwrap();
+    for step in 0..4 {
+        let batch = client.batch_at(step).unwrap().unwrap();
+        let losses = batch.per_source_loss(&vec![2.0f32; 512]).unwrap();
+        assert!(client.report(step, &losses).unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon.metric("dsprep_loss_reports_total") < 4.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let series = |family: &str, phase: u32, source: &str| {
+        let name = format!("{family}{{segment=\"0\",phase=\"{phase}\",source=\"{source}\"}}");
+        daemon.metric_if_any(&name).0
+    };
+    let names = ["fineweb-edu", "c4", "zyda-2", "the-stack-v2", "finemath"];
+    let tokens_in = |phase: u32| -> f64 {
+        (names.iter())
+            .filter_map(|n| series("dsprep_source_phase_loss_tokens", phase, n))
+            .sum()
+    };
+    assert_eq!(
+        (tokens_in(0), tokens_in(1)),
+        (1024.0, 1024.0),
+        "two steps in each phase"
+    );
+    let mean = series("dsprep_source_phase_loss_mean", 1, "fineweb-edu");
+    assert_eq!(mean, Some(2.0));
+}
+
 /// Settings a daemon cannot honour are refused before anything is served, each by name.
 #[test]
 fn settings_that_cannot_be_met_are_refused() {
@@ -264,20 +281,35 @@ fn settings_that_cannot_be_met_are_refused() {
         err.contains("unknown variant `ucb`, expected `exp3` or `softmax`"),
         "{err}"
     );
-    let laned = recipe_variant(
-        &recipe,
-        tmp.path(),
-        "lanes.toml",
-        &[(
-            "[mix]\n",
-            "[lanes]\ncount = 2\nblock_windows = 1\n\n[mix]\n",
-        )],
+    // Lanes: 16 of them deal the quickstart's units so that c4 is in 3 lanes and fineweb-edu
+    // in 8; what those lanes can give bounds the shares. (A refused daemon may have written
+    // its lineage: each starts on an empty state directory.)
+    std::fs::remove_dir_all(&state).ok();
+    let lanes = (
+        "[mix]\n",
+        "[lanes]\ncount = 16\nblock_windows = 1\n\n[mix]\n",
     );
-    let err = start(&laned, "4", true);
+    let floor = adaptive_recipe(tmp.path(), "floor.toml", "exp3", "min_weight = 0.19\n");
+    let floor = recipe_variant(&floor, tmp.path(), "floor-lanes.toml", &[lanes]);
+    let err = start(&floor, "4", true);
     assert!(
         err.contains(
-            "mix.adaptive: is not supported with [lanes] yet (node daemons and pack parts): \
-             serve the stream from one daemon"
+            "mix.adaptive.min_weight = 0.19 cannot be met by the lanes: source \"c4\" is in 3 of \
+             16 lanes, which give it at most 18.8 % of the tokens; give it at least 16 units \
+             (more files, or smaller row groups) or lower lanes.count, or lower min_weight to \
+             0.1875"
+        ),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&state).ok();
+    let heavy = ("weight = 0.40", "weight = 2.0");
+    let heavy = recipe_variant(&recipe, tmp.path(), "heavy-lanes.toml", &[lanes, heavy]);
+    let err = start(&heavy, "4", true);
+    assert!(
+        err.contains(
+            "[mix.adaptive] starts from weights the lanes cannot meet: source \"fineweb-edu\" \
+             wants 76.9 % of the tokens but is in 8 of 16 lanes, which give it at most 50.0 %; \
+             give it at least 16 units"
         ),
         "{err}"
     );

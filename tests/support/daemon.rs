@@ -119,14 +119,19 @@ impl Daemon {
 
     /// One metric's value from `/metrics`, e.g. `dsprep_steps{kind="held"}`.
     pub fn metric(&self, series: &str) -> f64 {
+        let (value, body) = self.metric_if_any(series);
+        value.unwrap_or_else(|| panic!("{series} not in:\n{body}"))
+    }
+
+    /// One metric's value from `/metrics` if the series is there, and the whole scrape.
+    pub fn metric_if_any(&self, series: &str) -> (Option<f64>, String) {
         let url = self.metrics.as_ref().expect("metrics enabled");
         let body = http_get(url);
-        body.lines()
-            .find_map(|l| {
-                l.strip_prefix(series)
-                    .and_then(|rest| rest.trim().parse().ok())
-            })
-            .unwrap_or_else(|| panic!("{series} not in:\n{body}"))
+        let value = body.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        });
+        (value, body)
     }
 
     pub fn log_text(&self) -> String {

@@ -2,6 +2,7 @@
 //! files with the real Hub schemas, and a runner for the real `dsprep` binary.
 #![allow(dead_code)]
 
+pub mod adaptive;
 pub mod daemon;
 mod fetched_tokenizer;
 pub mod lineage;

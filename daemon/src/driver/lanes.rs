@@ -198,10 +198,57 @@ impl LaneInputs {
         mix_stream(loaded, inputs, seed, buffer, threads, phases)
     }
 
-    /// Whether the lanes mix by weights other than the recipe's (a mix in tokens with a source
-    /// missing from some lanes): part of what names the stream on disk.
-    pub fn adjusted(&self, recipe: &dsprep_mixers::Recipe) -> bool {
-        recipe.mix.unit == MixUnit::Tokens && self.shares.iter().any(|s| s.adjusted)
+    /// `present[lane][source]`: whether the lane holds units of the source.
+    pub fn present(&self) -> Vec<Vec<bool>> {
+        (self.lanes.iter())
+            .map(|l| l.iter().map(|units| !units.is_empty()).collect())
+            .collect()
+    }
+
+    /// `[mix.adaptive]` over these lanes, refused where the lanes cannot give what it needs: the
+    /// recipe's own shares (where the decisions start), or `min_weight` of a source that few
+    /// lanes hold (a source in `k` of `L` lanes has at most `k / L` of the tokens). Decisions
+    /// are then kept to what the lanes can give (`serve::adaptive`).
+    pub fn check_adaptive(
+        &self,
+        recipe: &dsprep_mixers::Recipe,
+        spec: &dsprep_mixers::recipe::AdaptiveSpec,
+    ) -> anyhow::Result<()> {
+        let count = self.spec.count as usize;
+        let targets = &recipe.phase_targets()[0];
+        let fix = format!(
+            "give it at least {count} units (more files, or smaller row groups) or lower \
+             lanes.count"
+        );
+        for (i, source) in recipe.sources.iter().enumerate() {
+            if targets[i] <= 0.0 {
+                continue;
+            }
+            let held = (0..count).filter(|&l| !self.lanes[l][i].is_empty()).count();
+            let most = held as f64 / count as f64;
+            let got = self.shares[0].global[i];
+            if (got - targets[i]).abs() >= 5e-4 {
+                bail!(
+                    "[mix.adaptive] starts from weights the lanes cannot meet: source {:?} wants \
+                     {:.1} % of the tokens but is in {held} of {count} lanes, which give it at \
+                     most {:.1} %; {fix}",
+                    source.name,
+                    100.0 * targets[i],
+                    100.0 * most
+                );
+            }
+            if most < spec.min_weight {
+                bail!(
+                    "mix.adaptive.min_weight = {} cannot be met by the lanes: source {:?} is in \
+                     {held} of {count} lanes, which give it at most {:.1} % of the tokens; {fix}, \
+                     or lower min_weight to {most}",
+                    spec.min_weight,
+                    source.name,
+                    100.0 * most
+                );
+            }
+        }
+        Ok(())
     }
 
     /// One message per source that some lanes hold no unit of: its units, the lanes without

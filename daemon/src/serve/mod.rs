@@ -101,6 +101,53 @@ pub fn serve(options: &ServeOptions, shutdown: Arc<AtomicBool>) -> anyhow::Resul
     Served::build(options)?.run(options, shutdown)
 }
 
+/// `[mix.adaptive]`'s decider for a daemon serving `work`, refused where it cannot decide: a
+/// `lag` not above the prefetch, no state directory, lanes that cannot give the shares.
+fn adaptive_decider(
+    spec: &dsprep_mixers::recipe::AdaptiveSpec,
+    options: &ServeOptions,
+    work: &Work,
+    reports: &Arc<reports::Reports>,
+    store: &Arc<StepStore>,
+    window_tokens: u64,
+) -> anyhow::Result<adaptive::Decider> {
+    if spec.lag <= options.prefetch {
+        bail!(
+            "mix.adaptive.lag = {} must be above the daemon's prefetch (--prefetch {}): a \
+             decision for step d uses the reports up to step d − lag, and the ranks may be \
+             --prefetch steps behind the stream; raise lag or lower --prefetch",
+            spec.lag,
+            options.prefetch
+        );
+    }
+    let Some(state_dir) = &options.state_dir else {
+        bail!(
+            "[mix.adaptive] needs --state-dir: its decisions are written to the stream's lineage \
+             there before they take effect"
+        );
+    };
+    let lanes = match work {
+        Work::Single(_) => None,
+        Work::Lanes(lanes) => {
+            let recipe = lanes.course.served_recipe();
+            lanes.inputs.check_adaptive(recipe, spec)?;
+            Some(adaptive::LaneShape {
+                spec: lanes.inputs.spec,
+                present: lanes.inputs.present(),
+            })
+        }
+    };
+    let pool = adaptive::pool::Pool::of_node(state_dir, options.node.rank, options.node.count)?;
+    Ok(adaptive::Decider::new(
+        crate::checkpoint::lineage::path_in(state_dir),
+        Arc::clone(reports),
+        Arc::clone(store),
+        window_tokens,
+        pool,
+        lanes,
+    ))
+}
+
 /// What a daemon serves, built and checked before anything is bound or started: who may
 /// connect, the recipe, the layout of its replies, its work (the stream or this node's lanes),
 /// the step store and the metrics.
@@ -119,7 +166,7 @@ struct Served {
     earlier_recipes: Vec<[u8; 32]>,
     /// The trainers' loss reports, and `[mix.adaptive]`'s decider over them.
     reports: Arc<reports::Reports>,
-    decider: Option<Arc<dyn MixDecider>>,
+    decider: Option<Arc<adaptive::Decider>>,
 }
 
 impl Served {
@@ -206,47 +253,26 @@ impl Served {
         } else {
             StepStore::new(node.local_ranks, options.prefetch)
         });
-        let adaptive = match &work {
-            Work::Single(_) => counted.mix.adaptive.clone(),
-            Work::Lanes(_) => None, // refused with [lanes] when the recipe is read
-        };
-        let reports = Arc::new(reports::Reports::new(
+        let adaptive = counted.mix.adaptive.clone();
+        let mut reports = reports::Reports::new(
             counted.sources.iter().map(|s| s.name.clone()).collect(),
             node.local_ranks,
             adaptive.as_ref().map(|_| 0),
-        ));
-        let decider = match (&adaptive, &work) {
-            (Some(spec), Work::Single(course)) => {
-                if spec.lag <= options.prefetch {
-                    bail!(
-                        "mix.adaptive.lag = {} must be above the daemon's prefetch (--prefetch {}): \
-                         a decision for step d uses the reports up to step d − lag, and the ranks \
-                         may be --prefetch steps behind the stream; raise lag or lower --prefetch",
-                        spec.lag,
-                        options.prefetch
-                    );
-                }
-                let Some((path, _)) = &course.kept else {
-                    bail!(
-                        "[mix.adaptive] needs --state-dir: its decisions are written to the \
-                         stream's lineage there before they take effect"
-                    );
-                };
-                reports.set_shares(&dsprep_mixers::mixer::target_shares(
-                    &(counted.sources.iter())
-                        .map(|s| s.weight)
-                        .collect::<Vec<_>>(),
-                ));
-                let window_tokens = u64::from(layout.window_tokens);
-                let decider = adaptive::Decider::new(
-                    path.clone(),
-                    Arc::clone(&reports),
-                    Arc::clone(&store),
-                    window_tokens,
-                );
-                Some(Arc::new(decider) as Arc<dyn MixDecider>)
-            }
-            _ => None,
+        );
+        if options.node.count > 1 {
+            reports = reports.of_node(options.node.rank, node.first_rank);
+        }
+        let reports = Arc::new(reports);
+        let decider = match &adaptive {
+            Some(spec) => Some(Arc::new(adaptive_decider(
+                spec,
+                options,
+                &work,
+                &reports,
+                &store,
+                u64::from(layout.window_tokens),
+            )?)),
+            None => None,
         };
         let mut metrics = Metrics::new(&counted);
         metrics.reports = Some(Arc::clone(&reports));
@@ -370,10 +396,17 @@ impl Served {
                 context.clone(),
                 Arc::clone(&fatal),
             );
-            let step_tokens = global_batch * u64::from(layout.window_tokens);
+            let window_tokens = layout.window_tokens;
+            let step_tokens = global_batch * u64::from(window_tokens);
             let config = PipelineConfig {
                 shuffle_fill: Some(shuffle_fill),
-                decider,
+                decider: match (&work, &decider) {
+                    (Work::Single(_), Some(d)) => {
+                        Some(Arc::new(adaptive::Planner::new(Arc::clone(d), None))
+                            as Arc<dyn MixDecider>)
+                    }
+                    _ => None,
+                },
                 ..PipelineConfig::for_steps(options.threads, step_tokens, 1)
             };
             std::thread::Builder::new()
@@ -395,7 +428,17 @@ impl Served {
                                 None => Ok(None),
                                 Some(step) => {
                                     tracing::info!("the first request is for step {step}");
-                                    course.place(step, &loaded, &config).map(Some)
+                                    let placed = course.place(step, &loaded, &config);
+                                    if let Some(reports) = &metrics.reports {
+                                        let lineage = &course.segments.lineage;
+                                        reports.set_lineage(lineage, u64::from(window_tokens));
+                                    }
+                                    match (&decider, placed) {
+                                        (Some(d), Ok(placed)) => {
+                                            d.begin(&course.segments.lineage).map(|()| Some(placed))
+                                        }
+                                        (_, placed) => placed.map(Some),
+                                    }
                                 }
                             };
                             match placed {
@@ -431,6 +474,7 @@ impl Served {
                             stream_dir: lanes.stream_dir.clone(),
                             branch_dir: lanes.branch_dir.clone(),
                             course: lanes.course,
+                            decider,
                         }
                         .run(),
                     };

@@ -8,9 +8,12 @@
 //! step it fetched (the server checks), and only steps at or above the next decision's first
 //! are kept, so the book holds at most the steps between that and the fastest rank.
 
+mod phases;
+
 use super::metrics::{Labels, Scrape, labels};
 use dsprep_client::protocol::report::SourceLoss;
 use dsprep_mixers::adaptive::Observed;
+use phases::StepPhases;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -66,6 +69,10 @@ struct Book {
     /// since the last progress line.
     total: Vec<Observed>,
     since_line: Vec<Observed>,
+    /// Per (segment, phase, source): the loss and tokens of every accepted report, by the
+    /// segment and phase of its step ([`StepPhases`]).
+    phases: StepPhases,
+    by_phase: BTreeMap<(u32, u32, usize), Observed>,
     refused: BTreeMap<Refused, u64>,
     accepted: u64,
 }
@@ -74,6 +81,9 @@ struct Book {
 pub struct Reports {
     names: Vec<String>,
     ranks: u32,
+    /// The global rank of local rank 0 (what messages name), and a node daemon's node.
+    first_rank: u32,
+    node: Option<u32>,
     book: Mutex<Book>,
     arrived: Condvar,
     closed: AtomicBool,
@@ -99,11 +109,15 @@ impl Reports {
             shares: (0..n).map(|_| AtomicU64::new(0)).collect(),
             names,
             ranks,
+            first_rank: 0,
+            node: None,
             book: Mutex::new(Book {
                 keep_from,
                 steps: BTreeMap::new(),
                 total: vec![Observed::default(); n],
                 since_line: vec![Observed::default(); n],
+                phases: StepPhases::default(),
+                by_phase: BTreeMap::new(),
                 refused: BTreeMap::new(),
                 accepted: 0,
             }),
@@ -114,8 +128,20 @@ impl Reports {
         }
     }
 
+    /// The book of node daemon `node`, whose local rank 0 is global rank `first_rank`.
+    pub fn of_node(mut self, node: u32, first_rank: u32) -> Reports {
+        self.first_rank = first_rank;
+        self.node = Some(node);
+        self
+    }
+
     fn lock(&self) -> MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lineage served (once placed): the segments and phases reports are counted in.
+    pub fn set_lineage(&self, lineage: &dsprep_mixers::lineage::Lineage, window_tokens: u64) {
+        self.lock().phases = StepPhases::new(lineage, window_tokens);
     }
 
     /// Count a report refused before it reached the book (the server's checks).
@@ -132,8 +158,12 @@ impl Reports {
         match outcome {
             Ok(()) => {
                 book.accepted += 1;
+                let (segment, phase) = book.phases.of(step);
                 for e in entries {
                     let i = usize::from(e.source);
+                    let in_phase = book.by_phase.entry((segment, phase, i)).or_default();
+                    in_phase.loss_sum += e.loss_sum;
+                    in_phase.tokens += e.tokens;
                     for sums in [&mut book.total[i], &mut book.since_line[i]] {
                         sums.loss_sum += e.loss_sum;
                         sums.tokens += e.tokens;
@@ -251,9 +281,13 @@ impl Reports {
             if absent.is_empty() {
                 continue;
             }
-            let ranks = match absent.len() == self.ranks as usize {
-                true => "every rank".to_string(),
-                false => format!("ranks {absent:?}"),
+            let ranks = match (absent.len() == self.ranks as usize, self.node) {
+                (true, None) => "every rank".to_string(),
+                (true, Some(node)) => format!("every rank of node {node}"),
+                (false, _) => {
+                    let global: Vec<u32> = absent.iter().map(|r| r + self.first_rank).collect();
+                    format!("ranks {global:?}")
+                }
             };
             parts.push(format!("step {step} from {ranks}"));
         }
@@ -337,6 +371,32 @@ impl Reports {
             "dsprep_source_loss_mean",
             "The mean reported loss per token per source (0 before any report)",
             per_source(&|o| o.mean().unwrap_or(0.0)),
+        );
+        let per_phase = |value: &dyn Fn(&Observed) -> f64| -> Vec<(Labels, f64)> {
+            (book.by_phase.iter())
+                .filter_map(|(&(segment, phase, source), o)| {
+                    let name = self.names.get(source)?;
+                    let (segment, phase) = (segment.to_string(), phase.to_string());
+                    let set = [("segment", &*segment), ("phase", &*phase), ("source", name)];
+                    Some((labels(&set), value(o)))
+                })
+                .collect()
+        };
+        scrape.fraction(
+            "dsprep_source_phase_loss_sum",
+            "The trainers' reported loss per segment of the lineage, phase of its recipe \
+             ([[mix.phase]]; 0: the [[source]] weights) and source",
+            per_phase(&|o| o.loss_sum),
+        );
+        scrape.fraction(
+            "dsprep_source_phase_loss_tokens",
+            "The tokens the reported loss per segment, phase and source counts",
+            per_phase(&|o| o.tokens as f64),
+        );
+        scrape.fraction(
+            "dsprep_source_phase_loss_mean",
+            "The mean reported loss per token per segment, phase and source",
+            per_phase(&|o| o.mean().unwrap_or(0.0)),
         );
         scrape.counter(
             "dsprep_loss_reports",

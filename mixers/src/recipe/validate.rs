@@ -178,7 +178,8 @@ pub(super) fn validate(recipe: &Recipe) -> Vec<FieldError> {
 }
 
 /// `[mix.adaptive]`: its own settings, and what it needs of the rest of the recipe (a mix in
-/// tokens: its decisions are shares of tokens; no `[[mix.phase]]` or `[lanes]` beside it yet).
+/// tokens: its decisions are shares of tokens; no `[[mix.phase]]` beside it). What the lanes can
+/// give is checked once they are dealt (`driver::lanes`).
 fn adaptive_problems(recipe: &Recipe) -> Vec<(String, String)> {
     let Some(spec) = &recipe.mix.adaptive else {
         return Vec::new();
@@ -195,14 +196,6 @@ fn adaptive_problems(recipe: &Recipe) -> Vec<(String, String)> {
         problems.push((
             "mix.adaptive".into(),
             "cannot be combined with [[mix.phase]]: the decisions are the stream's phases".into(),
-        ));
-    }
-    if recipe.lanes.is_some() {
-        problems.push((
-            "mix.adaptive".into(),
-            "is not supported with [lanes] yet (node daemons and pack parts): serve the stream \
-             from one daemon"
-                .into(),
         ));
     }
     problems

@@ -23,9 +23,10 @@ use crate::checkpoint::LaneCheckpoints;
 use crate::checkpoint::lane::SegmentTag;
 use crate::driver::LoadedRecipe;
 use crate::driver::lineage::SegmentSink;
-use crate::driver::pipeline::{PipelineConfig, ProducedDoc};
+use crate::driver::pipeline::{MixDecider, PipelineConfig, ProducedDoc};
 use crate::driver::run::{Flow, Snapshots, StreamStart, WindowSink};
 use crate::progress::FastForward;
+use crate::serve::adaptive::{Decider, Planner};
 use crate::serve::metrics::Metrics;
 use crate::serve::placement::{first_request, held_from};
 use crate::serve::producer::{Ended, StepAssembler};
@@ -65,6 +66,9 @@ pub struct LaneProducer<'a> {
     pub stream_dir: Option<std::path::PathBuf>,
     pub branch_dir: Option<std::path::PathBuf>,
     pub checkpoint_every: u64,
+    /// `[mix.adaptive]`: the daemon's decisions, which each lane takes at its own share of
+    /// their token points.
+    pub decider: Option<Arc<Decider>>,
 }
 
 impl LaneProducer<'_> {
@@ -76,6 +80,13 @@ impl LaneProducer<'_> {
         let branch = |n: usize| base.as_deref().map(|b| super::branch_dir(b, n));
         if !(self.course).settle(asked, &self.spec, branch, self.store)? {
             return Ok(Ended::Stopped);
+        }
+        let window_tokens = self.loaded.recipe.packing.window_tokens() as u64;
+        if let Some(reports) = &self.metrics.reports {
+            reports.set_lineage(&self.course.lineage, window_tokens);
+        }
+        if let Some(decider) = &self.decider {
+            decider.begin(&self.course.lineage)?;
         }
         // Steps count from where the lineage set this global batch (step 0 but after a change
         // of it).
@@ -98,7 +109,6 @@ impl LaneProducer<'_> {
         let lanes = self.slice.lanes();
         // About half of one lane's share of a step per chunk, and a snapshot (hence a possible
         // lane checkpoint) about once per its share.
-        let window_tokens = self.loaded.recipe.packing.window_tokens() as u64;
         let step_tokens = self.slice.global_batch * window_tokens;
         let threads = (self.threads / lanes.len().max(1)).max(1);
         std::thread::scope(|scope| {
@@ -107,7 +117,11 @@ impl LaneProducer<'_> {
             for &lane in &lanes {
                 let (tx, rx) = bounded::<Vec<PackedWindow>>(LANE_QUEUE_BLOCKS);
                 receivers.insert(lane, rx);
-                let config = PipelineConfig::for_steps(threads, step_tokens, self.slice.count);
+                let config = PipelineConfig {
+                    decider: (self.decider.clone())
+                        .map(|d| Arc::new(Planner::new(d, Some(lane))) as Arc<dyn MixDecider>),
+                    ..PipelineConfig::for_steps(threads, step_tokens, self.slice.count)
+                };
                 let lane_run = LaneRun {
                     course: &self.course,
                     spec: self.spec,

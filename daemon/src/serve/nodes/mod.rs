@@ -19,6 +19,7 @@ use crate::serve::ServeOptions;
 use anyhow::{Context, anyhow, bail};
 use course::NodeCourse;
 use dsprep_mixers::lanes::NodeSlice;
+use dsprep_mixers::recipe::MixUnit;
 use progress::LaneProgress;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -214,7 +215,7 @@ impl NodeLanes {
             ),
             (Some(dir), _) => {
                 // The stream is named by its first recipe: a change of course keeps its folder.
-                let id = stream_id(&course.segments.loaded[0], &course.inputs[0]);
+                let id = stream_id(&course.lineage.segments[0].recipe, &course.inputs[0]);
                 let stream_dir = dir.join(format!("lanes-{id}"));
                 let branch = branch_dir(&stream_dir, course.branch());
                 let progress = LaneProgress::in_dir(spec, &branch)
@@ -265,10 +266,11 @@ pub fn branch_dir(stream_dir: &std::path::Path, branch: usize) -> std::path::Pat
     }
 }
 
-/// Names the stream on disk: the recipe and every unit each lane reads.
-fn stream_id(loaded: &LoadedRecipe, inputs: &LaneInputs) -> String {
+/// Names the stream on disk: its first recipe (as written: `[mix.adaptive]`'s decisions, phases
+/// of its effective recipe, are not part of the name) and every unit each lane reads.
+fn stream_id(recipe: &dsprep_mixers::Recipe, inputs: &LaneInputs) -> String {
     let mut hasher = Sha256::new();
-    hasher.update(loaded.recipe.hash().as_bytes());
+    hasher.update(recipe.hash().as_bytes());
     for (lane, sources) in inputs.lanes.iter().enumerate() {
         for (source, shards) in sources.iter().enumerate() {
             for shard in shards {
@@ -281,8 +283,10 @@ fn stream_id(loaded: &LoadedRecipe, inputs: &LaneInputs) -> String {
     }
     // Lanes that mix by their own weights (a source missing from some lanes) make another stream
     // than the same units did before those weights existed.
-    if inputs.adjusted(&loaded.recipe) {
-        for (phase, shares) in inputs.shares.iter().enumerate() {
+    let own_phases = 1 + recipe.mix.phases.len();
+    let own = || inputs.shares.iter().take(own_phases);
+    if recipe.mix.unit == MixUnit::Tokens && own().any(|s| s.adjusted) {
+        for (phase, shares) in own().enumerate() {
             for (lane, weights) in shares.weights.iter().enumerate() {
                 hasher.update(format!("\nweights {phase} {lane} {weights:?}"));
             }

@@ -1,0 +1,319 @@
+//! Node daemons pool their trainers' loss reports for a decision through the shared state
+//! directory, once per decision (never per step). Node 0 decides for every node:
+//!
+//! - **Every other node**, when its streams reach a decision's token point, waits (up to
+//!   `wait_seconds`) for its own ranks' reports of the steps the decision uses and writes their
+//!   sums — or which of its ranks did not report — to
+//!   `adaptive-reports/seg<K>-step<STEP>-node<N>.json` (atomic), then waits for the decision in
+//!   `lineage.json`.
+//! - **Node 0** waits for its own ranks the same way, then up to `wait_seconds` more for the
+//!   other nodes' files; it sums them in node order, decides (or holds, naming the nodes and
+//!   ranks it lacked), writes the lineage and removes the files it has used.
+//!
+//! A file of an earlier segment or an older step is never used for another decision: its name
+//! says which it is for.
+
+use super::{names_of, newest};
+use crate::checkpoint::lineage as lineage_file;
+use crate::files::{patiently, write_atomic};
+use crate::serve::reports::{Missing, Reports};
+use anyhow::{Context, bail};
+use dsprep_mixers::adaptive::Observed;
+use dsprep_mixers::lineage::Lineage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often a node looks for the files it waits for.
+const POLL: Duration = Duration::from_millis(50);
+/// How long another node waits for node 0's decision beyond twice `wait_seconds`, before it
+/// stops saying node 0 is gone.
+const FOLLOW_LIMIT: Duration = Duration::from_secs(120);
+
+/// Where a daemon's decisions come from.
+pub enum Pool {
+    /// One daemon serves every rank: it decides from its own reports.
+    Alone,
+    /// Node 0 of `nodes`: decides from its reports and the other nodes' files in `dir`.
+    Leader { dir: PathBuf, nodes: u32 },
+    /// Node `node`: writes its sums to `dir` and follows node 0's decisions.
+    Follower { dir: PathBuf, node: u32 },
+}
+
+/// One node's reports for one decision, as the file says them.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeReports {
+    node: u32,
+    segment: usize,
+    step: u64,
+    reports_from: u64,
+    reports_to: u64,
+    /// Per source name, the sums of the node's ranks' reports (when every rank reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sums: Option<BTreeMap<String, Observed>>,
+    /// What the node's ranks did not report (when some did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    missing: Option<String>,
+}
+
+impl Pool {
+    /// Node `node` of `nodes` with the state directory `state_dir` (created here: the folder of
+    /// the nodes' files).
+    pub fn of_node(state_dir: &Path, node: u32, nodes: u32) -> anyhow::Result<Pool> {
+        if nodes <= 1 {
+            return Ok(Pool::Alone);
+        }
+        let dir = state_dir.join("adaptive-reports");
+        patiently(&dir, "create", || std::fs::create_dir_all(&dir))?;
+        Ok(match node {
+            0 => Pool::Leader { dir, nodes },
+            _ => Pool::Follower { dir, node },
+        })
+    }
+
+    fn file(dir: &Path, segment: usize, step: u64, node: u32) -> PathBuf {
+        dir.join(format!("seg{segment}-step{step:012}-node{node:05}.json"))
+    }
+
+    /// Node 0 or a single daemon: the sums of every rank's reports for the decision for `step`
+    /// (`local`: this daemon's ranks'), or what did not come. Node 0 waits up to `wait` for
+    /// the other nodes' files.
+    pub fn gather(
+        &self,
+        lineage: &Lineage,
+        step: u64,
+        local: Result<Vec<Observed>, Missing>,
+        wait: Duration,
+        reports: &Reports,
+    ) -> anyhow::Result<Result<Vec<Observed>, String>> {
+        let local = local.map_err(|m| m.what);
+        let Pool::Leader { dir, nodes } = self else {
+            return Ok(local);
+        };
+        let k = lineage.segments.len() - 1;
+        let deadline = Instant::now() + wait;
+        let mut heard: BTreeMap<u32, NodeReports> = BTreeMap::new();
+        loop {
+            for node in 1..*nodes {
+                if heard.contains_key(&node) {
+                    continue;
+                }
+                if let Some(r) = read(&Pool::file(dir, k, step, node)) {
+                    heard.insert(node, r);
+                }
+            }
+            if heard.len() + 1 == *nodes as usize
+                || Instant::now() >= deadline
+                || reports.is_closed()
+            {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        let names = names_of(lineage);
+        let mut missing: Vec<String> = local.as_ref().err().cloned().into_iter().collect();
+        let mut sums = local.unwrap_or_default();
+        for node in 1..*nodes {
+            match heard.get(&node) {
+                None => missing.push(format!(
+                    "node {node} (no word from it within {:.1} s)",
+                    wait.as_secs_f64()
+                )),
+                Some(NodeReports {
+                    missing: Some(what),
+                    ..
+                }) => missing.push(what.clone()),
+                Some(NodeReports { sums: Some(s), .. }) if missing.is_empty() => {
+                    for (total, name) in sums.iter_mut().zip(&names) {
+                        let o = s.get(name).copied().unwrap_or_default();
+                        total.loss_sum += o.loss_sum;
+                        total.tokens += o.tokens;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(match missing.is_empty() {
+            true => Ok(sums),
+            false => Err(missing.join("; ")),
+        })
+    }
+
+    /// Another node: write its reports for the decision for `step` for node 0.
+    pub fn send(
+        &self,
+        lineage: &Lineage,
+        step: u64,
+        (from, to): (u64, u64),
+        local: Result<Vec<Observed>, Missing>,
+    ) -> anyhow::Result<()> {
+        let Pool::Follower { dir, node } = self else {
+            return Ok(());
+        };
+        let names = names_of(lineage);
+        let (sums, missing) = match local {
+            Ok(sums) => (Some(names.into_iter().zip(sums).collect()), None),
+            Err(m) => (None, Some(m.what)),
+        };
+        let k = lineage.segments.len() - 1;
+        let file = NodeReports {
+            node: *node,
+            segment: k,
+            step,
+            reports_from: from,
+            reports_to: to,
+            sums,
+            missing,
+        };
+        let path = Pool::file(dir, k, step, *node);
+        let bytes = serde_json::to_vec_pretty(&file).context("a node's reports as JSON")?;
+        patiently(&path, "write", || write_atomic(&path, &bytes))
+    }
+
+    /// Another node: wait for node 0's decision for `step` in the lineage at `path`, and give
+    /// the lineage with it. Fails when node 0 has not written it long after it should have.
+    pub fn await_decision(
+        &self,
+        path: &Path,
+        now: &Lineage,
+        step: u64,
+        wait: Duration,
+        reports: &Reports,
+    ) -> anyhow::Result<Lineage> {
+        let began = Instant::now();
+        let limit = 2 * wait + FOLLOW_LIMIT;
+        let mut said = Instant::now();
+        loop {
+            if let Some(lineage) = lineage_file::read(path)?
+                && lineage.segments.len() == now.segments.len()
+                && newest(&lineage).decisions.iter().any(|d| d.step == step)
+            {
+                return Ok(lineage);
+            }
+            if reports.is_closed() {
+                bail!("the daemon is stopping: the decision for step {step} is not known");
+            }
+            if began.elapsed() >= limit {
+                bail!(
+                    "node 0 has not written the mix decision for step {step} to {} in {} s: is \
+                     node 0's daemon running? It decides for every node",
+                    path.display(),
+                    limit.as_secs()
+                );
+            }
+            if said.elapsed() >= Duration::from_secs(30) {
+                tracing::info!("waiting for node 0's mix decision for step {step}");
+                said = Instant::now();
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Node 0 made the decision for `step` of segment `segment`: the files it used, and any of
+    /// earlier decisions or segments, are removed.
+    pub fn decided(&self, segment: usize, step: u64) {
+        let Pool::Leader { dir, .. } = self else {
+            return;
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some((seg, at)) = parse_name(&name.to_string_lossy()) else {
+                continue;
+            };
+            if seg < segment || (seg == segment && at <= step) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// `seg<K>-step<STEP>-node<N>.json`: its segment and step.
+fn parse_name(name: &str) -> Option<(usize, u64)> {
+    let rest = name.strip_prefix("seg")?.strip_suffix(".json")?;
+    let (seg, rest) = rest.split_once("-step")?;
+    let (step, _) = rest.split_once("-node")?;
+    Some((seg.parse().ok()?, step.parse().ok()?))
+}
+
+/// A node's file, if it is there and reads; one that does not read is said and waited past.
+fn read(path: &Path) -> Option<NodeReports> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!("cannot read {}: {e}", path.display());
+            return None;
+        }
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!("{} does not read as a node's reports: {e}", path.display());
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsprep_mixers::test_fixtures::recipe;
+
+    #[test]
+    fn names_say_their_segment_and_step() {
+        let path = Pool::file(Path::new("/s"), 2, 45, 3);
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(name, "seg2-step000000000045-node00003.json");
+        assert_eq!(parse_name(&name), Some((2, 45)));
+        assert_eq!(parse_name("seg2-step45.json"), None);
+        assert_eq!(parse_name("other.json"), None);
+    }
+
+    fn observed(loss_sum: f64, tokens: u64) -> Vec<Observed> {
+        vec![Observed { loss_sum, tokens }]
+    }
+
+    /// Three nodes: node 0 sums its own reports and node 1's; node 2's file says which of its
+    /// ranks were silent, and a decision without node 1's file names it. Used files are removed.
+    #[test]
+    fn node_0_sums_every_node_and_names_what_is_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lineage = Lineage::start(recipe(), "/r".into(), 6, 1);
+        let leader = Pool::of_node(tmp.path(), 0, 3).unwrap();
+        let node = |n: u32| Pool::of_node(tmp.path(), n, 3).unwrap();
+        let reports = Reports::new(vec!["a".into()], 2, Some(0));
+        let wait = Duration::from_millis(100);
+        node(1)
+            .send(&lineage, 9, (0, 3), Ok(observed(6.0, 3)))
+            .unwrap();
+        node(2)
+            .send(&lineage, 9, (0, 3), Ok(observed(1.5, 1)))
+            .unwrap();
+        let got = leader.gather(&lineage, 9, Ok(observed(2.0, 1)), wait, &reports);
+        assert_eq!(got.unwrap(), Ok(observed(9.5, 5)));
+
+        let silent = Missing {
+            what: "step 3 from every rank of node 2".into(),
+        };
+        node(2).send(&lineage, 12, (3, 6), Err(silent)).unwrap();
+        let got = leader.gather(&lineage, 12, Ok(observed(2.0, 1)), wait, &reports);
+        assert_eq!(
+            got.unwrap(),
+            Err("node 1 (no word from it within 0.1 s); step 3 from every rank of node 2".into())
+        );
+        leader.decided(0, 12);
+        let left: Vec<_> = std::fs::read_dir(tmp.path().join("adaptive-reports"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(matches!(
+            Pool::of_node(tmp.path(), 0, 1).unwrap(),
+            Pool::Alone
+        ));
+    }
+}

@@ -1,0 +1,239 @@
+//! `[mix.adaptive]` on node daemons: the multinode recipe (`[lanes]`, 8 lanes) mixed in tokens,
+//! served by 2 and 4 node daemons to 8 real `dsprep tap` ranks that report a synthetic loss
+//! after each step. Node 0 decides from every node's reports (pooled through the state
+//! directory once per decision); each lane takes the decision at its own share of the token
+//! point with the lanes' share solver's weights. The daemons are SIGKILLed at pseudo-random steps
+//! and resumed on another node count: every rank's bytes equal `dsprep pack --lineage`.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly on purpose
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use support::adaptive::*;
+use support::daemon::{Daemon, tap_all};
+use support::lineage::*;
+use support::nodes::{multinode, node_args};
+use support::recipe_variant;
+
+/// Ranks (world 8 × micro batch 1: a step is 4 blocks of 2 windows, so 1, 2 or 4 nodes).
+const WORLD: u32 = 8;
+/// Bytes of one rank's row (513 u16 tokens).
+const ROW: usize = 513 * 2;
+
+/// The multinode recipe mixed in tokens with `[mix.adaptive]` (`extra` lines in its table).
+fn adaptive_multinode(dir: &Path, algorithm: &str, extra: &str, best_fit: bool) -> PathBuf {
+    let mut replace = vec![("[mix]\n", "[mix]\nunit = \"tokens\"\n")];
+    if best_fit {
+        replace.push(("[packing]\n", "[packing]\nstrategy = \"best_fit\"\n"));
+    }
+    let path = recipe_variant(&multinode(), dir, "adaptive.toml", &replace);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&adaptive_table(algorithm, extra));
+    if best_fit {
+        // best_fit's pool reads ahead of the ranks (here 8 documents, a few steps of a lane's
+        // share): the decisions' lag is set above that, so the reports come first.
+        text = text.replace(
+            "strategy = \"best_fit\"\n",
+            "strategy = \"best_fit\"\npool_documents = 8\n",
+        );
+        text = text.replace("lag = 6\n", "lag = 12\n");
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `count` node daemons of `recipe` sharing `dir/state` (resumed when `resume`).
+fn start_nodes(dir: &Path, recipe: &Path, count: u32, resume: bool) -> Vec<Daemon> {
+    let mut extra = vec![
+        "--prefetch",
+        "4",
+        "--checkpoint-every",
+        "3",
+        "--metrics",
+        "off",
+    ];
+    if resume {
+        extra.extend(["--resume", "latest"]);
+    }
+    (0..count)
+        .map(|node| {
+            let endpoint = format!("ipc://{}", dir.join(format!("node{node}.sock")).display());
+            let args = node_args(dir, node, count, WORLD, 1, &extra);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Daemon::start_with(recipe, &endpoint, &args).unwrap()
+        })
+        .collect()
+}
+
+/// Every rank pulls `steps` from `from`, reporting its loss: the global batches, in step order.
+fn pull(dir: &Path, daemons: &[Daemon], from: u64, steps: u64) -> Vec<u8> {
+    let refs: Vec<&Daemon> = daemons.iter().collect();
+    let tag = format!("from{from}");
+    let outs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tap_all(
+            dir,
+            &refs,
+            WORLD,
+            from,
+            steps,
+            &tag,
+            &["--report-loss", LOSS],
+        )
+    }))
+    .unwrap_or_else(|panic| {
+        for (node, daemon) in daemons.iter().enumerate() {
+            eprintln!("node {node}'s log:\n{}", daemon.log_text());
+        }
+        std::panic::resume_unwind(panic)
+    });
+    let ranks: Vec<Vec<u8>> = outs.iter().map(|o| std::fs::read(o).unwrap()).collect();
+    (0..steps as usize)
+        .flat_map(|s| {
+            let ranks = &ranks;
+            (0..WORLD as usize).flat_map(move |r| ranks[r][s * ROW..(s + 1) * ROW].to_vec())
+        })
+        .collect()
+}
+
+/// Node daemons on `counts[0]`, then `counts[1]`, then `counts[2]` nodes, SIGKILLed between at
+/// pseudo-random steps: what the ranks got is `pack --lineage`'s, and node 0's decisions
+/// counted every rank's reports.
+fn nodes_killed_and_resumed(counts: [u32; 3], algorithm: &str, extra: &str, best_fit: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let recipe = adaptive_multinode(dir, algorithm, extra, best_fit);
+    let seed = seed();
+    let first = 10 + seed % 8;
+    let second = first + 8 + (seed / 8) % 8;
+    let end = 42;
+    let why = format!("DSPREP_TEST_SEED={seed}: kills at steps {first} and {second}");
+    let mut got = Vec::new();
+    for (i, (from, to)) in [(0, first), (first, second), (second, end)]
+        .into_iter()
+        .enumerate()
+    {
+        let daemons = start_nodes(dir, &recipe, counts[i], i > 0);
+        got.extend(pull(dir, &daemons, from, to - from));
+        drop(daemons); // SIGKILL
+    }
+    let state = dir.join("state");
+    let decided = decision_values(&state);
+    let steps: Vec<u64> = decided
+        .iter()
+        .map(|d| d["step"].as_u64().unwrap())
+        .collect();
+    let lag = if best_fit { 12 } else { 6 };
+    let expected: Vec<u64> = (0..steps.len() as u64).map(|k| lag + 3 + 3 * k).collect();
+    assert_eq!(
+        steps,
+        expected,
+        "{why}: a decision every 3 steps from step {}",
+        lag + 3
+    );
+    assert!(steps.len() >= 10, "{why}: {steps:?}");
+    // A decision from reports counted every rank's tokens of its 3 steps (512 labels a row with
+    // concat; fewer with best_fit's padding): node 0 heard the other nodes.
+    let pooled: Vec<u64> = (decided.iter())
+        .filter(|d| d.get("held").is_none())
+        .map(|d| {
+            let observed = d["observed"].as_object().unwrap();
+            observed
+                .values()
+                .map(|o| o["tokens"].as_u64().unwrap())
+                .sum()
+        })
+        .collect();
+    assert!(
+        pooled.len() >= 5,
+        "{why}: decisions from reports: {decided:?}"
+    );
+    let all = u64::from(WORLD) * 3 * 512;
+    for tokens in &pooled {
+        match best_fit {
+            false => assert_eq!(*tokens, all, "{why}: every rank's reports, {pooled:?}"),
+            true => assert!(*tokens > all / 2 && *tokens <= all, "{why}: {pooled:?}"),
+        }
+    }
+    let data = pack_lineage(&state, &dir.join("packed"));
+    assert_eq!(got.len(), end as usize * WORLD as usize * ROW, "{why}");
+    assert!(
+        got == windows(&data, 0..end * u64::from(WORLD)),
+        "{why}: the served stream differs from the packed lineage of its decisions"
+    );
+}
+
+#[test]
+fn exp3_on_two_then_four_then_two_node_daemons_replays_exactly() {
+    nodes_killed_and_resumed([2, 4, 2], "exp3", "", false);
+}
+
+#[test]
+fn softmax_with_best_fit_on_four_then_two_then_one_node_daemons_replays_exactly() {
+    nodes_killed_and_resumed([4, 2, 1], "softmax", "temperature = 0.5\n", true);
+}
+
+/// Node 1's ranks never report: node 0 waits `wait_seconds` for node 1's file, which says which
+/// of its ranks were silent, holds every decision naming them, and the stream replays exactly.
+#[test]
+fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let recipe = adaptive_multinode(dir, "exp3", "", false);
+    let recipe_text = std::fs::read_to_string(&recipe)
+        .unwrap()
+        .replace("wait_seconds = 2", "wait_seconds = 0.5");
+    std::fs::write(&recipe, recipe_text).unwrap();
+    let daemons = start_nodes(dir, &recipe, 2, false);
+    let steps = 24;
+    let taps: Vec<_> = (0..WORLD)
+        .map(|rank| {
+            let node = &daemons[(rank / 4) as usize];
+            let out = dir.join(format!("r{rank}.bin"));
+            let report: &[&str] = if rank < 4 {
+                &["--report-loss", LOSS]
+            } else {
+                &[]
+            };
+            support::daemon::tap_with(&node.endpoint, rank, WORLD, 0, steps, &out, report)
+        })
+        .collect();
+    for child in taps {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let log = daemons[0].log_text();
+    drop(daemons);
+    let decided = decisions(&dir.join("state"));
+    assert!(decided.len() >= 3, "{decided:?}");
+    assert!(
+        decided.iter().all(|d| d.1),
+        "every decision held: {decided:?}"
+    );
+    assert!(
+        log.contains(
+            "mix decision for step 9 holds the shares: on_missing = \"hold\": after 0.5 s no \
+             report of step 0 from every rank of node 1, step 1 from every rank of node 1, step \
+             2 from every rank of node 1"
+        ),
+        "{log}"
+    );
+    let ranks: Vec<Vec<u8>> = (0..WORLD)
+        .map(|r| std::fs::read(dir.join(format!("r{r}.bin"))).unwrap())
+        .collect();
+    let got: Vec<u8> = (0..steps as usize)
+        .flat_map(|s| {
+            ranks
+                .iter()
+                .flat_map(move |b| b[s * ROW..(s + 1) * ROW].to_vec())
+        })
+        .collect();
+    let data = pack_lineage(&dir.join("state"), &dir.join("packed"));
+    assert!(
+        got == windows(&data, 0..steps * u64::from(WORLD)),
+        "the held decisions replay exactly"
+    );
+}
