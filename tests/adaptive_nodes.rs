@@ -29,14 +29,15 @@ fn adaptive_multinode(dir: &Path, algorithm: &str, extra: &str, best_fit: bool) 
     let path = recipe_variant(&multinode(), dir, "adaptive.toml", &replace);
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str(&adaptive_table(algorithm, extra));
+    // Each lane holds 3 blocks of 2 windows ahead: 6 steps of 8 windows over 8 lanes, beside the
+    // prefetch of 4; the lag is above both, so the reports come first.
+    text = text.replace("lag = 6\n", "lag = 12\n");
     if best_fit {
-        // best_fit's pool reads ahead of the ranks (here 8 documents, a few steps of a lane's
-        // share): the decisions' lag is set above that, so the reports come first.
+        // best_fit's pool reads further ahead: 8 documents, a few steps of a lane's share.
         text = text.replace(
             "strategy = \"best_fit\"\n",
             "strategy = \"best_fit\"\npool_documents = 8\n",
         );
-        text = text.replace("lag = 6\n", "lag = 12\n");
     }
     std::fs::write(&path, text).unwrap();
     path
@@ -122,13 +123,10 @@ fn nodes_killed_and_resumed(counts: [u32; 3], algorithm: &str, extra: &str, best
         .iter()
         .map(|d| d["step"].as_u64().unwrap())
         .collect();
-    let lag = if best_fit { 12 } else { 6 };
-    let expected: Vec<u64> = (0..steps.len() as u64).map(|k| lag + 3 + 3 * k).collect();
+    let expected: Vec<u64> = (0..steps.len() as u64).map(|k| 15 + 3 * k).collect();
     assert_eq!(
-        steps,
-        expected,
-        "{why}: a decision every 3 steps from step {}",
-        lag + 3
+        steps, expected,
+        "{why}: a decision every 3 steps from step 15 (lag 12)"
     );
     assert!(steps.len() >= 10, "{why}: {steps:?}");
     // A decision from reports counted every rank's tokens of its 3 steps (512 labels a row with
@@ -215,7 +213,7 @@ fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
     );
     assert!(
         log.contains(
-            "mix decision for step 9 holds the shares: on_missing = \"hold\": after 0.5 s no \
+            "mix decision for step 15 holds the shares: on_missing = \"hold\": after 0.5 s no \
              report of step 0 from every rank of node 1, step 1 from every rank of node 1, step \
              2 from every rank of node 1"
         ),
@@ -235,5 +233,69 @@ fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
     assert!(
         got == windows(&data, 0..steps * u64::from(WORLD)),
         "the held decisions replay exactly"
+    );
+}
+
+/// Node daemons serve an adaptive stream to its end: the lanes that read past the end (to a
+/// decision point node 0's lanes, stopped at the end, never reach) stop waiting for node 0, so
+/// every node says the end, and the ranks got exactly `pack --lineage`.
+#[test]
+fn node_daemons_serve_an_adaptive_stream_to_its_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let recipe = adaptive_multinode(dir, "softmax", "", false);
+    let daemons = start_nodes(dir, &recipe, 2, false);
+    let refs: Vec<&Daemon> = daemons.iter().collect();
+    let outs = tap_all(dir, &refs, WORLD, 0, 1000, "all", &["--report-loss", LOSS]);
+    let ranks: Vec<Vec<u8>> = outs.iter().map(|o| std::fs::read(o).unwrap()).collect();
+    let steps = ranks[0].len() / ROW;
+    assert!(steps > 50, "{steps} steps");
+    let got: Vec<u8> = (0..steps)
+        .flat_map(|s| {
+            ranks
+                .iter()
+                .flat_map(move |b| b[s * ROW..(s + 1) * ROW].to_vec())
+        })
+        .collect();
+    for daemon in &daemons {
+        let log = daemon.log_text();
+        assert!(
+            log.contains(&format!("every rank gets {steps} steps")),
+            "{log}"
+        );
+    }
+    drop(daemons);
+    let data = pack_lineage(&dir.join("state"), &dir.join("packed"));
+    let served = steps as u64 * u64::from(WORLD);
+    assert!(data.num_windows() >= served && data.num_windows() < served + u64::from(WORLD));
+    assert!(got == windows(&data, 0..served));
+}
+
+/// A lag the lanes' read-ahead would overtake is refused before serving, with the arithmetic.
+#[test]
+fn a_lag_within_what_the_lanes_hold_ahead_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let recipe = adaptive_multinode(dir, "exp3", "", false);
+    let text = std::fs::read_to_string(&recipe).unwrap();
+    std::fs::write(&recipe, text.replace("lag = 12\n", "lag = 10\n")).unwrap();
+    let endpoint = format!("ipc://{}", dir.join("node0.sock").display());
+    let args = node_args(
+        dir,
+        0,
+        2,
+        WORLD,
+        1,
+        &["--prefetch", "4", "--metrics", "off"],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = Daemon::start_with(&recipe, &endpoint, &args).err().unwrap();
+    assert!(
+        err.contains(
+            "mix.adaptive.lag = 10 must be above the daemon's prefetch and what its lanes hold \
+             ahead: --prefetch 4 + 6 steps (3 blocks of 2 windows in each of 8 lanes, 8 windows a \
+             step); raise lag above 10 or lower --prefetch"
+        ),
+        "{err}"
     );
 }

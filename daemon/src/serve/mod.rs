@@ -131,9 +131,33 @@ fn adaptive_decider(
         Work::Lanes(lanes) => {
             let recipe = lanes.course.served_recipe();
             lanes.inputs.check_adaptive(recipe, spec)?;
+            // Each lane holds blocks ready beyond the one the node consumes, and builds one:
+            // the stream reaches a decision's token point that many steps' worth sooner.
+            let spec_lanes = lanes.inputs.spec;
+            let held = (nodes::lanes::LANE_QUEUE_BLOCKS as u64 + 1)
+                * u64::from(spec_lanes.block_windows)
+                * u64::from(spec_lanes.count);
+            let ahead = held.div_ceil(lanes.slice.global_batch);
+            if spec.lag <= options.prefetch + ahead {
+                bail!(
+                    "mix.adaptive.lag = {} must be above the daemon's prefetch and what its lanes \
+                     hold ahead: --prefetch {} + {ahead} steps ({} blocks of {} windows in each \
+                     of {} lanes, {} windows a step); raise lag above {} or lower --prefetch",
+                    spec.lag,
+                    options.prefetch,
+                    nodes::lanes::LANE_QUEUE_BLOCKS + 1,
+                    spec_lanes.block_windows,
+                    spec_lanes.count,
+                    lanes.slice.global_batch,
+                    options.prefetch + ahead
+                );
+            }
             Some(adaptive::LaneShape {
                 spec: lanes.inputs.spec,
                 present: lanes.inputs.present(),
+                global_batch: lanes.slice.global_batch,
+                progress: lanes.progress.clone(),
+                ended: Default::default(),
             })
         }
     };

@@ -222,15 +222,16 @@ impl Reports {
     }
 
     /// Wait up to `wait` for every rank's report of each step in `from..to`, then sum them per
-    /// source; `Missing` names what did not come. A step below `reported_from()` (where a resumed
-    /// daemon's trainers resumed: they will not report it again) is not waited for. Either way,
-    /// steps below `to` are decided from then on: their reports are no longer kept.
+    /// source; `Missing` names what did not come. A step for which `will_not_come(step)` (below
+    /// where a resumed daemon's trainers resumed, or past the end of the stream) is not waited
+    /// for. Either way, steps below `to` are decided from then on: their reports are no longer
+    /// kept.
     pub fn wait_for(
         &self,
         from: u64,
         to: u64,
         wait: Duration,
-        reported_from: impl Fn() -> u64,
+        will_not_come: impl Fn(u64) -> bool,
     ) -> Result<Vec<Observed>, Missing> {
         let deadline = Instant::now() + wait;
         let mut book = self.lock();
@@ -238,10 +239,7 @@ impl Reports {
             let done =
                 |step: u64| (book.steps.get(&step)).is_some_and(|s| s.reported.iter().all(|&r| r));
             let complete = (from..to).all(done);
-            let hopeless = !complete
-                && (from..to)
-                    .filter(|&s| !done(s))
-                    .all(|s| s < reported_from());
+            let hopeless = !complete && (from..to).filter(|&s| !done(s)).all(&will_not_come);
             let now = Instant::now();
             if complete || hopeless || now >= deadline || self.closed.load(Relaxed) {
                 let result = match complete {

@@ -16,6 +16,7 @@ pub mod pool;
 
 pub use planner::Planner;
 
+use super::nodes::progress::{Gate, LaneProgress};
 use super::reports::Reports;
 use super::store::StepStore;
 use crate::checkpoint::lineage as lineage_file;
@@ -28,13 +29,34 @@ use dsprep_mixers::recipe::AdaptiveSpec;
 use pool::Pool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The lanes a node's streams are: which sources each lane holds (`present[lane][source]`).
+/// The lanes a node's streams are: which sources each lane holds (`present[lane][source]`),
+/// and how the daemon learns where the stream ends (its own lanes that ended, and with more
+/// nodes the lanes' shared progress): a decision past the end is never waited for.
 pub struct LaneShape {
     pub spec: dsprep_mixers::LanesSpec,
     pub present: Vec<Vec<bool>>,
+    pub global_batch: u64,
+    pub progress: Option<Arc<LaneProgress>>,
+    /// Per lane this daemon runs that ended: its blocks.
+    pub ended: Mutex<BTreeMap<u32, u64>>,
+}
+
+impl LaneShape {
+    /// The first stream window past the end, as far as this daemon's own lanes know it.
+    fn end_window(&self) -> Option<u64> {
+        let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let (count, k) = (
+            u64::from(self.spec.count),
+            u64::from(self.spec.block_windows),
+        );
+        (ended.iter())
+            .map(|(&lane, &blocks)| (blocks * count + u64::from(lane)) * k)
+            .min()
+    }
 }
 
 /// A decision as the streams take it: from which of the stream's tokens on its weights hold
@@ -59,6 +81,9 @@ pub struct Decider {
     lanes: Option<LaneShape>,
     state: Mutex<State>,
     changed: Condvar,
+    /// The streams' consumer is gone (the stream ended, or the daemon stops): a decision waited
+    /// for from node 0 is no longer needed.
+    stopped: AtomicBool,
 }
 
 #[derive(Default)]
@@ -90,7 +115,44 @@ impl Decider {
             lanes,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            stopped: AtomicBool::new(false),
         }
+    }
+
+    /// Nothing the streams make from now on is served (the producer has stopped taking their
+    /// windows): decisions are no longer waited for, and a stream asking gets none.
+    pub fn stop(&self) {
+        self.stopped.store(true, Relaxed);
+        self.changed.notify_all();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Relaxed)
+    }
+
+    /// Lane `lane` of this daemon ended after `blocks` blocks: the stream ends by then.
+    pub fn lane_ended(&self, lane: u32, blocks: u64) {
+        if let Some(lanes) = &self.lanes {
+            let mut ended = lanes.ended.lock().unwrap_or_else(|p| p.into_inner());
+            ended.insert(lane, blocks);
+        }
+        self.changed.notify_all();
+    }
+
+    /// Whether the stream is known to end before `step` (no rank trains on it, so no report of
+    /// it comes, and no decision for it is needed).
+    fn past_end(&self, step: u64) -> bool {
+        let (Some(lanes), Some(start)) = (&self.lanes, self.lock().start.clone()) else {
+            return false;
+        };
+        if lanes
+            .end_window()
+            .is_some_and(|end| start.window_of_step(step) >= end)
+        {
+            return true;
+        }
+        (lanes.progress.as_ref())
+            .is_some_and(|p| matches!(p.gate(step, lanes.global_batch), Gate::End(_)))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -155,11 +217,22 @@ impl Decider {
 
     /// The decision for `step`: made once for the whole daemon (node 0 and a single daemon make
     /// it and write it; other nodes wait for node 0's), then given to every stream that asks.
-    pub fn decision(&self, step: u64) -> anyhow::Result<Arc<Made>> {
+    /// `None` once [`Decider::stop`] was called.
+    pub fn decision(&self, step: u64) -> anyhow::Result<Option<Arc<Made>>> {
         let mut state = self.lock();
         loop {
+            if self.is_stopped() {
+                return Ok(None);
+            }
+            if !state.making && self.lanes.is_some() {
+                drop(state);
+                if self.past_end(step) {
+                    return Ok(None);
+                }
+                state = self.lock();
+            }
             if let Some(made) = state.recent.iter().find(|m| m.step == step) {
-                return Ok(Arc::clone(made));
+                return Ok(Some(Arc::clone(made)));
             }
             let now =
                 (state.now.clone()).context("internal error: a decision before its lineage")?;
@@ -169,7 +242,7 @@ impl Decider {
                 if state.recent.len() > 4 {
                     state.recent.remove(0);
                 }
-                return Ok(made);
+                return Ok(Some(made));
             }
             if state.making {
                 state = (self.changed.wait(state)).unwrap_or_else(|p| p.into_inner());
@@ -184,7 +257,10 @@ impl Decider {
             state = self.lock();
             state.making = false;
             self.changed.notify_all();
-            state.now = Some(Arc::new(result?));
+            match result? {
+                Some(next) => state.now = Some(Arc::new(next)),
+                None => return Ok(None),
+            }
         }
     }
 
@@ -211,16 +287,21 @@ impl Decider {
     }
 
     /// Node 0 or a single daemon: wait for the reports, decide, write the decision to the
-    /// lineage; the lineage with it.
-    fn make(&self, step: u64, now: &Lineage) -> anyhow::Result<Lineage> {
+    /// lineage; the lineage with it (`None`: the stream ends before `step`).
+    fn make(&self, step: u64, now: &Lineage) -> anyhow::Result<Option<Lineage>> {
         let spec = spec_of(now)?;
         let (from, to) = reported_steps(&spec, step).context("a decision step has reports")?;
         let wait = Duration::from_secs_f64(spec.wait_seconds);
         let ranks_at = self.store.slowest();
-        let local = (self.reports).wait_for(from, to, wait, || self.store.placed_at());
-        let observed = (self.pool).gather(now, step, local, wait, &self.reports)?;
+        let will_not_come = |s: u64| s < self.store.placed_at() || self.past_end(s);
+        let local = (self.reports).wait_for(from, to, wait, will_not_come);
+        let gone = || self.past_end(step);
+        let observed = (self.pool).gather(now, step, local, wait, &self.reports, gone)?;
         if self.reports.is_closed() {
             bail!("the daemon is stopping: the decision for step {step} is not made");
+        }
+        if self.past_end(step) {
+            return Ok(None); // no rank gets step `step`: nothing to decide
         }
         let k = now.segments.len() - 1;
         let names = names_of(now);
@@ -230,26 +311,31 @@ impl Decider {
             None => target_shares(&weights_of(&now.effective_recipe(k))),
         };
         let state = last.map_or_else(Vec::new, |d| by_name(&names, &d.state));
-        let (shares, state, seen, held) = match observed {
-            Ok(seen) => {
-                let (wanted, state) = decide(&spec, &current, &state, step, &seen);
-                (self.lanes_can_give(wanted), state, seen, None)
+        let observed = observed.map_err(|missing| {
+            let mut why = format!(
+                "on_missing = \"hold\": after {:.1} s no report of {missing}",
+                spec.wait_seconds
+            );
+            if step.saturating_sub(ranks_at) > spec.lag {
+                why.push_str(&format!(
+                    "; the stream needed this decision while the slowest rank here was at step \
+                     {ranks_at}, {} steps before it (best_fit's pool and each lane's pipeline \
+                     read ahead of the ranks): with a lag above {} the reports come first",
+                    step - ranks_at,
+                    step - ranks_at
+                ));
             }
-            Err(missing) => {
-                let mut why = format!(
-                    "on_missing = \"hold\": after {:.1} s no report of {missing}",
-                    spec.wait_seconds
-                );
-                if step.saturating_sub(ranks_at) > spec.lag {
-                    why.push_str(&format!(
-                        "; the stream needed this decision while the slowest rank here was at \
-                         step {ranks_at}, {} steps before it (best_fit's pool and each lane's \
-                         pipeline read ahead of the ranks): with a lag above {} the reports \
-                         come first",
-                        step - ranks_at,
-                        step - ranks_at
-                    ));
-                }
+            why
+        });
+        let decided = observed.and_then(|seen| {
+            let (wanted, state) = decide(&spec, &current, &state, step, &seen);
+            let shares = (self.lanes_can_give(wanted))
+                .map_err(|e| format!("the algorithm wanted {e}, which the lanes cannot give"))?;
+            Ok((shares, state, seen))
+        });
+        let (shares, state, seen, held) = match decided {
+            Ok((shares, state, seen)) => (shares, state, seen, None),
+            Err(why) => {
                 let state = if state.is_empty() {
                     vec![0.0; names.len()]
                 } else {
@@ -288,37 +374,48 @@ impl Decider {
             &seen,
             held.as_deref(),
         );
-        Ok(next)
+        Ok(Some(next))
     }
 
     /// Another node: give node 0 this node's reports for the decision, then wait for the
-    /// decision in the lineage; the lineage with it.
-    fn learn(&self, step: u64, now: &Lineage) -> anyhow::Result<Lineage> {
+    /// decision in the lineage; the lineage with it (`None`: stopped meanwhile).
+    fn learn(&self, step: u64, now: &Lineage) -> anyhow::Result<Option<Lineage>> {
         let spec = spec_of(now)?;
         let (from, to) = reported_steps(&spec, step).context("a decision step has reports")?;
         let wait = Duration::from_secs_f64(spec.wait_seconds);
-        let local = (self.reports).wait_for(from, to, wait, || self.store.placed_at());
+        let will_not_come = |s: u64| s < self.store.placed_at() || self.past_end(s);
+        let local = (self.reports).wait_for(from, to, wait, will_not_come);
         self.pool.send(now, step, (from, to), local)?;
-        let next = (self.pool).await_decision(&self.path, now, step, wait, &self.reports)?;
+        let stopped = || self.is_stopped() || self.past_end(step);
+        let Some(next) =
+            (self.pool).await_decision(&self.path, now, step, &self.reports, stopped)?
+        else {
+            return Ok(None);
+        };
         let names = names_of(&next);
         if let Some(d) = newest(&next).decisions.iter().find(|d| d.step == step) {
             self.reports
                 .decided(&by_name(&names, &d.shares), d.held.is_some());
         }
         self.keep_reports_for(&spec, next_decision_step(&spec, step));
-        Ok(next)
+        Ok(Some(next))
     }
 
     /// With `[lanes]`, the shares nearest to `wanted` that the lanes can give: a source held by
     /// few lanes cannot have more than those lanes' tokens. The lanes' share solver's shares of
     /// the stream for `wanted` (`wanted` itself when every lane holds every source).
-    fn lanes_can_give(&self, wanted: Vec<f64>) -> Vec<f64> {
-        match &self.lanes {
-            Some(lanes) => match lane_shares(&lanes.present, &wanted) {
-                Ok(s) if s.adjusted => s.global,
-                _ => wanted,
-            },
-            None => wanted,
+    /// `Err` says why it cannot (a lane left without a source of positive share: the decision
+    /// then holds).
+    fn lanes_can_give(&self, wanted: Vec<f64>) -> Result<Vec<f64>, String> {
+        let Some(lanes) = &self.lanes else {
+            return Ok(wanted);
+        };
+        match lane_shares(&lanes.present, &wanted) {
+            Ok(s) if s.adjusted => Ok(s.global),
+            Ok(_) => Ok(wanted),
+            Err(lane) => Err(format!(
+                "shares that leave lane {lane} no source to draw from"
+            )),
         }
     }
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use dsprep_mixers::adaptive::next_decision_step;
 use dsprep_mixers::lanes::lane_tokens_before;
 use dsprep_mixers::recipe::AdaptiveSpec;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// The decisions of one stream (the daemon's, or lane `lane`'s).
@@ -21,6 +21,9 @@ pub struct Planner {
     due: AtomicU64,
     /// The next decision's step, and the spec (after the first call).
     next: Mutex<Option<(u64, AdaptiveSpec)>>,
+    /// No decision is coming any more: the stream ended before the next, or its windows are no
+    /// longer taken.
+    done: AtomicBool,
 }
 
 impl Planner {
@@ -31,6 +34,7 @@ impl Planner {
             lane,
             due: AtomicU64::new(u64::MAX),
             next: Mutex::new(None),
+            done: AtomicBool::new(false),
         }
     }
 
@@ -48,7 +52,7 @@ impl Planner {
 impl MixDecider for Planner {
     fn before_draw(&self, tokens: u64) -> anyhow::Result<Vec<(u64, Vec<f64>)>> {
         let due = self.due.load(Relaxed);
-        if due != u64::MAX && tokens < due {
+        if (due != u64::MAX && tokens < due) || self.done.load(Relaxed) {
             return Ok(Vec::new());
         }
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
@@ -63,7 +67,10 @@ impl MixDecider for Planner {
         let mut phases = Vec::new();
         while tokens >= self.due.load(Relaxed) {
             tracing::debug!(lane = ?self.lane, tokens, step, due = self.due.load(Relaxed), "decision due");
-            let made = self.decider.decision(step)?;
+            let Some(made) = self.decider.decision(step)? else {
+                self.done.store(true, Relaxed); // nothing drawn from here on is served
+                break;
+            };
             let weights = match self.lane {
                 Some(lane) => (made.lane_weights.get(lane as usize).cloned())
                     .with_context(|| format!("lane {lane} has no weights in the decision"))?,

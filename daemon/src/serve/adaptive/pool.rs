@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 /// How often a node looks for the files it waits for.
 const POLL: Duration = Duration::from_millis(50);
-/// How long another node waits for node 0's decision beyond twice `wait_seconds`, before it
-/// stops saying node 0 is gone.
-const FOLLOW_LIMIT: Duration = Duration::from_secs(120);
+/// How long another node waits for node 0's decision before it says so (then 4 × as long
+/// again, each time).
+const SAY_AFTER: Duration = Duration::from_secs(30);
 
 /// Where a daemon's decisions come from.
 pub enum Pool {
@@ -79,7 +79,7 @@ impl Pool {
 
     /// Node 0 or a single daemon: the sums of every rank's reports for the decision for `step`
     /// (`local`: this daemon's ranks'), or what did not come. Node 0 waits up to `wait` for
-    /// the other nodes' files.
+    /// the other nodes' files, and no longer once `gone()` (the stream ends before `step`).
     pub fn gather(
         &self,
         lineage: &Lineage,
@@ -87,6 +87,7 @@ impl Pool {
         local: Result<Vec<Observed>, Missing>,
         wait: Duration,
         reports: &Reports,
+        gone: impl Fn() -> bool,
     ) -> anyhow::Result<Result<Vec<Observed>, String>> {
         let local = local.map_err(|m| m.what);
         let Pool::Leader { dir, nodes } = self else {
@@ -107,6 +108,7 @@ impl Pool {
             if heard.len() + 1 == *nodes as usize
                 || Instant::now() >= deadline
                 || reports.is_closed()
+                || gone()
             {
                 break;
             }
@@ -173,39 +175,41 @@ impl Pool {
     }
 
     /// Another node: wait for node 0's decision for `step` in the lineage at `path`, and give
-    /// the lineage with it. Fails when node 0 has not written it long after it should have.
+    /// the lineage with it. It keeps waiting, saying so, as for node 0's window digests: node 0
+    /// may be restarting, or its ranks paused (node 0 decides when its own streams need it).
+    /// `None` once `stopped()`: the stream ended before the decision's step (node 0 never makes
+    /// it then), and nothing this node makes is served any more.
     pub fn await_decision(
         &self,
         path: &Path,
         now: &Lineage,
         step: u64,
-        wait: Duration,
         reports: &Reports,
-    ) -> anyhow::Result<Lineage> {
+        stopped: impl Fn() -> bool,
+    ) -> anyhow::Result<Option<Lineage>> {
         let began = Instant::now();
-        let limit = 2 * wait + FOLLOW_LIMIT;
-        let mut said = Instant::now();
+        let mut say_at = SAY_AFTER;
         loop {
             if let Some(lineage) = lineage_file::read(path)?
                 && lineage.segments.len() == now.segments.len()
                 && newest(&lineage).decisions.iter().any(|d| d.step == step)
             {
-                return Ok(lineage);
+                return Ok(Some(lineage));
+            }
+            if stopped() {
+                return Ok(None);
             }
             if reports.is_closed() {
                 bail!("the daemon is stopping: the decision for step {step} is not known");
             }
-            if began.elapsed() >= limit {
-                bail!(
-                    "node 0 has not written the mix decision for step {step} to {} in {} s: is \
-                     node 0's daemon running? It decides for every node",
-                    path.display(),
-                    limit.as_secs()
+            if began.elapsed() >= say_at {
+                tracing::warn!(
+                    "waiting {} s for node 0's mix decision for step {step} in {} (is node 0's \
+                     daemon running? It decides for every node)",
+                    began.elapsed().as_secs(),
+                    path.display()
                 );
-            }
-            if said.elapsed() >= Duration::from_secs(30) {
-                tracing::info!("waiting for node 0's mix decision for step {step}");
-                said = Instant::now();
+                say_at *= 4;
             }
             std::thread::sleep(POLL);
         }
@@ -294,14 +298,14 @@ mod tests {
         node(2)
             .send(&lineage, 9, (0, 3), Ok(observed(1.5, 1)))
             .unwrap();
-        let got = leader.gather(&lineage, 9, Ok(observed(2.0, 1)), wait, &reports);
+        let got = leader.gather(&lineage, 9, Ok(observed(2.0, 1)), wait, &reports, || false);
         assert_eq!(got.unwrap(), Ok(observed(9.5, 5)));
 
         let silent = Missing {
             what: "step 3 from every rank of node 2".into(),
         };
         node(2).send(&lineage, 12, (3, 6), Err(silent)).unwrap();
-        let got = leader.gather(&lineage, 12, Ok(observed(2.0, 1)), wait, &reports);
+        let got = leader.gather(&lineage, 12, Ok(observed(2.0, 1)), wait, &reports, || false);
         assert_eq!(
             got.unwrap(),
             Err("node 1 (no word from it within 0.1 s); step 3 from every rank of node 2".into())

@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// Blocks a lane may have ready beyond the one being consumed.
-const LANE_QUEUE_BLOCKS: usize = 2;
+pub const LANE_QUEUE_BLOCKS: usize = 2;
 
 pub struct LaneProducer<'a> {
     pub loaded: &'a LoadedRecipe,
@@ -131,6 +131,7 @@ impl LaneProducer<'_> {
                     progress: self.progress.as_deref(),
                     checkpoints: self.checkpoints.as_ref(),
                     checkpoint_every: self.checkpoint_every,
+                    decider: self.decider.as_deref(),
                 };
                 let handle = std::thread::Builder::new()
                     .name(format!("dsprep-lane-{lane}"))
@@ -139,6 +140,9 @@ impl LaneProducer<'_> {
                 handles.insert(lane, handle);
             }
             let ended = self.assemble(first, asked, &receivers);
+            if let Some(decider) = &self.decider {
+                decider.stop(); // a lane waiting for node 0's decision stops waiting
+            }
             drop(receivers); // a lane still running sees its channel close and stops
             let (ended, mut failure) = match ended {
                 Ok(ended) => (ended, None),
@@ -222,6 +226,7 @@ struct LaneRun<'a> {
     progress: Option<&'a LaneProgress>,
     checkpoints: Option<&'a LaneCheckpoints>,
     checkpoint_every: u64,
+    decider: Option<&'a Decider>,
 }
 
 impl LaneRun<'_> {
@@ -295,6 +300,9 @@ impl LaneRun<'_> {
         let blocks = sink.blocks;
         if !run.stopped {
             tracing::info!("lane {lane} ended after {blocks} blocks");
+            if let Some(decider) = self.decider {
+                decider.lane_ended(lane, blocks);
+            }
         }
         if let Some(w) = sink.writer.as_mut() {
             // Shutting down (or ended): the newest snapshot the slowest rank has reached is

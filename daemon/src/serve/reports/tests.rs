@@ -37,7 +37,7 @@ fn bad_reports_are_refused_counted_and_never_summed() {
         Ok(())
     );
     let sums = reports
-        .wait_for(4, 5, Duration::ZERO, || 0)
+        .wait_for(4, 5, Duration::ZERO, |_| false)
         .unwrap_or_else(|m| panic!("{}", m.what));
     assert_eq!(
         sums[0],
@@ -70,7 +70,7 @@ fn a_decision_names_the_reports_it_did_not_get() {
     reports.accept(0, 0, &[entry(0, 1.0, 1)]).unwrap();
     reports.accept(1, 1, &[entry(0, 1.0, 1)]).unwrap();
     let missing = reports
-        .wait_for(0, 3, Duration::from_millis(50), || 0)
+        .wait_for(0, 3, Duration::from_millis(50), |_| false)
         .err()
         .unwrap();
     assert_eq!(
@@ -88,7 +88,7 @@ fn a_waiting_decision_gets_the_report_that_arrives() {
         late.accept(0, 0, &[entry(0, 3.0, 2)]).unwrap();
     });
     let sums = reports
-        .wait_for(0, 1, Duration::from_secs(30), || 0)
+        .wait_for(0, 1, Duration::from_secs(30), |_| false)
         .unwrap_or_else(|m| panic!("{}", m.what));
     assert_eq!(sums[0].tokens, 2);
     sender.join().unwrap();
@@ -100,7 +100,7 @@ fn steps_below_where_the_trainers_resumed_are_not_waited_for() {
     reports.accept(0, 5, &[entry(0, 1.0, 1)]).unwrap();
     let started = Instant::now();
     let missing = reports
-        .wait_for(2, 6, Duration::from_secs(30), || 5)
+        .wait_for(2, 6, Duration::from_secs(30), |s| s < 5)
         .err()
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(5), "not waited for");
