@@ -8,7 +8,7 @@
 //! ([`pool`]): node 0 decides for every node. It computes the new shares
 //! ([`dsprep_mixers::adaptive::decide`]), or keeps them when reports are missing
 //! (`on_missing = "hold"`); with `[lanes]` the shares are those the lanes can give
-//! ([`lanes_can_give`]). The decision is written to `lineage.json` before any stream draws a
+//! ([`Decider::lanes_can_give`]). The decision is written to `lineage.json` before any stream draws a
 //! document under it: every byte served under it can be replayed from the lineage.
 
 mod planner;
