@@ -170,13 +170,15 @@ fn softmax_with_best_fit_on_four_then_two_then_one_node_daemons_replays_exactly(
     nodes_killed_and_resumed([4, 2, 1], "softmax", "temperature = 0.5\n", true);
 }
 
-/// Node 1's ranks never report: node 0 waits `wait_seconds` for node 1's file, which says which
-/// of its ranks were silent, holds every decision naming them, and the stream replays exactly.
-#[test]
-fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
+/// Node 1's ranks never report, on node daemons whose recipe says `on_missing`: node 0 waits
+/// `wait_seconds` for node 1's file, which says which of its ranks were silent. With `"hold"`
+/// every decision keeps the shares, naming them; with `"reported"` every decision is made from
+/// node 0's ranks' reports and records what it lacked. Either way the stream replays exactly.
+fn a_silent_node(on_missing: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let recipe = adaptive_multinode(dir, "exp3", "", false);
+    let extra = format!("on_missing = \"{on_missing}\"\n");
+    let recipe = adaptive_multinode(dir, "exp3", &extra, false);
     let recipe_text = std::fs::read_to_string(&recipe)
         .unwrap()
         .replace("wait_seconds = 2", "wait_seconds = 0.5");
@@ -205,20 +207,40 @@ fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
     }
     let log = daemons[0].log_text();
     drop(daemons);
-    let decided = decisions(&dir.join("state"));
+    let state = dir.join("state");
+    let decided = decision_values(&state);
     assert!(decided.len() >= 3, "{decided:?}");
-    assert!(
-        decided.iter().all(|d| d.1),
-        "every decision held: {decided:?}"
-    );
-    assert!(
-        log.contains(
-            "mix decision for step 15 holds the shares: on_missing = \"hold\": after 0.5 s no \
-             report of step 0 from every rank of node 1, step 1 from every rank of node 1, step \
-             2 from every rank of node 1"
-        ),
-        "{log}"
-    );
+    let lacked = "step 0 from every rank of node 1, step 1 from every rank of node 1, step 2 from \
+                  every rank of node 1";
+    match on_missing {
+        "hold" => {
+            assert!(
+                decided.iter().all(|d| d.get("held").is_some()),
+                "{decided:?}"
+            );
+            let line = format!(
+                "mix decision for step 15 holds the shares: on_missing = \"hold\": after 0.5 s \
+                 no report of {lacked}"
+            );
+            assert!(log.contains(&line), "{log}");
+        }
+        _ => {
+            assert!(
+                decided.iter().all(|d| d.get("held").is_none()),
+                "{decided:?}"
+            );
+            assert_eq!(decided[0]["missing"], lacked, "{decided:?}");
+            // Node 0's 4 ranks' 3 steps of 512 counted labels each.
+            let observed = decided[0]["observed"].as_object().unwrap();
+            let tokens: u64 = observed
+                .values()
+                .map(|o| o["tokens"].as_u64().unwrap())
+                .sum();
+            assert_eq!(tokens, 4 * 3 * 512);
+            let table = support::dsprep_ok(&["inspect", state.to_str().unwrap(), "--decisions"]);
+            assert!(table.contains(&format!("without: {lacked}")), "{table}");
+        }
+    }
     let ranks: Vec<Vec<u8>> = (0..WORLD)
         .map(|r| std::fs::read(dir.join(format!("r{r}.bin"))).unwrap())
         .collect();
@@ -229,11 +251,21 @@ fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
                 .flat_map(move |b| b[s * ROW..(s + 1) * ROW].to_vec())
         })
         .collect();
-    let data = pack_lineage(&dir.join("state"), &dir.join("packed"));
+    let data = pack_lineage(&state, &dir.join("packed"));
     assert!(
         got == windows(&data, 0..steps * u64::from(WORLD)),
-        "the held decisions replay exactly"
+        "the decisions replay exactly"
     );
+}
+
+#[test]
+fn a_node_whose_ranks_never_report_makes_decisions_hold_naming_them() {
+    a_silent_node("hold");
+}
+
+#[test]
+fn on_missing_reported_decides_from_the_nodes_that_reported() {
+    a_silent_node("reported");
 }
 
 /// Node daemons serve an adaptive stream to its end: the lanes that read past the end (to a

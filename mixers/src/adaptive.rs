@@ -46,6 +46,10 @@ pub struct Decision {
     /// Why the shares were kept, when the decision held them (`on_missing = "hold"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<String>,
+    /// The reports that did not come, when the decision was made from those that did
+    /// (`on_missing = "reported"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
     /// The algorithm's state after the decision, per source name (`exp3`: the reward estimate;
     /// `softmax`: the last mean loss seen).
     pub state: BTreeMap<String, f64>,

@@ -69,6 +69,9 @@ impl Decisions {
             if let Some(why) = &d.held {
                 let _ = write!(out, "  held: {why}");
             }
+            if let Some(what) = &d.missing {
+                let _ = write!(out, "  without: {what}");
+            }
             out.push('\n');
         }
         out

@@ -221,8 +221,8 @@ impl Reports {
         Ok(())
     }
 
-    /// Wait up to `wait` for every rank's report of each step in `from..to`, then sum them per
-    /// source; `Missing` names what did not come. A step for which `will_not_come(step)` (below
+    /// Wait up to `wait` for every rank's report of each step in `from..to`, then sum what came
+    /// per source; `Missing` names what did not come. A step for which `will_not_come(step)` (below
     /// where a resumed daemon's trainers resumed, or past the end of the stream) is not waited
     /// for. Either way, steps below `to` are decided from then on: their reports are no longer
     /// kept.
@@ -232,7 +232,7 @@ impl Reports {
         to: u64,
         wait: Duration,
         will_not_come: impl Fn(u64) -> bool,
-    ) -> Result<Vec<Observed>, Missing> {
+    ) -> (Vec<Observed>, Option<Missing>) {
         let deadline = Instant::now() + wait;
         let mut book = self.lock();
         loop {
@@ -242,22 +242,17 @@ impl Reports {
             let hopeless = !complete && (from..to).filter(|&s| !done(s)).all(&will_not_come);
             let now = Instant::now();
             if complete || hopeless || now >= deadline || self.closed.load(Relaxed) {
-                let result = match complete {
-                    true => {
-                        let mut sums = vec![Observed::default(); self.names.len()];
-                        for step in book.steps.range(from..to).map(|(_, s)| s) {
-                            for (total, s) in sums.iter_mut().zip(&step.sums) {
-                                total.loss_sum += s.loss_sum;
-                                total.tokens += s.tokens;
-                            }
-                        }
-                        Ok(sums)
+                let mut sums = vec![Observed::default(); self.names.len()];
+                for step in book.steps.range(from..to).map(|(_, s)| s) {
+                    for (total, s) in sums.iter_mut().zip(&step.sums) {
+                        total.loss_sum += s.loss_sum;
+                        total.tokens += s.tokens;
                     }
-                    false => Err(self.missing(&book, from, to)),
-                };
+                }
+                let missing = (!complete).then(|| self.missing(&book, from, to));
                 book.steps = book.steps.split_off(&to);
                 book.keep_from = Some(to);
-                return result;
+                return (sums, missing);
             }
             let slice = (deadline - now).min(Duration::from_millis(100));
             book = (self.arrived)

@@ -68,6 +68,9 @@ pub enum OnMissing {
     /// Keep the shares in force (the decision is still logged, saying why).
     #[default]
     Hold,
+    /// Decide from the reports that did come (a rank that never reports does not freeze the
+    /// mix); with none at all, keep the shares. The decision records what was missing.
+    Reported,
 }
 
 fn default_min_weight() -> f64 {

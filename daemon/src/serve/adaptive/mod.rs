@@ -25,7 +25,7 @@ use dsprep_mixers::adaptive::{Decision, Observed, decide, next_decision_step, re
 use dsprep_mixers::lanes::lane_shares;
 use dsprep_mixers::lineage::Lineage;
 use dsprep_mixers::mixer::target_shares;
-use dsprep_mixers::recipe::AdaptiveSpec;
+use dsprep_mixers::recipe::{AdaptiveSpec, OnMissing};
 use pool::Pool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -296,7 +296,7 @@ impl Decider {
         let will_not_come = |s: u64| s < self.store.placed_at() || self.past_end(s);
         let local = (self.reports).wait_for(from, to, wait, will_not_come);
         let gone = || self.past_end(step);
-        let observed = (self.pool).gather(now, step, local, wait, &self.reports, gone)?;
+        let (seen, missing) = (self.pool).gather(now, step, local, wait, &self.reports, gone);
         if self.reports.is_closed() {
             bail!("the daemon is stopping: the decision for step {step} is not made");
         }
@@ -311,30 +311,20 @@ impl Decider {
             None => target_shares(&weights_of(&now.effective_recipe(k))),
         };
         let state = last.map_or_else(Vec::new, |d| by_name(&names, &d.state));
-        let observed = observed.map_err(|missing| {
-            let mut why = format!(
-                "on_missing = \"hold\": after {:.1} s no report of {missing}",
-                spec.wait_seconds
-            );
-            if step.saturating_sub(ranks_at) > spec.lag {
-                why.push_str(&format!(
-                    "; the stream needed this decision while the slowest rank here was at step \
-                     {ranks_at}, {} steps before it (best_fit's pool and each lane's pipeline \
-                     read ahead of the ranks): with a lag above {} the reports come first",
-                    step - ranks_at,
-                    step - ranks_at
-                ));
-            }
-            why
-        });
-        let decided = observed.and_then(|seen| {
+        let some_came = seen.iter().any(|o| o.tokens > 0);
+        let usable = match (&missing, spec.on_missing) {
+            (None, _) => Ok(()),
+            (Some(_), OnMissing::Reported) if some_came => Ok(()),
+            (Some(what), mode) => Err(self.why_held(&spec, mode, what, step, ranks_at)),
+        };
+        let decided = usable.and_then(|()| {
             let (wanted, state) = decide(&spec, &current, &state, step, &seen);
             let shares = (self.lanes_can_give(wanted))
                 .map_err(|e| format!("the algorithm wanted {e}, which the lanes cannot give"))?;
-            Ok((shares, state, seen))
+            Ok((shares, state))
         });
         let (shares, state, seen, held) = match decided {
-            Ok((shares, state, seen)) => (shares, state, seen, None),
+            Ok((shares, state)) => (shares, state, seen, None),
             Err(why) => {
                 let state = if state.is_empty() {
                     vec![0.0; names.len()]
@@ -345,6 +335,7 @@ impl Decider {
                 (current.clone(), state, none, Some(why))
             }
         };
+        let missing = missing.filter(|_| held.is_none());
         let decision = Decision {
             step,
             at_tokens: self.at_tokens(now, step),
@@ -356,6 +347,7 @@ impl Decider {
                 .map(|(n, o)| (n.clone(), *o))
                 .collect(),
             held: held.clone(),
+            missing: missing.clone(),
             state: names.iter().cloned().zip(state).collect(),
         };
         let mut next = now.clone();
@@ -374,6 +366,12 @@ impl Decider {
             &seen,
             held.as_deref(),
         );
+        if let Some(what) = &missing {
+            tracing::warn!(
+                "mix decision for step {step} made from the reports that came (on_missing = \
+                 \"reported\"), without: {what}"
+            );
+        }
         Ok(Some(next))
     }
 
@@ -399,6 +397,38 @@ impl Decider {
         }
         self.keep_reports_for(&spec, next_decision_step(&spec, step));
         Ok(Some(next))
+    }
+
+    /// Why a decision keeps the shares: `what` did not come within `wait_seconds` (and with
+    /// `on_missing = "reported"`, nothing came at all); and when the stream needed the decision
+    /// more than `lag` steps before the slowest rank (`ranks_at`), by how much.
+    fn why_held(
+        &self,
+        spec: &AdaptiveSpec,
+        mode: OnMissing,
+        what: &str,
+        step: u64,
+        ranks_at: u64,
+    ) -> String {
+        let mut why = match mode {
+            OnMissing::Hold => format!(
+                "on_missing = \"hold\": after {:.1} s no report of {what}",
+                spec.wait_seconds
+            ),
+            OnMissing::Reported => format!(
+                "on_missing = \"reported\": after {:.1} s no report at all ({what})",
+                spec.wait_seconds
+            ),
+        };
+        let ahead = step.saturating_sub(ranks_at);
+        if ahead > spec.lag {
+            why.push_str(&format!(
+                "; the stream needed this decision while the slowest rank here was at step \
+                 {ranks_at}, {ahead} steps before it (best_fit's pool and each lane's pipeline \
+                 read ahead of the ranks): with a lag above {ahead} the reports come first"
+            ));
+        }
+        why
     }
 
     /// With `[lanes]`, the shares nearest to `wanted` that the lanes can give: a source held by

@@ -50,9 +50,8 @@ struct NodeReports {
     step: u64,
     reports_from: u64,
     reports_to: u64,
-    /// Per source name, the sums of the node's ranks' reports (when every rank reported).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sums: Option<BTreeMap<String, Observed>>,
+    /// Per source name, the sums of the reports of the node's ranks that came.
+    sums: BTreeMap<String, Observed>,
     /// What the node's ranks did not report (when some did not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     missing: Option<String>,
@@ -78,20 +77,21 @@ impl Pool {
     }
 
     /// Node 0 or a single daemon: the sums of every rank's reports for the decision for `step`
-    /// (`local`: this daemon's ranks'), or what did not come. Node 0 waits up to `wait` for
-    /// the other nodes' files, and no longer once `gone()` (the stream ends before `step`).
+    /// that came (`local`: this daemon's ranks'), and what did not. Node 0 waits up to `wait`
+    /// for the other nodes' files, and no longer once `gone()` (the stream ends before `step`).
     pub fn gather(
         &self,
         lineage: &Lineage,
         step: u64,
-        local: Result<Vec<Observed>, Missing>,
+        local: (Vec<Observed>, Option<Missing>),
         wait: Duration,
         reports: &Reports,
         gone: impl Fn() -> bool,
-    ) -> anyhow::Result<Result<Vec<Observed>, String>> {
-        let local = local.map_err(|m| m.what);
+    ) -> (Vec<Observed>, Option<String>) {
+        let (mut sums, local_missing) = local;
+        let mut missing: Vec<String> = local_missing.map(|m| m.what).into_iter().collect();
         let Pool::Leader { dir, nodes } = self else {
-            return Ok(local);
+            return (sums, missing.pop());
         };
         let k = lineage.segments.len() - 1;
         let deadline = Instant::now() + wait;
@@ -115,32 +115,23 @@ impl Pool {
             std::thread::sleep(POLL);
         }
         let names = names_of(lineage);
-        let mut missing: Vec<String> = local.as_ref().err().cloned().into_iter().collect();
-        let mut sums = local.unwrap_or_default();
         for node in 1..*nodes {
-            match heard.get(&node) {
-                None => missing.push(format!(
+            let Some(file) = heard.get(&node) else {
+                missing.push(format!(
                     "node {node} (no word from it within {:.1} s)",
                     wait.as_secs_f64()
-                )),
-                Some(NodeReports {
-                    missing: Some(what),
-                    ..
-                }) => missing.push(what.clone()),
-                Some(NodeReports { sums: Some(s), .. }) if missing.is_empty() => {
-                    for (total, name) in sums.iter_mut().zip(&names) {
-                        let o = s.get(name).copied().unwrap_or_default();
-                        total.loss_sum += o.loss_sum;
-                        total.tokens += o.tokens;
-                    }
-                }
-                Some(_) => {}
+                ));
+                continue;
+            };
+            missing.extend(file.missing.clone());
+            for (total, name) in sums.iter_mut().zip(&names) {
+                let o = file.sums.get(name).copied().unwrap_or_default();
+                total.loss_sum += o.loss_sum;
+                total.tokens += o.tokens;
             }
         }
-        Ok(match missing.is_empty() {
-            true => Ok(sums),
-            false => Err(missing.join("; ")),
-        })
+        let missing = (!missing.is_empty()).then(|| missing.join("; "));
+        (sums, missing)
     }
 
     /// Another node: write its reports for the decision for `step` for node 0.
@@ -149,16 +140,13 @@ impl Pool {
         lineage: &Lineage,
         step: u64,
         (from, to): (u64, u64),
-        local: Result<Vec<Observed>, Missing>,
+        (sums, missing): (Vec<Observed>, Option<Missing>),
     ) -> anyhow::Result<()> {
         let Pool::Follower { dir, node } = self else {
             return Ok(());
         };
-        let names = names_of(lineage);
-        let (sums, missing) = match local {
-            Ok(sums) => (Some(names.into_iter().zip(sums).collect()), None),
-            Err(m) => (None, Some(m.what)),
-        };
+        let sums = names_of(lineage).into_iter().zip(sums).collect();
+        let missing = missing.map(|m| m.what);
         let k = lineage.segments.len() - 1;
         let file = NodeReports {
             node: *node,
@@ -282,8 +270,9 @@ mod tests {
         vec![Observed { loss_sum, tokens }]
     }
 
-    /// Three nodes: node 0 sums its own reports and node 1's; node 2's file says which of its
-    /// ranks were silent, and a decision without node 1's file names it. Used files are removed.
+    /// Three nodes: node 0 sums its own reports and the others'; node 2's file says which of its
+    /// ranks were silent (and sums those that were not), and a decision without node 1's file
+    /// names it. Used files are removed.
     #[test]
     fn node_0_sums_every_node_and_names_what_is_missing() {
         let tmp = tempfile::tempdir().unwrap();
@@ -292,24 +281,25 @@ mod tests {
         let node = |n: u32| Pool::of_node(tmp.path(), n, 3).unwrap();
         let reports = Reports::new(vec!["a".into()], 2, Some(0));
         let wait = Duration::from_millis(100);
+        let all = |sums| (sums, None);
         node(1)
-            .send(&lineage, 9, (0, 3), Ok(observed(6.0, 3)))
+            .send(&lineage, 9, (0, 3), all(observed(6.0, 3)))
             .unwrap();
         node(2)
-            .send(&lineage, 9, (0, 3), Ok(observed(1.5, 1)))
+            .send(&lineage, 9, (0, 3), all(observed(1.5, 1)))
             .unwrap();
-        let got = leader.gather(&lineage, 9, Ok(observed(2.0, 1)), wait, &reports, || false);
-        assert_eq!(got.unwrap(), Ok(observed(9.5, 5)));
+        let no = || false;
+        let got = leader.gather(&lineage, 9, all(observed(2.0, 1)), wait, &reports, no);
+        assert_eq!(got, (observed(9.5, 5), None));
 
         let silent = Missing {
             what: "step 3 from every rank of node 2".into(),
         };
-        node(2).send(&lineage, 12, (3, 6), Err(silent)).unwrap();
-        let got = leader.gather(&lineage, 12, Ok(observed(2.0, 1)), wait, &reports, || false);
-        assert_eq!(
-            got.unwrap(),
-            Err("node 1 (no word from it within 0.1 s); step 3 from every rank of node 2".into())
-        );
+        let partly = (observed(0.5, 1), Some(silent));
+        node(2).send(&lineage, 12, (3, 6), partly).unwrap();
+        let got = leader.gather(&lineage, 12, all(observed(2.0, 1)), wait, &reports, no);
+        let what = "node 1 (no word from it within 0.1 s); step 3 from every rank of node 2";
+        assert_eq!(got, (observed(2.5, 2), Some(what.to_string())));
         leader.decided(0, 12);
         let left: Vec<_> = std::fs::read_dir(tmp.path().join("adaptive-reports"))
             .unwrap()
