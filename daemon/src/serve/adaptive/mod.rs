@@ -7,57 +7,32 @@
 //! uses ([`Reports::wait_for`]); node daemons pool theirs through the state directory
 //! ([`pool`]): node 0 decides for every node. It computes the new shares
 //! ([`dsprep_mixers::adaptive::decide`]), or keeps them when reports are missing
-//! (`on_missing = "hold"`); with `[lanes]` the shares are those the lanes can give
-//! ([`Decider::lanes_can_give`]). The decision is written to `lineage.json` before any stream draws a
-//! document under it: every byte served under it can be replayed from the lineage.
+//! (`on_missing = "hold"`), or decides from those that came (`"reported"`); with `[lanes]` the
+//! shares are those the lanes can give ([`Decider::lanes_can_give`]). The decision is written to
+//! `lineage.json` before any stream draws a document under it: every byte served under it can be
+//! replayed from the lineage.
 
+mod lanes;
+mod make;
 mod planner;
 pub mod pool;
 
+pub use lanes::LaneShape;
 pub use planner::Planner;
 
-use super::nodes::progress::{Gate, LaneProgress};
 use super::reports::Reports;
 use super::store::StepStore;
-use crate::checkpoint::lineage as lineage_file;
 use anyhow::{Context, bail};
-use dsprep_mixers::adaptive::{Decision, Observed, decide, next_decision_step, reported_steps};
+use dsprep_mixers::adaptive::{Decision, next_decision_step, reported_steps};
 use dsprep_mixers::lanes::lane_shares;
 use dsprep_mixers::lineage::Lineage;
 use dsprep_mixers::mixer::target_shares;
-use dsprep_mixers::recipe::{AdaptiveSpec, OnMissing};
+use dsprep_mixers::recipe::AdaptiveSpec;
 use pool::Pool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
-
-/// The lanes a node's streams are: which sources each lane holds (`present[lane][source]`),
-/// and how the daemon learns where the stream ends (its own lanes that ended, and with more
-/// nodes the lanes' shared progress): a decision past the end is never waited for.
-pub struct LaneShape {
-    pub spec: dsprep_mixers::LanesSpec,
-    pub present: Vec<Vec<bool>>,
-    pub global_batch: u64,
-    pub progress: Option<Arc<LaneProgress>>,
-    /// Per lane this daemon runs that ended: its blocks.
-    pub ended: Mutex<BTreeMap<u32, u64>>,
-}
-
-impl LaneShape {
-    /// The first stream window past the end, as far as this daemon's own lanes know it.
-    fn end_window(&self) -> Option<u64> {
-        let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        let (count, k) = (
-            u64::from(self.spec.count),
-            u64::from(self.spec.block_windows),
-        );
-        (ended.iter())
-            .map(|(&lane, &blocks)| (blocks * count + u64::from(lane)) * k)
-            .min()
-    }
-}
 
 /// A decision as the streams take it: from which of the stream's tokens on its weights hold
 /// (per source), and with lanes each lane's own weights (the lanes' share solver's).
@@ -139,22 +114,6 @@ impl Decider {
         self.changed.notify_all();
     }
 
-    /// Whether the stream is known to end before `step` (no rank trains on it, so no report of
-    /// it comes, and no decision for it is needed).
-    fn past_end(&self, step: u64) -> bool {
-        let (Some(lanes), Some(start)) = (&self.lanes, self.lock().start.clone()) else {
-            return false;
-        };
-        if lanes
-            .end_window()
-            .is_some_and(|end| start.window_of_step(step) >= end)
-        {
-            return true;
-        }
-        (lanes.progress.as_ref())
-            .is_some_and(|p| matches!(p.gate(step, lanes.global_batch), Gate::End(_)))
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -224,7 +183,10 @@ impl Decider {
             if self.is_stopped() {
                 return Ok(None);
             }
-            if !state.making && self.lanes.is_some() {
+            // The one writer of the lineage skips a decision past the end: it is then in no
+            // lineage, and no lane applies it. Another node learns that from node 0 (`learn`).
+            let writer = !matches!(self.pool, Pool::Follower { .. });
+            if writer && !state.making && self.lanes.is_some() {
                 drop(state);
                 if self.past_end(step) {
                     return Ok(None);
@@ -285,169 +247,6 @@ impl Decider {
             lane_weights,
         })
     }
-
-    /// Node 0 or a single daemon: wait for the reports, decide, write the decision to the
-    /// lineage; the lineage with it (`None`: the stream ends before `step`).
-    fn make(&self, step: u64, now: &Lineage) -> anyhow::Result<Option<Lineage>> {
-        let spec = spec_of(now)?;
-        let (from, to) = reported_steps(&spec, step).context("a decision step has reports")?;
-        let wait = Duration::from_secs_f64(spec.wait_seconds);
-        let ranks_at = self.store.slowest();
-        let will_not_come = |s: u64| s < self.store.placed_at() || self.past_end(s);
-        let local = (self.reports).wait_for(from, to, wait, will_not_come);
-        let gone = || self.past_end(step);
-        let (seen, missing) = (self.pool).gather(now, step, local, wait, &self.reports, gone);
-        if self.reports.is_closed() {
-            bail!("the daemon is stopping: the decision for step {step} is not made");
-        }
-        if self.past_end(step) {
-            return Ok(None); // no rank gets step `step`: nothing to decide
-        }
-        let k = now.segments.len() - 1;
-        let names = names_of(now);
-        let last = now.segments[k].decisions.last();
-        let current: Vec<f64> = match last {
-            Some(d) => by_name(&names, &d.shares),
-            None => target_shares(&weights_of(&now.effective_recipe(k))),
-        };
-        let state = last.map_or_else(Vec::new, |d| by_name(&names, &d.state));
-        let some_came = seen.iter().any(|o| o.tokens > 0);
-        let usable = match (&missing, spec.on_missing) {
-            (None, _) => Ok(()),
-            (Some(_), OnMissing::Reported) if some_came => Ok(()),
-            (Some(what), mode) => Err(self.why_held(&spec, mode, what, step, ranks_at)),
-        };
-        let decided = usable.and_then(|()| {
-            let (wanted, state) = decide(&spec, &current, &state, step, &seen);
-            let shares = (self.lanes_can_give(wanted))
-                .map_err(|e| format!("the algorithm wanted {e}, which the lanes cannot give"))?;
-            Ok((shares, state))
-        });
-        let (shares, state, seen, held) = match decided {
-            Ok((shares, state)) => (shares, state, seen, None),
-            Err(why) => {
-                let state = if state.is_empty() {
-                    vec![0.0; names.len()]
-                } else {
-                    state
-                };
-                let none = vec![Observed::default(); names.len()];
-                (current.clone(), state, none, Some(why))
-            }
-        };
-        let missing = missing.filter(|_| held.is_none());
-        let decision = Decision {
-            step,
-            at_tokens: self.at_tokens(now, step),
-            reports_from: from,
-            reports_to: to,
-            shares: names.iter().cloned().zip(shares.iter().copied()).collect(),
-            observed: (names.iter().zip(&seen))
-                .filter(|(_, o)| o.tokens > 0)
-                .map(|(n, o)| (n.clone(), *o))
-                .collect(),
-            held: held.clone(),
-            missing: missing.clone(),
-            state: names.iter().cloned().zip(state).collect(),
-        };
-        let mut next = now.clone();
-        next.segments[k].decisions.push(decision);
-        lineage_file::write(&self.path, &next)
-            .context("writing a [mix.adaptive] decision to the lineage")?;
-        self.pool.decided(k, step);
-        self.reports.decided(&shares, held.is_some());
-        self.keep_reports_for(&spec, next_decision_step(&spec, step));
-        log_decision(
-            step,
-            (from, to),
-            &names,
-            &current,
-            &shares,
-            &seen,
-            held.as_deref(),
-        );
-        if let Some(what) = &missing {
-            tracing::warn!(
-                "mix decision for step {step} made from the reports that came (on_missing = \
-                 \"reported\"), without: {what}"
-            );
-        }
-        Ok(Some(next))
-    }
-
-    /// Another node: give node 0 this node's reports for the decision, then wait for the
-    /// decision in the lineage; the lineage with it (`None`: stopped meanwhile).
-    fn learn(&self, step: u64, now: &Lineage) -> anyhow::Result<Option<Lineage>> {
-        let spec = spec_of(now)?;
-        let (from, to) = reported_steps(&spec, step).context("a decision step has reports")?;
-        let wait = Duration::from_secs_f64(spec.wait_seconds);
-        let will_not_come = |s: u64| s < self.store.placed_at() || self.past_end(s);
-        let local = (self.reports).wait_for(from, to, wait, will_not_come);
-        self.pool.send(now, step, (from, to), local)?;
-        let stopped = || self.is_stopped() || self.past_end(step);
-        let Some(next) =
-            (self.pool).await_decision(&self.path, now, step, &self.reports, stopped)?
-        else {
-            return Ok(None);
-        };
-        let names = names_of(&next);
-        if let Some(d) = newest(&next).decisions.iter().find(|d| d.step == step) {
-            self.reports
-                .decided(&by_name(&names, &d.shares), d.held.is_some());
-        }
-        self.keep_reports_for(&spec, next_decision_step(&spec, step));
-        Ok(Some(next))
-    }
-
-    /// Why a decision keeps the shares: `what` did not come within `wait_seconds` (and with
-    /// `on_missing = "reported"`, nothing came at all); and when the stream needed the decision
-    /// more than `lag` steps before the slowest rank (`ranks_at`), by how much.
-    fn why_held(
-        &self,
-        spec: &AdaptiveSpec,
-        mode: OnMissing,
-        what: &str,
-        step: u64,
-        ranks_at: u64,
-    ) -> String {
-        let mut why = match mode {
-            OnMissing::Hold => format!(
-                "on_missing = \"hold\": after {:.1} s no report of {what}",
-                spec.wait_seconds
-            ),
-            OnMissing::Reported => format!(
-                "on_missing = \"reported\": after {:.1} s no report at all ({what})",
-                spec.wait_seconds
-            ),
-        };
-        let ahead = step.saturating_sub(ranks_at);
-        if ahead > spec.lag {
-            why.push_str(&format!(
-                "; the stream needed this decision while the slowest rank here was at step \
-                 {ranks_at}, {ahead} steps before it (best_fit's pool and each lane's pipeline \
-                 read ahead of the ranks): with a lag above {ahead} the reports come first"
-            ));
-        }
-        why
-    }
-
-    /// With `[lanes]`, the shares nearest to `wanted` that the lanes can give: a source held by
-    /// few lanes cannot have more than those lanes' tokens. The lanes' share solver's shares of
-    /// the stream for `wanted` (`wanted` itself when every lane holds every source).
-    /// `Err` says why it cannot (a lane left without a source of positive share: the decision
-    /// then holds).
-    fn lanes_can_give(&self, wanted: Vec<f64>) -> Result<Vec<f64>, String> {
-        let Some(lanes) = &self.lanes else {
-            return Ok(wanted);
-        };
-        match lane_shares(&lanes.present, &wanted) {
-            Ok(s) if s.adjusted => Ok(s.global),
-            Ok(_) => Ok(wanted),
-            Err(lane) => Err(format!(
-                "shares that leave lane {lane} no source to draw from"
-            )),
-        }
-    }
 }
 
 /// The newest segment (a lineage has one at least).
@@ -481,32 +280,4 @@ fn by_name(names: &[String], map: &BTreeMap<String, f64>) -> Vec<f64> {
         .iter()
         .map(|n| map.get(n).copied().unwrap_or(0.0))
         .collect()
-}
-
-/// One log line of a decision: each source's share before and after, with its reported loss.
-fn log_decision(
-    step: u64,
-    (from, to): (u64, u64),
-    names: &[String],
-    before: &[f64],
-    after: &[f64],
-    seen: &[Observed],
-    held: Option<&str>,
-) {
-    let parts: Vec<String> = (0..names.len())
-        .filter(|&i| before[i] > 0.0 || after[i] > 0.0)
-        .map(|i| {
-            let loss = seen[i]
-                .mean()
-                .map_or(String::new(), |l| format!(" (loss {l:.3})"));
-            format!("{} {:.4} → {:.4}{loss}", names[i], before[i], after[i])
-        })
-        .collect();
-    match held {
-        None => tracing::info!(
-            "mix decision for step {step} from the reports of steps {from}..{to}: {}",
-            parts.join(", ")
-        ),
-        Some(why) => tracing::warn!("mix decision for step {step} holds the shares: {why}"),
-    }
 }

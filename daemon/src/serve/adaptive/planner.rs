@@ -66,7 +66,8 @@ impl MixDecider for Planner {
         };
         let mut phases = Vec::new();
         while tokens >= self.due.load(Relaxed) {
-            tracing::debug!(lane = ?self.lane, tokens, step, due = self.due.load(Relaxed), "decision due");
+            let due = self.due.load(Relaxed);
+            tracing::debug!(lane = ?self.lane, tokens, step, due, "a mix decision is due");
             let Some(made) = self.decider.decision(step)? else {
                 self.done.store(true, Relaxed); // nothing drawn from here on is served
                 break;
