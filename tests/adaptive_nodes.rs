@@ -29,9 +29,10 @@ fn adaptive_multinode(dir: &Path, algorithm: &str, extra: &str, best_fit: bool) 
     let path = recipe_variant(&multinode(), dir, "adaptive.toml", &replace);
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str(&adaptive_table(algorithm, extra));
-    // Each lane holds 3 blocks of 2 windows ahead: 6 steps of 8 windows over 8 lanes, beside the
-    // prefetch of 4; the lag is above both, so the reports come first.
-    text = text.replace("lag = 6\n", "lag = 12\n");
+    // With ranks slow to start, the stream runs ahead to fill the prefetch (4 steps), what each
+    // lane holds (3 blocks of 2 windows: 6 steps of 8 windows over 8 lanes) and the tokenizing
+    // pipeline (about 6 more): a lag of 20 lets the reports come first.
+    text = text.replace("lag = 6\n", "lag = 20\n");
     if best_fit {
         // best_fit's pool reads further ahead: 8 documents, a few steps of a lane's share.
         text = text.replace(
@@ -106,7 +107,7 @@ fn nodes_killed_and_resumed(counts: [u32; 3], algorithm: &str, extra: &str, best
     let seed = seed();
     let first = 10 + seed % 8;
     let second = first + 8 + (seed / 8) % 8;
-    let end = 42;
+    let end = 48;
     let why = format!("DSPREP_TEST_SEED={seed}: kills at steps {first} and {second}");
     let mut got = Vec::new();
     for (i, (from, to)) in [(0, first), (first, second), (second, end)]
@@ -123,33 +124,34 @@ fn nodes_killed_and_resumed(counts: [u32; 3], algorithm: &str, extra: &str, best
         .iter()
         .map(|d| d["step"].as_u64().unwrap())
         .collect();
-    let expected: Vec<u64> = (0..steps.len() as u64).map(|k| 15 + 3 * k).collect();
+    let expected: Vec<u64> = (0..steps.len() as u64).map(|k| 21 + 3 * k).collect();
     assert_eq!(
         steps, expected,
-        "{why}: a decision every 3 steps from step 15 (lag 12)"
+        "{why}: a decision every 3 steps from step 21 (lag 20)"
     );
     assert!(steps.len() >= 10, "{why}: {steps:?}");
     // A decision from reports counted every rank's tokens of its 3 steps (512 labels a row with
     // concat; fewer with best_fit's padding): node 0 heard the other nodes.
-    let pooled: Vec<u64> = (decided.iter())
+    // (tokens counted, the tokens of every rank's rows of the steps it used) per decision.
+    let pooled: Vec<(u64, u64)> = (decided.iter())
         .filter(|d| d.get("held").is_none())
         .map(|d| {
             let observed = d["observed"].as_object().unwrap();
-            observed
-                .values()
-                .map(|o| o["tokens"].as_u64().unwrap())
-                .sum()
+            let tokens = observed.values().map(|o| o["tokens"].as_u64().unwrap());
+            let used = d["reports_to"].as_u64().unwrap() - d["reports_from"].as_u64().unwrap();
+            (tokens.sum(), used * u64::from(WORLD) * 512)
         })
         .collect();
+    // Decisions right after a restart may hold: the killed daemons' unused reports are gone,
+    // and the trainers do not report below where they resumed.
     assert!(
-        pooled.len() >= 5,
+        !pooled.is_empty(),
         "{why}: decisions from reports: {decided:?}"
     );
-    let all = u64::from(WORLD) * 3 * 512;
-    for tokens in &pooled {
+    for &(tokens, all) in &pooled {
         match best_fit {
-            false => assert_eq!(*tokens, all, "{why}: every rank's reports, {pooled:?}"),
-            true => assert!(*tokens > all / 2 && *tokens <= all, "{why}: {pooled:?}"),
+            false => assert_eq!(tokens, all, "{why}: every rank's reports, {pooled:?}"),
+            true => assert!(tokens > all / 2 && tokens <= all, "{why}: {pooled:?}"),
         }
     }
     let data = pack_lineage(&state, &dir.join("packed"));
@@ -181,10 +183,10 @@ fn a_silent_node(on_missing: &str) {
     let recipe = adaptive_multinode(dir, "exp3", &extra, false);
     let recipe_text = std::fs::read_to_string(&recipe)
         .unwrap()
-        .replace("wait_seconds = 2", "wait_seconds = 0.5");
+        .replace("wait_seconds = 2", "wait_seconds = 1");
     std::fs::write(&recipe, recipe_text).unwrap();
     let daemons = start_nodes(dir, &recipe, 2, false);
-    let steps = 24;
+    let steps = 30;
     let taps: Vec<_> = (0..WORLD)
         .map(|rank| {
             let node = &daemons[(rank / 4) as usize];
@@ -209,9 +211,9 @@ fn a_silent_node(on_missing: &str) {
     drop(daemons);
     let state = dir.join("state");
     let decided = decision_values(&state);
-    assert!(decided.len() >= 3, "{decided:?}");
-    let lacked = "step 0 from every rank of node 1, step 1 from every rank of node 1, step 2 from \
-                  every rank of node 1";
+    assert!(decided.len() >= 2, "{decided:?}");
+    // The first decision (step 21) uses the reports of step 0; the next, of steps 1..4.
+    let lacked = "step 0 from every rank of node 1";
     match on_missing {
         "hold" => {
             assert!(
@@ -219,7 +221,7 @@ fn a_silent_node(on_missing: &str) {
                 "{decided:?}"
             );
             let line = format!(
-                "mix decision for step 15 holds the shares: on_missing = \"hold\": after 0.5 s \
+                "mix decision for step 21 holds the shares: on_missing = \"hold\": after 1.0 s \
                  no report of {lacked}"
             );
             assert!(log.contains(&line), "{log}");
@@ -230,13 +232,13 @@ fn a_silent_node(on_missing: &str) {
                 "{decided:?}"
             );
             assert_eq!(decided[0]["missing"], lacked, "{decided:?}");
-            // Node 0's 4 ranks' 3 steps of 512 counted labels each.
+            // Node 0's 4 ranks' step 0, of 512 counted labels each.
             let observed = decided[0]["observed"].as_object().unwrap();
             let tokens: u64 = observed
                 .values()
                 .map(|o| o["tokens"].as_u64().unwrap())
                 .sum();
-            assert_eq!(tokens, 4 * 3 * 512);
+            assert_eq!(tokens, 4 * 512);
             let table = support::dsprep_ok(&["inspect", state.to_str().unwrap(), "--decisions"]);
             assert!(table.contains(&format!("without: {lacked}")), "{table}");
         }
@@ -297,6 +299,19 @@ fn node_daemons_serve_an_adaptive_stream_to_its_end() {
         );
     }
     drop(daemons);
+    // Without kills, node 0 hears every rank: a decision from reports counts all of them.
+    let decided = decision_values(&dir.join("state"));
+    let from_reports: Vec<_> = decided.iter().filter(|d| d.get("held").is_none()).collect();
+    assert!(from_reports.len() >= decided.len() / 2, "{decided:?}");
+    for d in from_reports {
+        let observed = d["observed"].as_object().unwrap();
+        let tokens: u64 = observed
+            .values()
+            .map(|o| o["tokens"].as_u64().unwrap())
+            .sum();
+        let used = d["reports_to"].as_u64().unwrap() - d["reports_from"].as_u64().unwrap();
+        assert_eq!(tokens, used * u64::from(WORLD) * 512, "{d}");
+    }
     let data = pack_lineage(&dir.join("state"), &dir.join("packed"));
     let served = steps as u64 * u64::from(WORLD);
     assert!(data.num_windows() >= served && data.num_windows() < served + u64::from(WORLD));
@@ -310,7 +325,7 @@ fn a_lag_within_what_the_lanes_hold_ahead_is_refused() {
     let dir = tmp.path();
     let recipe = adaptive_multinode(dir, "exp3", "", false);
     let text = std::fs::read_to_string(&recipe).unwrap();
-    std::fs::write(&recipe, text.replace("lag = 12\n", "lag = 10\n")).unwrap();
+    std::fs::write(&recipe, text.replace("lag = 20\n", "lag = 10\n")).unwrap();
     let endpoint = format!("ipc://{}", dir.join("node0.sock").display());
     let args = node_args(
         dir,
