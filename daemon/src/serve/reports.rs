@@ -345,27 +345,13 @@ impl Reports {
     /// The loss families of `/metrics`.
     pub(super) fn render(&self, scrape: &mut Scrape) {
         let book = self.lock();
-        let per_source = |value: &dyn Fn(&Observed) -> f64| -> Vec<(Labels, f64)> {
+        let per_source = |value: &ValueOf| -> Vec<(Labels, f64)> {
             (self.names.iter().zip(&book.total))
                 .map(|(name, o)| (labels(&[("source", name)]), value(o)))
                 .collect()
         };
-        scrape.fraction(
-            "dsprep_source_loss_sum",
-            "The trainers' reported loss per source, summed over every accepted report",
-            per_source(&|o| o.loss_sum),
-        );
-        scrape.fraction(
-            "dsprep_source_loss_tokens",
-            "The tokens the reported loss per source counts",
-            per_source(&|o| o.tokens as f64),
-        );
-        scrape.fraction(
-            "dsprep_source_loss_mean",
-            "The mean reported loss per token per source (0 before any report)",
-            per_source(&|o| o.mean().unwrap_or(0.0)),
-        );
-        let per_phase = |value: &dyn Fn(&Observed) -> f64| -> Vec<(Labels, f64)> {
+        loss_families(scrape, "dsprep_source_loss", "per source", &per_source);
+        let per_phase = |value: &ValueOf| -> Vec<(Labels, f64)> {
             (book.by_phase.iter())
                 .filter_map(|(&(segment, phase, source), o)| {
                     let name = self.names.get(source)?;
@@ -375,22 +361,9 @@ impl Reports {
                 })
                 .collect()
         };
-        scrape.fraction(
-            "dsprep_source_phase_loss_sum",
-            "The trainers' reported loss per segment of the lineage, phase of its recipe \
-             ([[mix.phase]]; 0: the [[source]] weights) and source",
-            per_phase(&|o| o.loss_sum),
-        );
-        scrape.fraction(
-            "dsprep_source_phase_loss_tokens",
-            "The tokens the reported loss per segment, phase and source counts",
-            per_phase(&|o| o.tokens as f64),
-        );
-        scrape.fraction(
-            "dsprep_source_phase_loss_mean",
-            "The mean reported loss per token per segment, phase and source",
-            per_phase(&|o| o.mean().unwrap_or(0.0)),
-        );
+        let per = "per segment of the lineage, phase of its recipe ([[mix.phase]]; 0: the \
+                   [[source]] weights) and source";
+        loss_families(scrape, "dsprep_source_phase_loss", per, &per_phase);
         scrape.counter(
             "dsprep_loss_reports",
             "Loss reports taken (protocol v7)",
@@ -425,6 +398,34 @@ impl Reports {
             );
         }
     }
+}
+
+/// What one sample of a loss family shows of its sums.
+type ValueOf = dyn Fn(&Observed) -> f64;
+
+/// A family of reported loss `per` what its labels say: `{prefix}_sum`, `_tokens` and `_mean`,
+/// their samples from `series` (each sample's value taken from its sums by the function given).
+fn loss_families(
+    scrape: &mut Scrape,
+    prefix: &str,
+    per: &str,
+    series: &dyn Fn(&ValueOf) -> Vec<(Labels, f64)>,
+) {
+    scrape.fraction(
+        &format!("{prefix}_sum"),
+        &format!("The trainers' reported loss {per}, summed over every accepted report"),
+        series(&|o| o.loss_sum),
+    );
+    scrape.fraction(
+        &format!("{prefix}_tokens"),
+        &format!("The tokens the reported loss {per} counts"),
+        series(&|o| o.tokens as f64),
+    );
+    scrape.fraction(
+        &format!("{prefix}_mean"),
+        &format!("The mean reported loss per token {per} (0 before any report)"),
+        series(&|o| o.mean().unwrap_or(0.0)),
+    );
 }
 
 fn book_is_adaptive(reports: &Reports) -> bool {

@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 
 /// How often a node looks for the files it waits for.
 const POLL: Duration = Duration::from_millis(50);
+/// How long another node, done waiting for a decision (the stream ends before its step), gives
+/// node 0's write of it, if node 0 was making it, before it looks at the lineage a last time.
+const LAST_LOOK: Duration = Duration::from_secs(1);
 /// How long another node waits for node 0's decision before it says so (then 4 × as long
 /// again, each time).
 const SAY_AFTER: Duration = Duration::from_secs(30);
@@ -177,15 +180,21 @@ impl Pool {
     ) -> anyhow::Result<Option<Lineage>> {
         let began = Instant::now();
         let mut say_at = SAY_AFTER;
+        let decided = || -> anyhow::Result<Option<Lineage>> {
+            Ok(lineage_file::read(path)?.filter(|lineage| {
+                lineage.segments.len() == now.segments.len()
+                    && newest(lineage).decisions.iter().any(|d| d.step == step)
+            }))
+        };
         loop {
-            if let Some(lineage) = lineage_file::read(path)?
-                && lineage.segments.len() == now.segments.len()
-                && newest(&lineage).decisions.iter().any(|d| d.step == step)
-            {
+            if let Some(lineage) = decided()? {
                 return Ok(Some(lineage));
             }
             if stopped() {
-                return Ok(None);
+                // Node 0 may have found the decision due just before it learned of the end, as
+                // this node learned of it: what node 0 writes is what every lane applies.
+                std::thread::sleep(LAST_LOOK);
+                return decided();
             }
             if reports.is_closed() {
                 bail!("the daemon is stopping: the decision for step {step} is not known");
