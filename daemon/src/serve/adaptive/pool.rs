@@ -99,13 +99,19 @@ impl Pool {
         let k = lineage.segments.len() - 1;
         let deadline = Instant::now() + wait;
         let mut heard: BTreeMap<u32, NodeReports> = BTreeMap::new();
+        let mut said = std::collections::BTreeSet::new();
         loop {
             for node in 1..*nodes {
                 if heard.contains_key(&node) {
                     continue;
                 }
-                if let Some(r) = read(&Pool::file(dir, k, step, node)) {
-                    heard.insert(node, r);
+                match read(&Pool::file(dir, k, step, node)) {
+                    Ok(Some(r)) => {
+                        heard.insert(node, r);
+                    }
+                    Ok(None) => {}
+                    Err(e) if said.insert(node) => tracing::warn!("{e} (waited past)"),
+                    Err(_) => {}
                 }
             }
             if heard.len() + 1 == *nodes as usize
@@ -180,7 +186,16 @@ impl Pool {
     ) -> anyhow::Result<Option<Lineage>> {
         let began = Instant::now();
         let mut say_at = SAY_AFTER;
+        // Read again only when the file changed (node 0 replaces it whole: its size or time
+        // moves), so a long lineage is not parsed every poll.
+        let seen = std::cell::Cell::new(None);
         let decided = || -> anyhow::Result<Option<Lineage>> {
+            let stamp = std::fs::metadata(path)
+                .ok()
+                .map(|m| (m.len(), m.modified().ok()));
+            if stamp.is_some() && seen.replace(stamp) == stamp {
+                return Ok(None);
+            }
             Ok(lineage_file::read(path)?.filter(|lineage| {
                 lineage.segments.len() == now.segments.len()
                     && newest(lineage).decisions.iter().any(|d| d.step == step)
@@ -241,23 +256,16 @@ fn parse_name(name: &str) -> Option<(usize, u64)> {
     Some((seg.parse().ok()?, step.parse().ok()?))
 }
 
-/// A node's file, if it is there and reads; one that does not read is said and waited past.
-fn read(path: &Path) -> Option<NodeReports> {
+/// A node's file, if it is there; why it does not read, if it does not.
+fn read(path: &Path) -> Result<Option<NodeReports>, String> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            tracing::warn!("cannot read {}: {e}", path.display());
-            return None;
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    match serde_json::from_slice(&bytes) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::warn!("{} does not read as a node's reports: {e}", path.display());
-            None
-        }
-    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| format!("{} does not read as a node's reports: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -304,6 +312,12 @@ mod tests {
         let silent = Missing {
             what: "step 3 from every rank of node 2".into(),
         };
+        // Node 1's file does not read (a torn copy from elsewhere): waited past, named as silent.
+        std::fs::write(
+            Pool::file(&tmp.path().join("adaptive-reports"), 0, 12, 1),
+            b"{",
+        )
+        .unwrap();
         let partly = (observed(0.5, 1), Some(silent));
         node(2).send(&lineage, 12, (3, 6), partly).unwrap();
         let got = leader.gather(&lineage, 12, all(observed(2.0, 1)), wait, &reports, no);
