@@ -326,6 +326,49 @@ fn settings_that_cannot_be_met_are_refused() {
     );
 }
 
+/// A graceful stop (SIGTERM) keeps the reports no decision has used yet, and the daemon resumed
+/// on the same ranks takes them back: the decisions right after the restart are made from them
+/// (after a SIGKILL they would hold), and the stream replays exactly.
+#[test]
+fn a_graceful_stop_keeps_the_unused_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = adaptive_recipe(tmp.path(), "adaptive.toml", "exp3", "");
+    let run = Run {
+        dir: tmp.path(),
+        recipe: &recipe,
+        state: tmp.path().join("state"),
+        every: 4,
+    };
+    let report = ["--report-loss", LOSS];
+    let mut daemon = run.start(2, 2, false).unwrap();
+    let mut got = run.pull_with(&daemon, 2, 0, 20, &report);
+    daemon.terminate();
+    let stopped = daemon.log_text();
+    assert!(
+        stopped.contains("kept the unused loss reports of "),
+        "{stopped}"
+    );
+    let daemon = run.start(2, 2, true).unwrap();
+    got.extend(run.pull_with(&daemon, 2, 20, 16, &report));
+    let log = daemon.log_text();
+    drop(daemon);
+    assert!(
+        log.contains("took back the unused loss reports of "),
+        "{log}"
+    );
+    let decided = decisions(&run.state);
+    assert!(decided.len() >= 8, "{decided:?}");
+    assert!(
+        decided.iter().all(|d| !d.1),
+        "no decision held, across the restart: {decided:?}\n{log}"
+    );
+    let data = pack_lineage(&run.state, &tmp.path().join("packed"));
+    assert!(
+        got == windows(&data, 0..36 * 4),
+        "the stream replays exactly"
+    );
+}
+
 /// A rank that never reports: each decision waits `wait_seconds`, keeps the shares, and says
 /// which reports it lacked; the ranks get every step (no hang), and the replay is exact.
 #[test]

@@ -412,6 +412,7 @@ impl Served {
         let (keep_checkpoints, checkpoint_every) =
             (options.keep_checkpoints, options.checkpoint_every);
         let fatal: Arc<std::sync::Mutex<Option<String>>> = Default::default();
+        let kept_decider = decider.clone();
         let producer = {
             let (store, metrics, shutdown, context, fatal) = (
                 Arc::clone(&store),
@@ -561,6 +562,9 @@ impl Served {
         producer
             .join()
             .map_err(|_| anyhow!("the producer thread panicked"))?;
+        if let Some(decider) = kept_decider {
+            decider.keep_pending();
+        }
         if let Some(path) = options.endpoint.strip_prefix("ipc://") {
             let _ = std::fs::remove_file(path);
         }

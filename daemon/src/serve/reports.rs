@@ -8,6 +8,7 @@
 //! step it fetched (the server checks), and only steps at or above the next decision's first
 //! are kept, so the book holds at most the steps between that and the fastest rank.
 
+pub mod pending;
 mod phases;
 
 use super::metrics::{Labels, Scrape, labels};
@@ -128,6 +129,11 @@ impl Reports {
         }
     }
 
+    /// The node daemon this book is of (0 for a single daemon).
+    pub fn node(&self) -> u32 {
+        self.node.unwrap_or(0)
+    }
+
     /// The book of node daemon `node`, whose local rank 0 is global rank `first_rank`.
     pub fn of_node(mut self, node: u32, first_rank: u32) -> Reports {
         self.first_rank = first_rank;
@@ -241,7 +247,11 @@ impl Reports {
             let complete = (from..to).all(done);
             let hopeless = !complete && (from..to).filter(|&s| !done(s)).all(&will_not_come);
             let now = Instant::now();
-            if complete || hopeless || now >= deadline || self.closed.load(Relaxed) {
+            if self.closed.load(Relaxed) && !complete {
+                // Stopping: the steps stay in the book, for a graceful stop to keep them.
+                return (Vec::new(), Some(self.missing(&book, from, to)));
+            }
+            if complete || hopeless || now >= deadline {
                 let mut sums = vec![Observed::default(); self.names.len()];
                 for step in book.steps.range(from..to).map(|(_, s)| s) {
                     for (total, s) in sums.iter_mut().zip(&step.sums) {

@@ -20,7 +20,7 @@ pub mod pool;
 pub use lanes::LaneShape;
 pub use planner::Planner;
 
-use super::reports::Reports;
+use super::reports::{Reports, pending};
 use super::store::StepStore;
 use anyhow::{Context, bail};
 use dsprep_mixers::adaptive::{Decision, next_decision_step, reported_steps};
@@ -136,11 +136,58 @@ impl Decider {
             .last()
             .map_or(segment.from_step, |d| d.step);
         self.keep_reports_for(&spec, next_decision_step(&spec, after));
+        self.take_back_pending(lineage);
         let lineage = Arc::new(lineage.clone());
         let mut state = self.lock();
         state.start = Some(Arc::clone(&lineage));
         state.now = Some(lineage);
         Ok(())
+    }
+
+    /// This daemon's file of unused reports kept at a graceful stop.
+    fn pending_path(&self) -> Option<PathBuf> {
+        let state_dir = self.path.parent()?;
+        Some(pending::path(state_dir, self.reports.node()))
+    }
+
+    /// Take back the reports kept at the last graceful stop, if this daemon serves their ranks.
+    fn take_back_pending(&self, lineage: &Lineage) {
+        let Some(path) = self.pending_path() else {
+            return;
+        };
+        match pending::take(&path) {
+            Ok(None) => {}
+            Ok(Some(kept)) => match self.reports.take_back(kept, lineage.segments.len()) {
+                Ok(steps) => tracing::info!(
+                    "took back the unused loss reports of {steps} steps kept at the last stop"
+                ),
+                Err(why) => tracing::warn!(
+                    "the unused loss reports kept at the last stop are not used: {why}"
+                ),
+            },
+            Err(e) => tracing::warn!("{e:#}"),
+        }
+    }
+
+    /// The daemon stops gracefully: keep the reports no decision has used, for the daemon that
+    /// resumes on these ranks.
+    pub fn keep_pending(&self) {
+        let Some(start) = self.lock().start.clone() else {
+            return; // never began: nothing was reported
+        };
+        let Some(path) = self.pending_path() else {
+            return;
+        };
+        let kept = self.reports.pending(start.segments.len());
+        let steps = kept.steps.len();
+        match pending::save(&path, &kept) {
+            Ok(()) if steps > 0 => tracing::info!(
+                "kept the unused loss reports of {steps} steps in {}",
+                path.display()
+            ),
+            Ok(()) => {}
+            Err(e) => tracing::warn!("{e:#} (the next decisions may hold)"),
+        }
     }
 
     /// The lineage the streams began with.
