@@ -249,7 +249,8 @@ impl Reports {
             let now = Instant::now();
             if self.closed.load(Relaxed) && !complete {
                 // Stopping: the steps stay in the book, for a graceful stop to keep them.
-                return (Vec::new(), Some(self.missing(&book, from, to)));
+                let none = vec![Observed::default(); self.names.len()];
+                return (none, Some(self.missing(&book, from, to)));
             }
             if complete || hopeless || now >= deadline {
                 let mut sums = vec![Observed::default(); self.names.len()];

@@ -108,6 +108,9 @@ impl Decider {
         let wait = Duration::from_secs_f64(spec.wait_seconds);
         let will_not_come = |s: u64| s < self.store.placed_at() || self.past_end(s);
         let local = (self.reports).wait_for(from, to, wait, will_not_come);
+        if self.reports.is_closed() {
+            bail!("the daemon is stopping: its reports for step {step} are kept, not sent");
+        }
         self.pool.send(now, step, (from, to), local)?;
         let stopped = || self.is_stopped() || self.past_end(step);
         let Some(next) =
