@@ -129,7 +129,9 @@ fn nodes_killed_and_resumed(counts: [u32; 3], algorithm: &str, extra: &str, best
         steps, expected,
         "{why}: a decision every 3 steps from step 21 (lag 20)"
     );
-    assert!(steps.len() >= 10, "{why}: {steps:?}");
+    // Decisions for steps 21 to 36 at least (with best_fit's padding a decision's token point
+    // comes a little after its step).
+    assert!(steps.len() >= 6, "{why}: {steps:?}");
     // A decision from reports counted every rank's tokens of its 3 steps (512 labels a row with
     // concat; fewer with best_fit's padding): node 0 heard the other nodes.
     // (tokens counted, the tokens of every rank's rows of the steps it used) per decision.
