@@ -172,6 +172,23 @@ fn adaptive_decider(
     ))
 }
 
+/// The course is placed on `lineage` (at the first request): the loss reports count by its
+/// segments and phases, and `[mix.adaptive]`'s decisions begin from it. Both producers call it.
+fn course_placed(
+    metrics: &Metrics,
+    decider: Option<&adaptive::Decider>,
+    lineage: &dsprep_mixers::lineage::Lineage,
+    window_tokens: u64,
+) -> anyhow::Result<()> {
+    if let Some(reports) = &metrics.reports {
+        reports.set_lineage(lineage, window_tokens);
+    }
+    match decider {
+        Some(decider) => decider.begin(lineage),
+        None => Ok(()),
+    }
+}
+
 /// What a daemon serves, built and checked before anything is bound or started: who may
 /// connect, the recipe, the layout of its replies, its work (the stream or this node's lanes),
 /// the step store and the metrics.
@@ -453,17 +470,17 @@ impl Served {
                                 None => Ok(None),
                                 Some(step) => {
                                     tracing::info!("the first request is for step {step}");
-                                    let placed = course.place(step, &loaded, &config);
-                                    if let Some(reports) = &metrics.reports {
+                                    course.place(step, &loaded, &config).and_then(|placed| {
                                         let lineage = &course.segments.lineage;
-                                        reports.set_lineage(lineage, u64::from(window_tokens));
-                                    }
-                                    match (&decider, placed) {
-                                        (Some(d), Ok(placed)) => {
-                                            d.begin(&course.segments.lineage).map(|()| Some(placed))
-                                        }
-                                        (_, placed) => placed.map(Some),
-                                    }
+                                        let tokens = u64::from(window_tokens);
+                                        course_placed(
+                                            &metrics,
+                                            decider.as_deref(),
+                                            lineage,
+                                            tokens,
+                                        )?;
+                                        Ok(Some(placed))
+                                    })
                                 }
                             };
                             match placed {

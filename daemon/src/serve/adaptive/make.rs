@@ -1,12 +1,11 @@
 //! How a decision is made (node 0, a single daemon) or learned from node 0 (the other node
 //! daemons), and why one keeps the shares: the [`Decider`]'s side that waits for reports.
 
-use super::{Decider, by_name, names_of, newest, spec_of, weights_of};
+use super::{Decider, by_name, names_of, newest, shares_in_force, spec_of};
 use crate::checkpoint::lineage as lineage_file;
 use anyhow::{Context, bail};
 use dsprep_mixers::adaptive::{Decision, Observed, decide, next_decision_step, reported_steps};
 use dsprep_mixers::lineage::Lineage;
-use dsprep_mixers::mixer::target_shares;
 use dsprep_mixers::recipe::{AdaptiveSpec, OnMissing};
 use std::time::Duration;
 
@@ -31,10 +30,7 @@ impl Decider {
         let k = now.segments.len() - 1;
         let names = names_of(now);
         let last = now.segments[k].decisions.last();
-        let current: Vec<f64> = match last {
-            Some(d) => by_name(&names, &d.shares),
-            None => target_shares(&weights_of(&now.effective_recipe(k))),
-        };
+        let current = shares_in_force(now);
         let state = last.map_or_else(Vec::new, |d| by_name(&names, &d.state));
         let some_came = seen.iter().any(|o| o.tokens > 0);
         let usable = match (&missing, spec.on_missing) {

@@ -122,20 +122,8 @@ impl Decider {
     /// built with; node 0 and a single daemon have written it).
     pub fn begin(&self, lineage: &Lineage) -> anyhow::Result<()> {
         let spec = spec_of(lineage)?;
-        let segment = newest(lineage);
-        let names = names_of(lineage);
-        let shares = match segment.decisions.last() {
-            Some(last) => by_name(&names, &last.shares),
-            None => target_shares(&weights_of(
-                &lineage.effective_recipe(lineage.segments.len() - 1),
-            )),
-        };
-        self.reports.set_shares(&shares);
-        let after = segment
-            .decisions
-            .last()
-            .map_or(segment.from_step, |d| d.step);
-        self.keep_reports_for(&spec, next_decision_step(&spec, after));
+        self.reports.set_shares(&shares_in_force(lineage));
+        self.keep_reports_for(&spec, next_after(lineage, &spec));
         self.take_back_pending(lineage);
         let lineage = Arc::new(lineage.clone());
         let mut state = self.lock();
@@ -201,12 +189,7 @@ impl Decider {
     fn first(&self) -> anyhow::Result<(u64, u64, AdaptiveSpec)> {
         let start = self.start()?;
         let spec = spec_of(&start)?;
-        let segment = newest(&start);
-        let after = segment
-            .decisions
-            .last()
-            .map_or(segment.from_step, |d| d.step);
-        let step = next_decision_step(&spec, after);
+        let step = next_after(&start, &spec);
         Ok((step, self.at_tokens(&start, step), spec))
     }
 
@@ -308,6 +291,23 @@ fn spec_of(lineage: &Lineage) -> anyhow::Result<AdaptiveSpec> {
         Some(spec) => Ok(spec),
         None => bail!("the lineage's newest segment has no [mix.adaptive]"),
     }
+}
+
+/// Per source, the shares in force at the end of `lineage`: its newest segment's last
+/// decision's, else that segment's recipe's.
+fn shares_in_force(lineage: &Lineage) -> Vec<f64> {
+    let k = lineage.segments.len() - 1;
+    match lineage.segments[k].decisions.last() {
+        Some(last) => by_name(&names_of(lineage), &last.shares),
+        None => target_shares(&weights_of(&lineage.effective_recipe(k))),
+    }
+}
+
+/// The step of the first decision after those `lineage` holds.
+fn next_after(lineage: &Lineage, spec: &AdaptiveSpec) -> u64 {
+    let segment = newest(lineage);
+    let after = (segment.decisions.last()).map_or(segment.from_step, |d| d.step);
+    next_decision_step(spec, after)
 }
 
 /// The sources of the newest segment's effective recipe, in index order.

@@ -82,12 +82,8 @@ impl LaneProducer<'_> {
             return Ok(Ended::Stopped);
         }
         let window_tokens = self.loaded.recipe.packing.window_tokens() as u64;
-        if let Some(reports) = &self.metrics.reports {
-            reports.set_lineage(&self.course.lineage, window_tokens);
-        }
-        if let Some(decider) = &self.decider {
-            decider.begin(&self.course.lineage)?;
-        }
+        let decider = self.decider.as_deref();
+        crate::serve::course_placed(self.metrics, decider, &self.course.lineage, window_tokens)?;
         // Steps count from where the lineage set this global batch (step 0 but after a change
         // of it).
         let (origin_step, origin_window) = self.course.origin(asked, self.slice.global_batch)?;
